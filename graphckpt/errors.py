@@ -1,0 +1,99 @@
+"""Every error graphckpt raises, rooted at :class:`GraphckptError`.
+
+Errors that refine a builtin also subclass it, so ``except LookupError`` keeps working::
+
+    GraphckptError
+    ├── GraphSetupError(ValueError)          the graph definition is wrong (found at add_* or compile time)
+    ├── InvalidUpdateError(ValueError)       a node, input or fork update does not fit the state schema
+    ├── SerializationError(TypeError)        a value cannot be stored (names the field and its type)
+    ├── CorruptCheckpointError(ValueError)   stored bytes cannot be loaded (names thread and checkpoint)
+    ├── CheckpointNotFoundError(LookupError) no such checkpoint in that thread
+    ├── ThreadNotFoundError(LookupError)     no such thread
+    ├── ThreadConflictError                  another writer moved the thread head first
+    ├── ThreadStateError                     the thread's status does not allow that call (e.g. invoke on a failed thread)
+    ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
+    ├── NodeError                            a node raised after its retries; the original is ``__cause__``
+    ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
+    └── SaverError                           the storage backend failed (unreachable, locked too long, ...)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointNotFoundError",
+    "CorruptCheckpointError",
+    "GraphSetupError",
+    "GraphckptError",
+    "InvalidUpdateError",
+    "NodeError",
+    "NodeTimeoutError",
+    "RecursionLimitError",
+    "SaverError",
+    "SerializationError",
+    "ThreadConflictError",
+    "ThreadNotFoundError",
+    "ThreadStateError",
+]
+
+
+class GraphckptError(Exception):
+    """The root of every error raised by graphckpt."""
+
+
+class GraphSetupError(GraphckptError, ValueError):
+    """The graph definition is invalid: unknown or unreachable nodes, bad edges, bad schema."""
+
+
+class InvalidUpdateError(GraphckptError, ValueError):
+    """An update (from a node, the input or a fork) does not fit the state schema. Nothing was committed."""
+
+
+class SerializationError(GraphckptError, TypeError):
+    """A value cannot be stored by the serializer. Raised at write time; the previous checkpoint stays the head."""
+
+
+class CorruptCheckpointError(GraphckptError, ValueError):
+    """Stored bytes could not be decoded. Loading never executes code named by the data."""
+
+    def __init__(self, message: str, *, thread_id: str | None = None, checkpoint_id: str | None = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+
+
+class CheckpointNotFoundError(GraphckptError, LookupError):
+    """The thread has no checkpoint with that id (or step)."""
+
+
+class ThreadNotFoundError(GraphckptError, LookupError):
+    """No thread with that id exists in the saver."""
+
+
+class ThreadConflictError(GraphckptError):
+    """Another writer moved the thread's head (or claimed the thread) first. Nothing of ours was committed."""
+
+
+class ThreadStateError(GraphckptError):
+    """The call does not fit the thread's status, e.g. ``invoke`` on a thread that must be resumed."""
+
+
+class RecursionLimitError(GraphckptError, RecursionError):
+    """The run exceeded ``recursion_limit`` super-steps. The last checkpoint stays the head."""
+
+
+class NodeError(GraphckptError):
+    """A node raised after its retries. The thread is marked ``failed``; ``resume`` re-runs what did not finish."""
+
+    def __init__(self, message: str, *, thread_id: str, node: str, step: int) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.node = node
+        self.step = step
+
+
+class NodeTimeoutError(GraphckptError, TimeoutError):
+    """A node ran longer than the ``timeout`` given to ``add_node``."""
+
+
+class SaverError(GraphckptError):
+    """The storage backend failed: unreachable, locked for too long, or refused the operation."""

@@ -1,0 +1,265 @@
+"""The saver interface. Its docstrings are the specification every backend implements.
+
+A saver stores three kinds of rows, all opaque to it except for the columns it must index:
+
+``threads``
+    one row per thread: its head (checkpoint id and step), status, the id of the run that owns it, and where it was
+    forked from. The head moves only by compare-and-set.
+``checkpoints``
+    one row per checkpoint: ids, parent, step, time, status, metadata (JSON, filterable) and ``body``, the engine's
+    encoded record (frontier, channel table, interrupts, schema version). A checkpoint never changes once written.
+``blobs``
+    channel data, keyed by ``(thread_id, channel, step)``: the full value of a channel (``kind="snapshot"``) or the
+    writes folded into it at that step (``kind="delta"``). Unchanged channels write nothing, so storage grows with
+    change, not with state. Blobs are immutable.
+``writes``
+    pending writes: what tasks of the super-step that starts from a checkpoint have recorded so far (results, journaled
+    effects, interrupts, resume answers, errors), keyed by ``(thread_id, checkpoint_id, task_id, kind, index)``.
+    They exist so that a crash mid-super-step loses no finished work. When the next checkpoint of the same thread is
+    committed, the writes recorded against its parent are deleted in the same transaction.
+
+Every method is a coroutine. Bytes (``body``, ``data``) are produced and decoded by the engine; a saver never inspects
+them. A saver raises :class:`~graphckpt.errors.ThreadConflictError` when a compare-and-set fails and
+:class:`~graphckpt.errors.SaverError` (never a driver exception) when the backend itself fails.
+
+Lifecycle: a saver opens lazily on first use (``setup()`` is called by the first operation and is idempotent), is an
+async context manager, and ``aclose()`` releases its connections. A saver garbage-collected while open warns with
+``ResourceWarning``.
+"""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+__all__ = [
+    "Blob",
+    "BlobRange",
+    "Saver",
+    "Status",
+    "StoredCheckpoint",
+    "StoredWrite",
+    "ThreadRecord",
+    "WriteKind",
+    "metadata_matches",
+]
+
+Status = Literal["running", "interrupted", "failed", "done"]
+"""Thread status. ``running``: work remains and nobody stopped it: a live run, one that crashed, or a fresh fork;
+``resume`` continues it. ``interrupted``: waiting for ``resume`` with an answer (``interrupt_before``/``after`` or
+``ctx.interrupt``). ``failed``: a node raised after its
+retries; the error is in the head's pending writes. ``done``: the frontier is empty."""
+
+WriteKind = Literal["result", "effect", "interrupt", "resume", "error"]
+"""``result``: a finished task's output. ``effect``: one journaled external call (``index`` = call number in the task).
+``interrupt``: the payload of ``ctx.interrupt`` (``index`` = interrupt number). ``resume``: the answer given to
+``resume`` for that interrupt. ``error``: the failure of a task, after its retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """One channel's data written at one step of one thread."""
+
+    thread_id: str
+    """The thread whose checkpoint wrote it (for a fork's inherited channels: an ancestor thread)."""
+    channel: str
+    """The state field."""
+    step: int
+    """The step of the checkpoint that wrote it. Unique per ``(thread_id, channel)``."""
+    kind: Literal["snapshot", "delta"]
+    """``snapshot``: the full value. ``delta``: the writes to fold, through the channel's reducer, into the value below."""
+    data: bytes
+    """Engine-encoded payload."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRange:
+    """A request for the blobs of one channel of one thread with ``min_step <= step <= max_step``."""
+
+    thread_id: str
+    channel: str
+    min_step: int
+    max_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    """A checkpoint as stored: indexed columns plus the engine's encoded body."""
+
+    thread_id: str
+    """The thread (branch) this checkpoint belongs to."""
+    checkpoint_id: str
+    """Unique, sortable by creation time (see :func:`graphckpt.ids.new_id`)."""
+    parent_thread_id: str | None
+    """The thread of the parent checkpoint; differs from ``thread_id`` only for a fork's first checkpoint."""
+    parent_checkpoint_id: str | None
+    """The previous checkpoint in this branch's lineage; ``None`` for a thread's very first checkpoint."""
+    step: int
+    """Super-step number. Strictly increasing along a lineage; unique within a thread."""
+    created_at: float
+    """Seconds since the epoch."""
+    status: Status
+    """The thread status this checkpoint leaves the thread in when it is the head."""
+    metadata: Mapping[str, Any]
+    """JSON-compatible audit record (source, step, writes per node, durations, usage, tags). Filterable."""
+    body: bytes
+    """Engine-encoded: frontier, channel table, interrupts, schema version, lineage. Opaque to the saver."""
+    blobs: Sequence[Blob] = ()
+    """Channel data written by this checkpoint. Only filled on :meth:`Saver.commit`; reads return ``()``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWrite:
+    """One pending write recorded against a checkpoint."""
+
+    task_id: str
+    kind: WriteKind
+    index: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    """A thread's row."""
+
+    thread_id: str
+    head_checkpoint_id: str
+    head_step: int
+    status: Status
+    run_id: str
+    """The run that last claimed the thread; every write checks it (see :meth:`Saver.claim`)."""
+    created_at: float
+    updated_at: float
+    parent_thread_id: str | None = None
+    """For a fork: the thread it was forked from."""
+    parent_checkpoint_id: str | None = None
+    """For a fork: the checkpoint it was forked from."""
+    error: str | None = None
+    """For a failed thread: a one-line description of the error."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The head checkpoint's metadata."""
+
+
+def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
+    whose value equals the filter's value (JSON equality). Keys and values are data, never code or SQL."""
+    return all(key in metadata and metadata[key] == value for key, value in filter.items())
+
+
+class Saver(abc.ABC):
+    """The persistence interface. Subclass it and pass :class:`graphckpt.testing.SaverConformance`."""
+
+    _open: bool = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Open connections and create (or migrate) the storage. Idempotent; called by every operation first."""
+        self._open = True
+
+    async def aclose(self) -> None:
+        """Release connections. Idempotent. The saver may be used again afterwards (it reopens lazily)."""
+        self._open = False
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if self._open:
+            warnings.warn(f"{type(self).__name__} was not closed; call aclose()", ResourceWarning, stacklevel=2)
+
+    # -- writes ------------------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        """Store ``checkpoint`` and its blobs and make it the thread's head, in one transaction.
+
+        Compare-and-set: when ``expected_head`` is ``None`` the thread must not exist yet (it is created, owned by
+        ``run_id``); otherwise the thread's current head must be ``expected_head`` *and* its ``run_id`` must equal
+        ``run_id``. If not, nothing is written and :class:`ThreadConflictError` is raised. On success the thread row
+        takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes recorded
+        against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half of it.
+        """
+
+    @abc.abstractmethod
+    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        """Take ownership of a thread for a new run: set its ``run_id`` to ``run_id`` and its status to ``running``.
+
+        Compare-and-set on both the head and the previous owner: raises :class:`ThreadConflictError` if the head is
+        not ``expected_head`` or the owner is not ``expected_run_id`` (somebody else claimed it since we read it),
+        and :class:`ThreadNotFoundError` if the thread does not exist.
+        """
+
+    @abc.abstractmethod
+    async def put_writes(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        writes: Sequence[StoredWrite],
+        *,
+        run_id: str,
+        status: Status | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record pending writes against the checkpoint ``checkpoint_id`` (the thread's head), durably, in one
+        transaction; when ``status`` is given the thread's status (and ``error``) change in the same transaction.
+
+        A write with the same ``(task_id, kind, index)`` as a stored one replaces it. Raises
+        :class:`ThreadConflictError` if the head is no longer ``checkpoint_id`` or the thread's owner is not
+        ``run_id``; nothing is written then.
+        """
+
+    @abc.abstractmethod
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread. Checkpoints and blobs that a fork of it needs (its lineage up to each fork point) are
+        kept, but the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
+        that depends on it is deleted too. Raises :class:`ThreadNotFoundError` if it does not exist."""
+
+    # -- reads -------------------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's row, or ``None``. Deleted threads return ``None``."""
+
+    @abc.abstractmethod
+    async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
+        """Every (not deleted) thread, optionally only those with ``status``, most recently updated first."""
+
+    @abc.abstractmethod
+    async def get_checkpoint(
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+    ) -> StoredCheckpoint | None:
+        """One checkpoint of ``thread_id`` by id, or by step, or the head when both are ``None``; one indexed read.
+        Only checkpoints stored under ``thread_id`` are found (not the ancestors of a fork). ``blobs`` is empty."""
+
+    @abc.abstractmethod
+    async def list_checkpoints(
+        self,
+        thread_id: str,
+        *,
+        limit: int | None = None,
+        before_step: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[StoredCheckpoint]:
+        """Checkpoints stored under ``thread_id``, newest (highest step) first, in one query: only those with
+        ``step < before_step`` when given, only those whose metadata matches ``filter`` (see
+        :func:`metadata_matches`; evaluated by the backend, with keys and values as bound parameters), at most
+        ``limit``. ``blobs`` is empty."""
+
+    @abc.abstractmethod
+    async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
+        """Every blob inside any of ``ranges``, in one query, ordered by ``(channel, step)``."""
+
+    @abc.abstractmethod
+    async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
+        """The pending writes recorded against a checkpoint, ordered by ``(task_id, kind, index)``."""

@@ -1,0 +1,222 @@
+"""``MemorySaver``: the reference saver, in process memory. Nothing survives the process; use it for tests."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graphckpt import ids
+from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers.base import (
+    Blob,
+    BlobRange,
+    Saver,
+    Status,
+    StoredCheckpoint,
+    StoredWrite,
+    ThreadRecord,
+    metadata_matches,
+)
+
+__all__ = ["MemorySaver"]
+
+
+@dataclasses.dataclass
+class _Thread:
+    record: ThreadRecord
+    steps: list[int] = dataclasses.field(default_factory=list)  # sorted
+    by_step: dict[int, StoredCheckpoint] = dataclasses.field(default_factory=dict)
+    by_id: dict[str, StoredCheckpoint] = dataclasses.field(default_factory=dict)
+    deleted: bool = False
+
+
+class MemorySaver(Saver):
+    """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
+    also the executable reference for other backends."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, _Thread] = {}
+        self._blobs: dict[tuple[str, str], dict[int, Blob]] = {}
+        self._writes: dict[tuple[str, str], dict[tuple[str, str, int], StoredWrite]] = {}
+
+    def __del__(self) -> None:  # nothing to release
+        pass
+
+    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        thread = self._live(checkpoint.thread_id)
+        if expected_head is None:
+            if checkpoint.thread_id in self._threads:  # live, or deleted but still holding rows a fork needs
+                raise ThreadConflictError(f"thread {checkpoint.thread_id!r} already exists")
+        elif thread is None:
+            raise ThreadNotFoundError(f"thread {checkpoint.thread_id!r} does not exist")
+        elif thread.record.head_checkpoint_id != expected_head or thread.record.run_id != run_id:
+            raise ThreadConflictError(
+                f"thread {checkpoint.thread_id!r} moved: head is {thread.record.head_checkpoint_id!r}, "
+                f"expected {expected_head!r}"
+            )
+        if thread is not None and checkpoint.step in thread.by_step:
+            raise ThreadConflictError(f"thread {checkpoint.thread_id!r} already has a checkpoint at step {checkpoint.step}")
+        stored = dataclasses.replace(checkpoint, blobs=())
+        now = ids.now()
+        if thread is None:
+            thread = _Thread(
+                ThreadRecord(
+                    thread_id=checkpoint.thread_id,
+                    head_checkpoint_id=checkpoint.checkpoint_id,
+                    head_step=checkpoint.step,
+                    status=checkpoint.status,
+                    run_id=run_id,
+                    created_at=now,
+                    updated_at=now,
+                    parent_thread_id=checkpoint.parent_thread_id
+                    if checkpoint.parent_thread_id != checkpoint.thread_id
+                    else None,
+                    parent_checkpoint_id=checkpoint.parent_checkpoint_id,
+                    metadata=dict(checkpoint.metadata),
+                )
+            )
+            self._threads[checkpoint.thread_id] = thread
+        else:
+            thread.record = dataclasses.replace(
+                thread.record,
+                head_checkpoint_id=checkpoint.checkpoint_id,
+                head_step=checkpoint.step,
+                status=checkpoint.status,
+                updated_at=now,
+                error=None,
+                metadata=dict(checkpoint.metadata),
+            )
+        bisect.insort(thread.steps, checkpoint.step)
+        thread.by_step[checkpoint.step] = stored
+        thread.by_id[checkpoint.checkpoint_id] = stored
+        for blob in checkpoint.blobs:
+            self._blobs.setdefault((blob.thread_id, blob.channel), {})[blob.step] = blob
+        if checkpoint.parent_checkpoint_id is not None and checkpoint.parent_thread_id == checkpoint.thread_id:
+            self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
+
+    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        thread = self._require(thread_id)
+        if thread.record.head_checkpoint_id != expected_head or thread.record.run_id != expected_run_id:
+            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+        thread.record = dataclasses.replace(thread.record, run_id=run_id, status="running", updated_at=ids.now())
+
+    async def put_writes(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        writes: Sequence[StoredWrite],
+        *,
+        run_id: str,
+        status: Status | None = None,
+        error: str | None = None,
+    ) -> None:
+        thread = self._require(thread_id)
+        if thread.record.head_checkpoint_id != checkpoint_id or thread.record.run_id != run_id:
+            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+        table = self._writes.setdefault((thread_id, checkpoint_id), {})
+        for write in writes:
+            table[(write.task_id, write.kind, write.index)] = write
+        if status is not None:
+            thread.record = dataclasses.replace(thread.record, status=status, error=error, updated_at=ids.now())
+
+    async def delete_thread(self, thread_id: str) -> None:
+        thread = self._require(thread_id)
+        thread.deleted = True
+        needed = self._needed_steps(thread_id)
+        for step in [s for s in thread.steps if needed is None or s > needed]:
+            cp = thread.by_step.pop(step)
+            del thread.by_id[cp.checkpoint_id]
+            self._writes.pop((thread_id, cp.checkpoint_id), None)
+        thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
+        for (tid, _channel), blobs in list(self._blobs.items()):
+            if tid == thread_id:
+                for step in [s for s in blobs if needed is None or s > needed]:
+                    del blobs[step]
+        if needed is None:
+            del self._threads[thread_id]
+
+    def _needed_steps(self, thread_id: str) -> int | None:
+        """The highest step of ``thread_id`` that a live fork's lineage still uses, or ``None``."""
+        highest: int | None = None
+        for other in self._threads.values():
+            if other.deleted or other.record.thread_id == thread_id:
+                continue
+            first = other.by_step[other.steps[0]] if other.steps else None
+            if first is not None and first.parent_thread_id == thread_id and first.parent_checkpoint_id:
+                parent = self._threads[thread_id].by_id.get(first.parent_checkpoint_id)
+                if parent is not None:
+                    highest = parent.step if highest is None else max(highest, parent.step)
+        return highest
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        thread = self._live(thread_id)
+        return thread.record if thread is not None else None
+
+    async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
+        records = [t.record for t in self._threads.values() if not t.deleted]
+        if status is not None:
+            records = [r for r in records if r.status == status]
+        return sorted(records, key=lambda r: (r.updated_at, r.thread_id), reverse=True)
+
+    async def get_checkpoint(
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+    ) -> StoredCheckpoint | None:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return None
+        if checkpoint_id is not None:
+            found = thread.by_id.get(checkpoint_id)
+            return found if found is not None and (step is None or found.step == step) else None
+        if step is not None:
+            return thread.by_step.get(step)
+        if thread.deleted:
+            return None
+        return thread.by_id.get(thread.record.head_checkpoint_id)
+
+    async def list_checkpoints(
+        self,
+        thread_id: str,
+        *,
+        limit: int | None = None,
+        before_step: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[StoredCheckpoint]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        out: list[StoredCheckpoint] = []
+        for step in reversed(thread.steps):
+            if before_step is not None and step >= before_step:
+                continue
+            cp = thread.by_step[step]
+            if filter and not metadata_matches(cp.metadata, filter):
+                continue
+            out.append(cp)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
+        out: list[Blob] = []
+        for r in ranges:
+            for step, blob in self._blobs.get((r.thread_id, r.channel), {}).items():
+                if r.min_step <= step <= r.max_step:
+                    out.append(blob)
+        out.sort(key=lambda b: (b.channel, b.step))
+        return out
+
+    async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
+        table = self._writes.get((thread_id, checkpoint_id), {})
+        return [table[key] for key in sorted(table)]
+
+    def _live(self, thread_id: str) -> _Thread | None:
+        thread = self._threads.get(thread_id)
+        return thread if thread is not None and not thread.deleted else None
+
+    def _require(self, thread_id: str) -> _Thread:
+        thread = self._live(thread_id)
+        if thread is None:
+            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+        return thread

@@ -1,0 +1,193 @@
+"""Safe serialization: msgpack plus an explicit registry of extension types. No pickle, no imports by name.
+
+What can be stored: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``list``, ``dict`` (any storable keys),
+``tuple``, ``set``, ``frozenset``, ``datetime``, ``date``, ``time``, ``timedelta``, ``UUID``, ``Decimal``, ``Path``,
+and the pydantic models and ``Enum`` classes *registered* with the serializer (the engine registers every one that the
+state schema mentions). Anything else is refused at write time with :class:`SerializationError`.
+
+Loading only ever builds the types above; a registered model or enum is found by the name it was registered under,
+never imported. Bytes that do not decode raise :class:`CorruptCheckpointError` (the caller adds thread and checkpoint).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import enum
+import pathlib
+import types
+import typing
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgpack
+import pydantic
+
+from graphckpt.errors import CorruptCheckpointError, SerializationError
+
+__all__ = ["Serializer", "types_in"]
+
+# extension codes: part of the stored format, never renumber
+_TUPLE, _SET, _FROZENSET, _DATETIME, _DATE, _TIME, _TIMEDELTA, _UUID, _DECIMAL, _PATH, _ENUM, _MODEL = range(1, 13)
+
+_MAX_DEPTH = 512
+
+
+def types_in(annotation: Any) -> Iterable[type]:
+    """Every pydantic model and Enum class reachable from a type annotation (fields of models included)."""
+    seen: set[int] = set()
+    stack = [annotation]
+    while stack:
+        tp = stack.pop()
+        if id(tp) in seen:
+            continue
+        seen.add(id(tp))
+        if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+            yield tp
+            stack.extend(f.annotation for f in tp.model_fields.values())
+        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+            yield tp
+        elif isinstance(tp, type) and typing.is_typeddict(tp):
+            stack.extend(typing.get_type_hints(tp).values())
+        stack.extend(a for a in typing.get_args(tp) if not isinstance(a, (str, int, float, bool, types.NoneType)))
+
+
+class Serializer:
+    """Encodes values to bytes and back with a fixed, explicit type registry."""
+
+    def __init__(self, registered: Iterable[type] = ()) -> None:
+        self._by_name: dict[str, type] = {}
+        self._names: dict[type, str] = {}
+        for tp in registered:
+            self.register(tp)
+
+    def register(self, tp: type) -> None:
+        """Allow a pydantic model or Enum class to be stored. Its registry name is its qualified name."""
+        if not (issubclass(tp, pydantic.BaseModel) or issubclass(tp, enum.Enum)):
+            raise TypeError(f"only pydantic models and Enum classes can be registered, not {tp!r}")
+        if tp in self._names:
+            return
+        name = f"{tp.__module__}.{tp.__qualname__}"
+        other = self._by_name.get(name)
+        if other is not None and other is not tp:
+            raise TypeError(f"two different types share the name {name!r}")
+        self._by_name[name] = tp
+        self._names[tp] = name
+
+    # -- encoding ----------------------------------------------------------------------------------------------------
+
+    def dumps(self, value: Any) -> bytes:
+        """Encode ``value``. Raises :class:`SerializationError` naming the type that cannot be stored."""
+        try:
+            return msgpack.packb(value, default=self._default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+        except SerializationError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"cannot store value: {exc}") from exc
+
+    def _default(self, obj: Any) -> msgpack.ExtType:
+        pack = self.dumps
+        tp = type(obj)
+        if tp is tuple:
+            return msgpack.ExtType(_TUPLE, pack(list(obj)))
+        if tp is set:
+            return msgpack.ExtType(_SET, pack(_sorted_if_possible(obj)))
+        if tp is frozenset:
+            return msgpack.ExtType(_FROZENSET, pack(_sorted_if_possible(obj)))
+        if tp is dt.datetime:
+            return msgpack.ExtType(_DATETIME, obj.isoformat().encode())
+        if tp is dt.date:
+            return msgpack.ExtType(_DATE, obj.isoformat().encode())
+        if tp is dt.time:
+            return msgpack.ExtType(_TIME, obj.isoformat().encode())
+        if tp is dt.timedelta:
+            return msgpack.ExtType(_TIMEDELTA, pack([obj.days, obj.seconds, obj.microseconds]))
+        if tp is uuid.UUID:
+            return msgpack.ExtType(_UUID, obj.bytes)
+        if tp is decimal.Decimal:
+            return msgpack.ExtType(_DECIMAL, str(obj).encode())
+        if isinstance(obj, pathlib.PurePath):
+            return msgpack.ExtType(_PATH, str(obj).encode())
+        name = self._names.get(tp)
+        if name is not None:
+            if isinstance(obj, enum.Enum):
+                return msgpack.ExtType(_ENUM, pack([name, obj.value]))
+            fields = {key: getattr(obj, key) for key in type(obj).model_fields}
+            return msgpack.ExtType(_MODEL, pack([name, fields]))
+        if tp in (bool, int, float, str, list, dict, bytes):
+            raise SerializationError(f"cannot store this {tp.__name__}: it is too large or nests too deeply")
+        raise SerializationError(
+            f"cannot store a value of type {tp.__module__}.{tp.__qualname__}: store plain data, or name the "
+            "pydantic model or Enum in the state schema so it is registered"
+        )
+
+    # -- decoding ----------------------------------------------------------------------------------------------------
+
+    def loads(self, data: bytes) -> Any:
+        """Decode bytes made by :meth:`dumps`. Raises :class:`CorruptCheckpointError` on anything else."""
+        try:
+            return self._loads(data, 0)
+        except CorruptCheckpointError:
+            raise
+        except Exception as exc:  # msgpack raises many types on hostile input; none may escape as-is
+            raise CorruptCheckpointError(f"stored bytes do not decode: {type(exc).__name__}: {exc}") from None
+
+    def _loads(self, data: bytes, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise CorruptCheckpointError("stored value nests too deeply")
+
+        def hook(code: int, payload: bytes) -> Any:
+            return self._ext(code, payload, depth + 1)
+
+        return msgpack.unpackb(
+            data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+
+    def _ext(self, code: int, payload: bytes, depth: int) -> Any:
+        if code == _TUPLE:
+            return tuple(self._seq(payload, depth))
+        if code == _SET:
+            return set(self._seq(payload, depth))
+        if code == _FROZENSET:
+            return frozenset(self._seq(payload, depth))
+        if code == _DATETIME:
+            return dt.datetime.fromisoformat(payload.decode())
+        if code == _DATE:
+            return dt.date.fromisoformat(payload.decode())
+        if code == _TIME:
+            return dt.time.fromisoformat(payload.decode())
+        if code == _TIMEDELTA:
+            days, seconds, micros = self._seq(payload, depth)
+            return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
+        if code == _UUID:
+            return uuid.UUID(bytes=payload)
+        if code == _DECIMAL:
+            return decimal.Decimal(payload.decode())
+        if code == _PATH:
+            return pathlib.Path(payload.decode())
+        if code in (_ENUM, _MODEL):
+            name, inner = self._seq(payload, depth)
+            tp = self._by_name.get(name) if isinstance(name, str) else None
+            if tp is None:
+                raise CorruptCheckpointError(f"stored value names an unregistered type {name!r}; it was not loaded")
+            if code == _ENUM and issubclass(tp, enum.Enum):
+                return tp(inner)
+            if code == _MODEL and issubclass(tp, pydantic.BaseModel) and isinstance(inner, dict):
+                return tp.model_validate(inner)
+            raise CorruptCheckpointError(f"stored value for {name!r} has the wrong shape")
+        raise CorruptCheckpointError(f"unknown extension code {code}")
+
+    def _seq(self, payload: bytes, depth: int) -> list[Any]:
+        value = self._loads(payload, depth)
+        if not isinstance(value, list):
+            raise CorruptCheckpointError("stored extension payload is not a list")
+        return value
+
+
+def _sorted_if_possible(items: Iterable[Any]) -> list[Any]:
+    """Sets are stored sorted when their items allow it, so equal sets encode to equal bytes."""
+    as_list = list(items)
+    try:
+        return sorted(as_list)
+    except TypeError:
+        return as_list
