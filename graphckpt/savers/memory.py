@@ -17,7 +17,6 @@ from graphckpt.savers.base import (
     StoredCheckpoint,
     StoredWrite,
     ThreadRecord,
-    metadata_matches,
 )
 
 __all__ = ["MemorySaver"]
@@ -57,7 +56,9 @@ class MemorySaver(Saver):
                 f"expected {expected_head!r}"
             )
         if thread is not None and checkpoint.step in thread.by_step:
-            raise ThreadConflictError(f"thread {checkpoint.thread_id!r} already has a checkpoint at step {checkpoint.step}")
+            raise ThreadConflictError(
+                f"thread {checkpoint.thread_id!r} already has a checkpoint at step {checkpoint.step}"
+            )
         stored = dataclasses.replace(checkpoint, blobs=())
         now = ids.now()
         if thread is None:
@@ -122,26 +123,44 @@ class MemorySaver(Saver):
             thread.record = dataclasses.replace(thread.record, status=status, error=error, updated_at=ids.now())
 
     async def delete_thread(self, thread_id: str) -> None:
-        thread = self._require(thread_id)
-        thread.deleted = True
-        needed = self._needed_steps(thread_id)
-        for step in [s for s in thread.steps if needed is None or s > needed]:
+        self._require(thread_id).deleted = True
+        self._collect()
+
+    def _collect(self) -> None:
+        """Drop the rows of deleted threads beyond what the lineage of a remaining thread needs. Repeats until
+        nothing changes: dropping a deleted fork's rows may free rows of the thread it was forked from."""
+        changed = True
+        while changed:
+            changed = False
+            for thread_id, thread in list(self._threads.items()):
+                if thread.deleted and self._prune(thread_id, thread, self._needed_steps(thread_id)):
+                    changed = True
+
+    def _prune(self, thread_id: str, thread: _Thread, needed: int | None) -> bool:
+        """Drop the checkpoints, writes and blobs of ``thread_id`` above step ``needed`` (all when ``None``)."""
+        dropped = [s for s in thread.steps if needed is None or s > needed]
+        for step in dropped:
             cp = thread.by_step.pop(step)
             del thread.by_id[cp.checkpoint_id]
             self._writes.pop((thread_id, cp.checkpoint_id), None)
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
-        for (tid, _channel), blobs in list(self._blobs.items()):
-            if tid == thread_id:
+        for key, blobs in list(self._blobs.items()):
+            if key[0] == thread_id:
                 for step in [s for s in blobs if needed is None or s > needed]:
                     del blobs[step]
+                if not blobs:
+                    del self._blobs[key]
         if needed is None:
             del self._threads[thread_id]
+            return True
+        return bool(dropped)
 
     def _needed_steps(self, thread_id: str) -> int | None:
-        """The highest step of ``thread_id`` that a live fork's lineage still uses, or ``None``."""
+        """The highest step of ``thread_id`` that a fork's lineage still uses, or ``None``. Deleted forks that are
+        still kept (because a fork of theirs needs them) count too."""
         highest: int | None = None
         for other in self._threads.values():
-            if other.deleted or other.record.thread_id == thread_id:
+            if other.record.thread_id == thread_id:
                 continue
             first = other.by_step[other.steps[0]] if other.steps else None
             if first is not None and first.parent_thread_id == thread_id and first.parent_checkpoint_id:
@@ -188,24 +207,23 @@ class MemorySaver(Saver):
             return []
         out: list[StoredCheckpoint] = []
         for step in reversed(thread.steps):
+            if limit is not None and len(out) >= limit:
+                break
             if before_step is not None and step >= before_step:
                 continue
             cp = thread.by_step[step]
-            if filter and not metadata_matches(cp.metadata, filter):
+            if filter and not _json_matches(cp.metadata, filter):
                 continue
             out.append(cp)
-            if limit is not None and len(out) >= limit:
-                break
         return out
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
-        out: list[Blob] = []
+        found: dict[tuple[str, str, int], Blob] = {}  # a blob inside several ranges is returned once
         for r in ranges:
             for step, blob in self._blobs.get((r.thread_id, r.channel), {}).items():
                 if r.min_step <= step <= r.max_step:
-                    out.append(blob)
-        out.sort(key=lambda b: (b.channel, b.step))
-        return out
+                    found[(r.thread_id, r.channel, step)] = blob
+        return sorted(found.values(), key=lambda b: (b.channel, b.step))
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         table = self._writes.get((thread_id, checkpoint_id), {})
@@ -220,3 +238,19 @@ class MemorySaver(Saver):
         if thread is None:
             raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
         return thread
+
+
+def _json_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    """:func:`~graphckpt.savers.base.metadata_matches` with JSON equality (``true`` is not ``1``)."""
+    return all(key in metadata and _json_equal(metadata[key], value) for key, value in filter.items())
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: like ``==``, except that booleans equal only booleans, at any depth."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
