@@ -1,0 +1,86 @@
+"""graphckpt: a durable graph engine for multi-step AI agents.
+
+Every super-step of a :class:`StateGraph` run is checkpointed (state *and* frontier) to a saver, so a thread can be
+resumed after a crash without re-running finished work, read at any past checkpoint, forked into a branch, and
+diffed against another.
+"""
+
+from graphckpt.app import App, StreamMode
+from graphckpt.checkpoint import (
+    CheckpointMetadata,
+    CheckpointRef,
+    Interrupt,
+    NodeUsage,
+    Snapshot,
+    Source,
+    Status,
+    Task,
+    TaskError,
+    ThreadInfo,
+)
+from graphckpt.context import Context
+from graphckpt.control import END, START, Command, Send
+from graphckpt.diff import Diff, FieldChange
+from graphckpt.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    GraphckptError,
+    GraphSetupError,
+    InvalidUpdateError,
+    NodeError,
+    NodeTimeoutError,
+    RecursionLimitError,
+    SaverError,
+    SerializationError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    ThreadStateError,
+)
+from graphckpt.graph import StateGraph
+from graphckpt.retry import RetryPolicy
+from graphckpt.savers.base import Saver
+from graphckpt.savers.memory import MemorySaver
+from graphckpt.state import append, merge
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "END",
+    "START",
+    "App",
+    "CheckpointMetadata",
+    "CheckpointNotFoundError",
+    "CheckpointRef",
+    "Command",
+    "Context",
+    "CorruptCheckpointError",
+    "Diff",
+    "FieldChange",
+    "GraphSetupError",
+    "GraphckptError",
+    "Interrupt",
+    "InvalidUpdateError",
+    "MemorySaver",
+    "NodeError",
+    "NodeTimeoutError",
+    "NodeUsage",
+    "RecursionLimitError",
+    "RetryPolicy",
+    "Saver",
+    "SaverError",
+    "Send",
+    "SerializationError",
+    "Snapshot",
+    "Source",
+    "StateGraph",
+    "Status",
+    "StreamMode",
+    "Task",
+    "TaskError",
+    "ThreadConflictError",
+    "ThreadInfo",
+    "ThreadNotFoundError",
+    "ThreadStateError",
+    "append",
+    "merge",
+]

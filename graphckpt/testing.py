@@ -249,7 +249,7 @@ class SaverConformance:
         )  # fmt: skip
         t = a.thread_id
         assert _ids(await saver.list_checkpoints(t, filter={"source": "loop", "node": "x"})) == _ids([d, a])
-        assert _ids(await saver.list_checkpoints(t, filter={"source": "loop", "node": "x"}, limit=1)) == _ids([d])
+        assert _ids(await saver.list_checkpoints(t, filter={"source": "loop", "node": "x"}, limit=2)) == _ids([d, a])
         got = await saver.list_checkpoints(t, filter={"source": "loop"}, before_step=3)
         assert _ids(got) == _ids([b, a])
         assert c.checkpoint_id not in _ids(await saver.list_checkpoints(t, filter={"node": "x", "source": "loop"}))

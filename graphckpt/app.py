@@ -1,0 +1,514 @@
+"""``App``: a compiled graph bound to a saver. Run, resume, inspect, fork and diff threads.
+
+Every operation is async inside (``ainvoke``, ``aresume``, ...); the sync methods are a thin facade that runs the
+same coroutine on a long-lived background loop (:class:`~graphckpt.portal.Portal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from graphckpt import ids
+from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
+from graphckpt.codec import Body, Codec
+from graphckpt.control import START, Send
+from graphckpt.diff import Diff, diff_values
+from graphckpt.engine import Head, Recorded, Run, TaskResult, decode_recorded, frontier_status, route, step_metadata
+from graphckpt.errors import CheckpointNotFoundError, ThreadConflictError, ThreadNotFoundError, ThreadStateError
+from graphckpt.portal import Portal
+from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.memory import MemorySaver
+from graphckpt.serde import Serializer, types_in
+
+if TYPE_CHECKING:
+    from graphckpt.graph import StateGraph
+
+__all__ = ["App", "StreamMode"]
+
+StreamMode = Literal["updates", "values", "checkpoints"]
+_NO_ANSWER: Any = object()
+CheckpointSpec = Snapshot | CheckpointRef | tuple[str, str | None]
+
+
+class App:
+    """A compiled graph. Create it with :meth:`StateGraph.compile`."""
+
+    def __init__(
+        self,
+        graph: StateGraph,
+        saver: Saver | None,
+        *,
+        interrupt_before: frozenset[str],
+        interrupt_after: frozenset[str],
+        recursion_limit: int,
+        snapshot_every: int,
+    ) -> None:
+        self.graph = graph
+        self.saver: Saver = saver if saver is not None else MemorySaver()
+        self.interrupt_before = interrupt_before
+        self.interrupt_after = interrupt_after
+        self.recursion_limit = recursion_limit
+        serde = Serializer()
+        for channel in graph.state.channels.values():
+            for tp in types_in(channel.annotation):
+                serde.register(tp)
+        self.codec = Codec(
+            graph.state, serde, version=graph.version, snapshot_every=snapshot_every, migrations=graph.migrations
+        )
+        self._portal = Portal()
+
+    # -- running ----------------------------------------------------------------------------------------------------
+
+    async def ainvoke(
+        self,
+        input: Mapping[str, Any] | Any,
+        *,
+        thread_id: str | None = None,
+        recursion_limit: int | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> Snapshot:
+        """Start a run on ``thread_id`` (a new thread, or one that is ``done``: multi-turn) with ``input`` applied
+        through the reducers, and run it until it is done, interrupted or failed. Returns the head snapshot.
+        Raises :class:`NodeError` when a node fails (the thread is ``failed``; call :meth:`aresume`)."""
+        return await self._start(input, thread_id, recursion_limit, tags, None)
+
+    async def aresume(
+        self,
+        thread_id: str,
+        answer: Any = _NO_ANSWER,
+        *,
+        recursion_limit: int | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> Snapshot:
+        """Continue a thread from its head: after a crash (``running``), a failure (``failed``: only the tasks
+        without recorded results run again) or an interrupt (``answer`` is what ``ctx.interrupt`` returns).
+        Resuming a ``done`` thread returns its head unchanged."""
+        return await self._resume(thread_id, answer, recursion_limit, tags, None)
+
+    async def _start(
+        self,
+        input: Any,
+        thread_id: str | None,
+        recursion_limit: int | None,
+        tags: Mapping[str, Any] | None,
+        on_commit: Any,
+    ) -> Snapshot:
+        thread_id = thread_id or ids.new_id()
+        update = self.codec.state.validate_update(input, node="input")
+        record = await self.saver.get_thread(thread_id)
+        run_id = ids.new_id()
+        if record is None:
+            base = Head(_NO_CP, Body([], {}, [(thread_id, 0)], schema_version=self.graph.version), {})
+            values, writes = self.codec.state.apply(self.codec.state.defaults(), [update])
+            step, parent, expected = 0, None, None
+        elif record.status == "done":
+            base, _ = await self._load_head(thread_id, record)
+            values, writes = self.codec.state.apply(base.values, [update])
+            step, parent, expected = base.cp.step + 1, base.cp.checkpoint_id, base.cp.checkpoint_id
+            await self.saver.claim(thread_id, expected_head=expected, expected_run_id=record.run_id, run_id=run_id)
+        else:
+            raise ThreadStateError(
+                f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
+                f"{', answer' if record.status == 'interrupted' else ''}) to continue it"
+            )
+        self.codec.state.check_required(values, node="input")
+        cid = ids.new_id()
+        start = TaskResult(Task("input", START), update)
+        tasks, barriers = route(self.graph, values, [start], base.body.barriers, cid, self.codec)
+        status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
+        channels = dict(base.body.channels)
+        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels)
+        body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version)
+        metadata = step_metadata("input", step, [], dict(tags) if tags else None)
+        metadata["writes"] = {"input": list(update)}
+        cp = StoredCheckpoint(
+            thread_id, cid, thread_id if parent else None, parent, step, ids.now(), status, metadata,
+            self.codec.encode_body(body), blobs,
+        )  # fmt: skip
+        await self.saver.commit(cp, expected_head=expected, run_id=run_id)
+        head = Head(cp, body, values)
+        if on_commit is not None:
+            on_commit(head, [start])
+        return await self._drive(head, Recorded(), run_id, recursion_limit, tags, on_commit, first=False)
+
+    async def _resume(
+        self, thread_id: str, answer: Any, recursion_limit: int | None, tags: Any, on_commit: Any
+    ) -> Snapshot:
+        record = await self._thread(thread_id)
+        head, recorded = await self._load_head(thread_id, record)
+        open_interrupts = [
+            (t.id, i, p) for t in head.body.tasks for (tid, i), p in recorded.interrupts.items()
+            if tid == t.id and (tid, i) not in recorded.answers
+        ]  # fmt: skip
+        if record.status == "done" or not head.body.tasks:
+            if answer is not _NO_ANSWER:
+                raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
+            return self._snapshot(head, record.status, recorded)
+        if open_interrupts and answer is _NO_ANSWER:
+            raise ThreadStateError(
+                f"thread {thread_id!r} is waiting for an answer to {open_interrupts[0][2]!r} "
+                f"(node {head.body.tasks[[t.id for t in head.body.tasks].index(open_interrupts[0][0])].node!r}); "
+                f"call resume({thread_id!r}, answer)"
+            )
+        if not open_interrupts and answer is not _NO_ANSWER:
+            raise ThreadStateError(f"thread {thread_id!r} is not waiting for an answer (no ctx.interrupt is open)")
+        run_id = ids.new_id()
+        await self.saver.claim(
+            thread_id, expected_head=head.cp.checkpoint_id, expected_run_id=record.run_id, run_id=run_id
+        )
+        if open_interrupts:
+            task_id, index, _ = open_interrupts[0]
+            data = self.codec.serde.dumps(answer)
+            await self.saver.put_writes(
+                thread_id, head.cp.checkpoint_id, [StoredWrite(task_id, "resume", index, data)], run_id=run_id
+            )
+            recorded.answers[(task_id, index)] = answer
+        recorded.errors.clear()
+        return await self._drive(head, recorded, run_id, recursion_limit, tags, on_commit, first=True)
+
+    async def _drive(
+        self,
+        head: Head,
+        recorded: Recorded,
+        run_id: str,
+        recursion_limit: int | None,
+        tags: Any,
+        on_commit: Any,
+        *,
+        first: bool,
+    ) -> Snapshot:
+        if not first and head.cp.status == "interrupted":
+            return self._snapshot(head, "interrupted", recorded)
+        run = Run(
+            self.graph, self.codec, self.saver, head=head, recorded=recorded, run_id=run_id,
+            interrupt_before=self.interrupt_before, interrupt_after=self.interrupt_after,
+            recursion_limit=recursion_limit or self.recursion_limit, tags=dict(tags) if tags else None,
+            on_commit=on_commit,
+        )  # fmt: skip
+        status = await run.execute()
+        return self._snapshot(run.head, status, run.recorded)
+
+    # -- streaming -----------------------------------------------------------------------------------------------
+
+    async def astream(
+        self,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        mode: StreamMode = "updates",
+        recursion_limit: int | None = None,
+        tags: Mapping[str, Any] | None = None,
+        resume: bool = False,
+    ) -> AsyncIterator[Any]:
+        """Run like :meth:`ainvoke` (or :meth:`aresume` when ``resume=True``; then ``input`` is the answer or
+        ``None``) and yield after every committed checkpoint: ``updates``: ``{node: update}`` of the step;
+        ``values``: the state; ``checkpoints``: the :class:`Snapshot`."""
+        if mode not in ("updates", "values", "checkpoints"):
+            raise ValueError(f"stream mode must be 'updates', 'values' or 'checkpoints', not {mode!r}")
+        queue: asyncio.Queue[tuple[Head, list[TaskResult]] | None] = asyncio.Queue()
+
+        def on_commit(head: Head, results: list[TaskResult]) -> None:
+            queue.put_nowait((head, results))
+
+        if resume:
+            if thread_id is None:
+                raise ValueError("astream(resume=True) needs thread_id")
+            answer = _NO_ANSWER if input is None else input
+            coro = self._resume(thread_id, answer, recursion_limit, tags, on_commit)
+        else:
+            coro = self._start(input, thread_id, recursion_limit, tags, on_commit)
+        runner = asyncio.ensure_future(coro)
+        runner.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                head, results = item
+                if mode == "updates":
+                    update: dict[str, Any] = {}
+                    for r in results:
+                        if r.task.node == START:
+                            continue
+                        update.setdefault(r.task.node, []).append(r.update)
+                    yield {k: v[0] if len(v) == 1 else v for k, v in update.items()}
+                elif mode == "values":
+                    yield self.codec.state.make(head.values)
+                else:
+                    yield self._snapshot(head, head.cp.status, None)
+            await runner
+        finally:
+            if not runner.done():
+                runner.cancel()
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    async def aget_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
+        """The head of ``thread_id`` (with its current status, open interrupts and errors), or any checkpoint of
+        its lineage by id (read-only time travel)."""
+        record = await self._thread(thread_id)
+        if checkpoint_id is None or checkpoint_id == record.head_checkpoint_id:
+            head, recorded = await self._load_head(thread_id, record)
+            return self._snapshot(head, record.status, recorded)
+        cp = await self._find(thread_id, checkpoint_id)
+        body = self.codec.decode_body(cp)
+        return self._snapshot(Head(cp, body, await self.codec.load_values(self.saver, cp, body)), cp.status, None)
+
+    async def ahistory(
+        self,
+        thread_id: str,
+        *,
+        limit: int | None = None,
+        before: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[Snapshot]:
+        """Checkpoints of the thread's lineage, newest first, walking into the ancestors of a fork. ``before``: only
+        checkpoints older than that one; ``filter``: metadata keys that must be equal; ``limit``: at most that many."""
+        record = await self._thread(thread_id)
+        head_cp = await self._checkpoint(thread_id, record.head_checkpoint_id)
+        lineage = self.codec.decode_body(head_cp).lineage
+        upper = record.head_step + 1
+        if before is not None:
+            upper = (await self._find(thread_id, before)).step
+        found: list[StoredCheckpoint] = []
+        for tid, first in lineage:
+            if upper > first:
+                remaining = None if limit is None else limit - len(found)
+                if remaining is not None and remaining <= 0:
+                    break
+                rows = await self.saver.list_checkpoints(tid, limit=remaining, before_step=upper, filter=filter)
+                found += [cp for cp in rows if cp.step >= first]
+            upper = min(upper, first)
+        items = [(cp, self.codec.decode_body(cp)) for cp in found]
+        values = await self.codec.load_values_many(self.saver, items)
+        return [
+            self._snapshot(Head(cp, body, v), record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status, None)
+            for (cp, body), v in zip(items, values, strict=True)
+        ]
+
+    async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
+        """Every thread, most recently updated first; only those with ``status`` when given."""
+        return [_thread_info(r) for r in await self.saver.list_threads(status=status)]
+
+    async def adiff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
+        """What differs between two checkpoints' values. Each side is a :class:`Snapshot` or
+        ``(thread_id, checkpoint_id)`` (``None`` for the head)."""
+        sa, sb = await self._resolve(a), await self._resolve(b)
+        return diff_values(sa.ref, _as_dict(sa.values), sb.ref, _as_dict(sb.values))
+
+    async def _resolve(self, spec: CheckpointSpec) -> Snapshot:
+        if isinstance(spec, Snapshot):
+            return spec
+        thread_id, checkpoint_id = spec
+        return await self.aget_state(thread_id, checkpoint_id)
+
+    # -- forking ---------------------------------------------------------------------------------------------------
+
+    async def afork(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        update: Mapping[str, Any] | None = None,
+        new_thread_id: str | None = None,
+        goto: str | Send | list[str | Send] | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> Snapshot:
+        """Branch: a new thread whose first checkpoint has ``checkpoint_id`` (of ``thread_id``'s lineage) as parent.
+
+        ``update`` is applied through the reducers; the frontier is the one of that checkpoint unless ``goto``
+        re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch."""
+        src_cp = await self._find(thread_id, checkpoint_id)
+        new_thread_id = new_thread_id or ids.new_id()
+        if await self.saver.get_thread(new_thread_id) is not None:
+            raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists")
+        src_body = self.codec.decode_body(src_cp)
+        src_values = await self.codec.load_values(self.saver, src_cp, src_body)
+        validated = self.codec.state.validate_update(update, node="fork")
+        values, writes = self.codec.state.apply(src_values, [validated])
+        cid, step = ids.new_id(), src_cp.step + 1
+        if goto is None:
+            tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
+        else:
+            targets = goto if isinstance(goto, list) else [goto]
+            tasks, _ = route(self.graph, values, [TaskResult(Task("fork", "fork"), {}, list(targets))], {}, cid, self.codec)
+        status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
+        channels = dict(src_body.channels)
+        blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels)
+        body = Body(tasks, channels, [(new_thread_id, step), *src_body.lineage], interrupts, src_body.barriers,
+                    self.graph.version)  # fmt: skip
+        metadata = step_metadata("fork", step, [], dict(tags) if tags else None)
+        metadata["writes"] = {"fork": list(validated)}
+        metadata["forked_from"] = {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}
+        cp = StoredCheckpoint(
+            new_thread_id, cid, src_cp.thread_id, src_cp.checkpoint_id, step, ids.now(), status, metadata,
+            self.codec.encode_body(body), blobs,
+        )  # fmt: skip
+        await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())
+        return self._snapshot(Head(cp, body, values), status, None)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete a thread. Checkpoints its forks still need are kept (see the saver spec)."""
+        await self.saver.delete_thread(thread_id)
+
+    # -- loading helpers -------------------------------------------------------------------------------------------
+
+    async def _thread(self, thread_id: str) -> ThreadRecord:
+        record = await self.saver.get_thread(thread_id)
+        if record is None:
+            raise ThreadNotFoundError(f"no thread {thread_id!r}")
+        return record
+
+    async def _checkpoint(self, thread_id: str, checkpoint_id: str) -> StoredCheckpoint:
+        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id)
+        if cp is None:
+            raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}")
+        return cp
+
+    async def _load_head(self, thread_id: str, record: ThreadRecord) -> tuple[Head, Recorded]:
+        cp = await self._checkpoint(thread_id, record.head_checkpoint_id)
+        body = self.codec.decode_body(cp)
+        values = await self.codec.load_values(self.saver, cp, body)
+        writes = await self.saver.get_writes(thread_id, cp.checkpoint_id)
+        return Head(cp, body, values), decode_recorded(self.codec, cp, writes, body.tasks)
+
+    async def _find(self, thread_id: str, checkpoint_id: str) -> StoredCheckpoint:
+        """A checkpoint of ``thread_id``'s lineage: its own, or an ancestor's up to the fork point."""
+        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id)
+        if cp is not None:
+            return cp
+        record = await self._thread(thread_id)
+        lineage = self.codec.decode_body(await self._checkpoint(thread_id, record.head_checkpoint_id)).lineage
+        for (_, upper_first), (tid, _first) in zip(lineage, lineage[1:], strict=False):
+            cp = await self.saver.get_checkpoint(tid, checkpoint_id)
+            if cp is not None and cp.step < upper_first:
+                return cp
+        raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r} in its lineage")
+
+    def _snapshot(self, head: Head, status: Status, recorded: Recorded | None) -> Snapshot:
+        cp, body = head.cp, head.body
+        interrupts = list(body.interrupts) if status == "interrupted" or recorded is None else []
+        errors: tuple[Any, ...] = ()
+        if recorded is not None:
+            node_of = {t.id: t.node for t in body.tasks}
+            interrupts += [
+                Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t) for t, _i, p in recorded.open_interrupts()
+            ]
+            errors = tuple(recorded.errors.values())
+        parent = CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id) if cp.parent_checkpoint_id else None
+        return Snapshot(
+            thread_id=cp.thread_id,
+            checkpoint_id=cp.checkpoint_id,
+            parent=parent,
+            step=cp.step,
+            values=self.codec.state.make(head.values),
+            tasks=tuple(body.tasks),
+            status=status,
+            interrupts=tuple(interrupts),
+            errors=errors,
+            metadata=cp.metadata,
+            created_at=dt.datetime.fromtimestamp(cp.created_at, dt.UTC),
+            schema_version=body.schema_version,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the saver."""
+        await self.saver.aclose()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def to_mermaid(self) -> str:
+        """The graph as mermaid text."""
+        return self.graph.to_mermaid()
+
+    # -- the sync facade ---------------------------------------------------------------------------------------------
+
+    def invoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
+               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`ainvoke`."""
+        return self._portal.call(self.ainvoke(input, thread_id=thread_id, recursion_limit=recursion_limit, tags=tags))
+
+    def resume(self, thread_id: str, answer: Any = _NO_ANSWER, *, recursion_limit: int | None = None,
+               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`aresume`."""
+        return self._portal.call(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
+
+    def stream(self, input: Any, *, thread_id: str | None = None, mode: StreamMode = "updates",
+               recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
+               resume: bool = False) -> Iterator[Any]:  # fmt: skip
+        """Sync :meth:`astream`."""
+        return self._portal.iterate(
+            self.astream(input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume)
+        )
+
+    def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
+        """Sync :meth:`aget_state`."""
+        return self._portal.call(self.aget_state(thread_id, checkpoint_id))
+
+    def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
+                filter: Mapping[str, Any] | None = None) -> list[Snapshot]:  # fmt: skip
+        """Sync :meth:`ahistory`."""
+        return self._portal.call(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
+
+    def fork(self, thread_id: str, checkpoint_id: str, *, update: Mapping[str, Any] | None = None,
+             new_thread_id: str | None = None, goto: str | Send | list[str | Send] | None = None,
+             tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`afork`."""
+        return self._portal.call(
+            self.afork(thread_id, checkpoint_id, update=update, new_thread_id=new_thread_id, goto=goto, tags=tags)
+        )
+
+    def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
+        """Sync :meth:`adiff`."""
+        return self._portal.call(self.adiff(a, b))
+
+    def threads(self, status: Status | None = None) -> list[ThreadInfo]:
+        """Sync :meth:`athreads`."""
+        return self._portal.call(self.athreads(status))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Sync :meth:`adelete_thread`."""
+        self._portal.call(self.adelete_thread(thread_id))
+
+    def close(self) -> None:
+        """Close the saver and stop the background loop."""
+        if self._portal._loop is not None:
+            self._portal.call(self.aclose())
+        self._portal.close()
+
+
+_NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
+
+
+def _thread_info(r: ThreadRecord) -> ThreadInfo:
+    return ThreadInfo(
+        thread_id=r.thread_id,
+        status=r.status,
+        head=CheckpointRef(r.thread_id, r.head_checkpoint_id),
+        step=r.head_step,
+        created_at=dt.datetime.fromtimestamp(r.created_at, dt.UTC),
+        updated_at=dt.datetime.fromtimestamp(r.updated_at, dt.UTC),
+        forked_from=CheckpointRef(r.parent_thread_id, r.parent_checkpoint_id)
+        if r.parent_thread_id and r.parent_checkpoint_id
+        else None,
+        error=r.error,
+        metadata=r.metadata,
+    )
+
+
+def _as_dict(values: Any) -> dict[str, Any]:
+    if isinstance(values, Mapping):
+        return dict(values)
+    return {k: getattr(values, k) for k in type(values).model_fields}

@@ -1,0 +1,254 @@
+"""Checkpoints to bytes and back: the engine's side of storage.
+
+A checkpoint's ``body`` holds what the engine needs to continue: the frontier, the channel table (for each channel,
+the step of its last snapshot and how many deltas follow it), the lineage (which thread stores which steps), the
+interrupts and the join barriers. Channel values live in blobs keyed by ``(thread, channel, step)``; reading a
+checkpoint's values costs one query for at most one snapshot plus ``snapshot_every`` deltas per channel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphckpt.checkpoint import Interrupt, Task
+from graphckpt.errors import CorruptCheckpointError, InvalidUpdateError, SerializationError
+from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
+from graphckpt.serde import Serializer
+from graphckpt.state import StateSchema
+
+__all__ = ["Body", "Codec"]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT = 1
+
+
+@dataclass(slots=True)
+class Body:
+    """The decoded ``body`` of a checkpoint."""
+
+    tasks: list[Task]
+    channels: dict[str, tuple[int, int]]  # channel -> (step of its last snapshot, deltas since)
+    lineage: list[tuple[str, int]]  # newest first: (thread_id, first step stored under it)
+    interrupts: list[Interrupt] = field(default_factory=list)
+    barriers: dict[str, list[str]] = field(default_factory=dict)
+    schema_version: int = 1
+
+
+class Codec:
+    """Encodes and decodes checkpoints for one state schema."""
+
+    def __init__(
+        self,
+        state: StateSchema,
+        serde: Serializer,
+        *,
+        version: int,
+        snapshot_every: int,
+        migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    ) -> None:
+        self.state = state
+        self.migrations = dict(migrations or {})
+        self.serde = serde
+        self.version = version
+        self.snapshot_every = snapshot_every
+
+    # -- writing -----------------------------------------------------------------------------------------------------
+
+    def encode_body(self, body: Body) -> bytes:
+        return self.serde.dumps(
+            {
+                "f": _FORMAT,
+                "sv": body.schema_version,
+                "tasks": [[t.id, t.node, t.has_payload, t.payload] for t in body.tasks],
+                "ch": {k: list(v) for k, v in body.channels.items()},
+                "lin": [list(seg) for seg in body.lineage],
+                "intr": [[i.node, i.when, i.payload, i.task_id] for i in body.interrupts],
+                "bar": body.barriers,
+            }
+        )
+
+    def channel_blobs(
+        self,
+        thread_id: str,
+        step: int,
+        values: Mapping[str, Any],
+        writes: Mapping[str, Sequence[Any]],
+        channels: dict[str, tuple[int, int]],
+        *,
+        full: Iterable[str] = (),
+    ) -> list[Blob]:
+        """Blobs for the channels that changed at ``step``; updates ``channels`` in place.
+
+        A plain channel stores its new value. A reducer channel stores its writes as a delta, or its full value when
+        it has none yet or ``snapshot_every`` deltas follow its last snapshot. Channels in ``full`` store a snapshot.
+        """
+        blobs: list[Blob] = []
+        forced = set(full)
+        for name in [*writes, *(c for c in forced if c not in writes and c in values)]:
+            channel = self.state.channels[name]
+            base = channels.get(name)
+            try:
+                if channel.reducer is None or base is None or base[1] + 1 >= self.snapshot_every or name in forced:
+                    data, kind = self.serde.dumps(values[name]), "snapshot"
+                    channels[name] = (step, 0)
+                else:
+                    data, kind = self.serde.dumps(list(writes[name])), "delta"
+                    channels[name] = (base[0], base[1] + 1)
+            except SerializationError as exc:
+                raise SerializationError(f"state field {name!r}: {exc}") from None
+            blobs.append(Blob(thread_id, name, step, kind, data))  # type: ignore[arg-type]
+        return blobs
+
+    # -- reading -----------------------------------------------------------------------------------------------------
+
+    def decode_body(self, cp: StoredCheckpoint) -> Body:
+        raw = self._loads(cp, cp.body)
+        try:
+            if raw["f"] != _FORMAT:
+                raise ValueError(f"unknown body format {raw['f']!r}")
+            return Body(
+                tasks=[Task(str(i), str(n), payload=p, has_payload=bool(h)) for i, n, h, p in raw["tasks"]],
+                channels={str(k): (int(v[0]), int(v[1])) for k, v in raw["ch"].items()},
+                lineage=[(str(t), int(s)) for t, s in raw["lin"]],
+                interrupts=[Interrupt(str(n), w, payload=p, task_id=t) for n, w, p, t in raw["intr"]],
+                barriers={str(k): [str(x) for x in v] for k, v in raw["bar"].items()},
+                schema_version=int(raw["sv"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise self._corrupt(cp, f"checkpoint body has the wrong shape ({exc})") from None
+
+    def ranges(self, step: int, body: Body) -> list[BlobRange]:
+        """The blob ranges that hold every channel's value at ``step``."""
+        out: list[BlobRange] = []
+        for name, (base, _) in body.channels.items():
+            upper = step
+            for thread_id, first in body.lineage:
+                lo = max(base, first)
+                if lo <= upper:
+                    out.append(BlobRange(thread_id, name, lo, upper))
+                upper = first - 1
+                if upper < base:
+                    break
+        return out
+
+    async def load_values(self, saver: Saver, cp: StoredCheckpoint, body: Body) -> dict[str, Any]:
+        """The state values at ``cp`` (see :meth:`load_values_many`)."""
+        return (await self.load_values_many(saver, [(cp, body)]))[0]
+
+    async def load_values_many(
+        self, saver: Saver, items: Sequence[tuple[StoredCheckpoint, Body]]
+    ) -> list[dict[str, Any]]:
+        """The state values at each checkpoint of one lineage, with one blob query for all of them.
+
+        Each channel is its snapshot folded with the deltas up to the checkpoint's step; walking the checkpoints
+        oldest first, a channel whose snapshot did not change only folds the deltas since the previous one. Then
+        migrations run when a checkpoint was written by an older schema version."""
+        spans: dict[tuple[str, str], tuple[int, int]] = {}
+        for cp, body in items:
+            for r in self.ranges(cp.step, body):
+                lo, hi = spans.get((r.thread_id, r.channel), (r.min_step, r.max_step))
+                spans[(r.thread_id, r.channel)] = (min(lo, r.min_step), max(hi, r.max_step))
+        ranges = [BlobRange(t, c, lo, hi) for (t, c), (lo, hi) in spans.items()]
+        blobs = await saver.get_blobs(ranges) if ranges else []
+        by_channel: dict[str, list[Blob]] = {}
+        for blob in blobs:
+            by_channel.setdefault(blob.channel, []).append(blob)
+        steps: dict[str, list[int]] = {}
+        for name, found in by_channel.items():
+            found.sort(key=lambda b: b.step)
+            steps[name] = [b.step for b in found]
+        decoded: dict[tuple[str, int], Any] = {}
+        cache: dict[str, tuple[int, int, Any]] = {}
+        out: list[dict[str, Any]] = [{} for _ in items]
+        for i in sorted(range(len(items)), key=lambda i: items[i][0].step):
+            cp, body = items[i]
+            stored: dict[str, Any] = {}
+            for name, (base, _) in body.channels.items():
+                found, at = by_channel.get(name, []), steps.get(name, [])
+                cached = cache.get(name)
+                if cached is not None and cached[0] == base and cached[1] <= cp.step:
+                    value, first = cached[2], bisect.bisect_right(at, cached[1])
+                else:
+                    j = bisect.bisect_left(at, base)
+                    if j == len(at) or at[j] != base or found[j].kind != "snapshot":
+                        raise self._corrupt(cp, f"channel {name!r} has no snapshot at step {base}")
+                    value, first = self._blob(cp, found[j], decoded), j + 1
+                channel = self.state.channels.get(name)
+                for blob in found[first : bisect.bisect_right(at, cp.step)]:
+                    if channel is None:  # a field the schema dropped: it is dropped below, deltas unread
+                        break
+                    delta = self._blob(cp, blob, decoded)
+                    if blob.kind != "delta" or not isinstance(delta, list):
+                        raise self._corrupt(cp, f"channel {name!r} has an unexpected blob at step {blob.step}")
+                    value = channel.fold(value, delta)
+                cache[name] = (base, cp.step, value)
+                stored[name] = value
+            out[i] = self.upgrade(cp, body, stored)
+        return out
+
+    def _blob(self, cp: StoredCheckpoint, blob: Blob, decoded: dict[tuple[str, int], Any]) -> Any:
+        key = (blob.channel, blob.step)
+        if key not in decoded:
+            decoded[key] = self._loads(cp, blob.data)
+        return decoded[key]
+
+    def upgrade(self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any]) -> dict[str, Any]:
+        """Run migrations from ``body.schema_version``, drop unknown fields, fill defaults, validate if migrated."""
+        migrations = self.migrations
+        version = body.schema_version
+        if version > self.version:
+            raise CorruptCheckpointError(
+                f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r} was written by schema version "
+                f"{version}, newer than this graph's version {self.version}",
+                thread_id=cp.thread_id,
+                checkpoint_id=cp.checkpoint_id,
+            )
+        while version < self.version:
+            migrate = migrations.get(version)
+            if migrate is not None:
+                stored = dict(migrate(dict(stored)))
+            version += 1
+        unknown = sorted(k for k in stored if k not in self.state.channels)
+        if unknown:
+            logger.warning(
+                "checkpoint %s of thread %r has field(s) the schema no longer has: %s; they were dropped",
+                cp.checkpoint_id,
+                cp.thread_id,
+                ", ".join(unknown),
+            )
+            for k in unknown:
+                del stored[k]
+        if body.schema_version != self.version:
+            for name, value in stored.items():
+                try:
+                    stored[name] = self.state.channels[name].validate(value, node="migration")
+                except InvalidUpdateError as exc:
+                    raise CorruptCheckpointError(
+                        f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r} (schema version "
+                        f"{body.schema_version}): {exc}",
+                        thread_id=cp.thread_id,
+                        checkpoint_id=cp.checkpoint_id,
+                    ) from None
+        return {**self.state.defaults(), **stored}
+
+    def decode_value(self, cp: StoredCheckpoint, data: bytes) -> Any:
+        return self._loads(cp, data)
+
+    def _loads(self, cp: StoredCheckpoint, data: bytes) -> Any:
+        try:
+            return self.serde.loads(data)
+        except CorruptCheckpointError as exc:
+            raise self._corrupt(cp, str(exc)) from None
+
+    @staticmethod
+    def _corrupt(cp: StoredCheckpoint, message: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r}: {message}",
+            thread_id=cp.thread_id,
+            checkpoint_id=cp.checkpoint_id,
+        )

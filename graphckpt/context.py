@@ -1,0 +1,137 @@
+"""What a node sees besides the state: ``ctx.effect``, ``ctx.interrupt``, ``ctx.idempotency_key``, usage reporting."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from graphckpt.errors import GraphckptError
+
+if TYPE_CHECKING:
+    from graphckpt.checkpoint import NodeUsage, Task
+
+__all__ = ["Context", "NodeInterrupt"]
+
+
+class NodeInterrupt(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by ``ctx.interrupt`` to stop the node. A ``BaseException`` so that ``except Exception`` in node code
+    does not swallow it; the engine catches it and marks the thread ``interrupted``."""
+
+    def __init__(self, payload: Any, index: int) -> None:
+        super().__init__(payload)
+        self.payload = payload
+        self.index = index
+
+
+class Journal(Protocol):
+    """The engine side of a task's context."""
+
+    loop: asyncio.AbstractEventLoop
+    thread_id: str
+    step: int
+
+    def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
+    async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
+    def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
+
+
+class Context:
+    """Passed as the second argument to nodes declared ``fn(state, ctx)``. One per attempt of a task."""
+
+    def __init__(self, journal: Journal, task: Task, attempt: int, usage: dict[str, NodeUsage]) -> None:
+        self._journal = journal
+        self._task = task
+        self._effects = 0
+        self._interrupts = 0
+        self._usage = usage
+        self.attempt = attempt
+        """1 for the first attempt, 2 for the first retry, ..."""
+
+    @property
+    def thread_id(self) -> str:
+        return self._journal.thread_id
+
+    @property
+    def node(self) -> str:
+        return self._task.node
+
+    @property
+    def task_id(self) -> str:
+        return self._task.id
+
+    @property
+    def step(self) -> int:
+        """The super-step this task belongs to."""
+        return self._journal.step
+
+    @property
+    def idempotency_key(self) -> str:
+        """``thread:task:n`` for the n-th effect of this task (the current one while an effect runs, else the next).
+
+        The same on every re-run of the task, so an outside service can drop the duplicate of a call that was
+        repeated because a crash fell between the call returning and its result being journaled."""
+        return f"{self.thread_id}:{self._task.id}:{self._effects}"
+
+    async def aeffect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` (sync or async) once per task, ever: its result is journaled before this
+        returns, and every re-run of the task (resume, retry, resume after an interrupt) gets the journaled result
+        without calling ``fn``. The result must be storable (plain data or schema types)."""
+        index = self._effects
+        found, value = self._journal.recorded_effect(self._task, index)
+        if not found:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            await self._journal.record_effect(self._task, index, value)
+        self._effects = index + 1
+        return value
+
+    def effect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`aeffect` for sync nodes (which run in worker threads). ``fn`` must be sync."""
+        loop = self._journal.loop
+        if _running_in(loop):
+            raise GraphckptError(
+                f"node {self.node!r}: ctx.effect() blocks, so it cannot be called on the event loop; "
+                "use `await ctx.aeffect(...)` in async nodes"
+            )
+        index = self._effects
+        found, value = self._journal.recorded_effect(self._task, index)
+        if not found:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                raise GraphckptError(f"node {self.node!r}: ctx.effect() got an async function; use ctx.aeffect()")
+            fut = asyncio.run_coroutine_threadsafe(self._record(index, value), loop)
+            fut.result()
+        self._effects = index + 1
+        return value
+
+    def _record(self, index: int, value: Any) -> Awaitable[None]:
+        return self._journal.record_effect(self._task, index, value)
+
+    def interrupt(self, payload: Any = None) -> Any:
+        """Stop here and mark the thread ``interrupted`` with ``payload``. After ``resume(thread_id, answer)`` the
+        task runs again and this call returns ``answer`` (effects journaled before it are not repeated)."""
+        index = self._interrupts
+        self._interrupts += 1
+        found, answer = self._journal.answer(self._task, index)
+        if found:
+            return answer
+        raise NodeInterrupt(payload, index)
+
+    def report_usage(self, model: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        """Record a model call's usage; it lands in the checkpoint metadata under ``usage[node]``."""
+        entry = self._usage
+        entry["model"] = model
+        entry["prompt_tokens"] = entry.get("prompt_tokens", 0) + int(prompt_tokens)
+        entry["completion_tokens"] = entry.get("completion_tokens", 0) + int(completion_tokens)
+        entry["calls"] = entry.get("calls", 0) + 1
+
+
+def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return threading.current_thread() is getattr(loop, "_thread", None)

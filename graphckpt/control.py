@@ -1,0 +1,40 @@
+"""Control-flow values: the graph's entry and exit markers, and what nodes and routers return besides updates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = ["END", "START", "Command", "Send"]
+
+START: Final = "__start__"
+"""The virtual node a run enters from: ``add_edge(START, "first")``."""
+END: Final = "__end__"
+"""The virtual node a run leaves to: a router returning ``END`` stops that branch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Fan-out: run ``node`` once with ``payload`` as its input instead of the state. Return one or many from a
+    router (``add_conditional_edges``) or put them in ``Command(goto=...)``; each becomes its own task."""
+
+    node: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A node's return value when it also decides where to go next.
+
+    ``update`` is applied like a plain dict return; ``goto`` (node names, :class:`Send` objects or ``END``) is added
+    to the targets of the node's edges for the next super-step.
+    """
+
+    update: Mapping[str, Any] | None = None
+    goto: str | Send | Sequence[str | Send] = field(default=())
+
+    def targets(self) -> list[str | Send]:
+        if isinstance(self.goto, (str, Send)):
+            return [self.goto]
+        return list(self.goto)

@@ -1,0 +1,487 @@
+"""The super-step loop: run the frontier -> apply writes -> route -> commit, until done, interrupted or failed.
+
+One :class:`Run` drives one thread from its head. Each super-step:
+
+1. **run**: every task of the frontier runs concurrently (async nodes on the loop, sync nodes in worker threads).
+   Tasks whose results were recorded before a crash are not run again. When several tasks run, each result is
+   recorded as a pending write as soon as it is ready (results finishing close together share one transaction).
+2. **apply**: the results' updates fold into the state through the reducers *in frontier order*, never finish order.
+3. **route**: edges, routers, joins and ``Command.goto`` are evaluated on the new state: the next frontier.
+4. **commit**: one checkpoint (changed channels, frontier, metadata) moves the head by compare-and-set.
+
+A node that raises after its retries, or calls ``ctx.interrupt``, stops the run: finished siblings' results and
+the error or interrupt are recorded against the head, and the thread becomes ``failed`` or ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from graphckpt import ids
+from graphckpt.checkpoint import Interrupt, NodeUsage, Task, TaskError
+from graphckpt.codec import Body, Codec
+from graphckpt.context import Context, NodeInterrupt
+from graphckpt.control import END, Command, Send
+from graphckpt.errors import (
+    GraphckptError,
+    InvalidUpdateError,
+    NodeError,
+    NodeTimeoutError,
+    RecursionLimitError,
+    SerializationError,
+)
+from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite
+
+if TYPE_CHECKING:
+    from graphckpt.graph import NodeSpec, StateGraph
+
+__all__ = ["Head", "Recorded", "Run", "TaskResult", "decode_recorded", "frontier_status", "route", "step_metadata"]
+
+logger = logging.getLogger("graphckpt")
+
+
+@dataclass(slots=True)
+class Head:
+    """A loaded checkpoint: stored row, decoded body and state values."""
+
+    cp: StoredCheckpoint
+    body: Body
+    values: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TaskResult:
+    """A finished task: its validated update, extra targets, time and usage."""
+
+    task: Task
+    update: dict[str, Any]
+    goto: list[str | Send] = field(default_factory=list)
+    duration_ms: float = 0.0
+    usage: NodeUsage = field(default_factory=lambda: NodeUsage())
+
+
+@dataclass(slots=True)
+class _Failed:
+    task: Task
+    exc: BaseException
+
+
+@dataclass(slots=True)
+class _Interrupted:
+    task: Task
+    payload: Any
+    index: int
+
+
+@dataclass(slots=True)
+class Recorded:
+    """The pending writes recorded against a head, decoded."""
+
+    results: dict[str, TaskResult] = field(default_factory=dict)
+    effects: dict[tuple[str, int], Any] = field(default_factory=dict)
+    interrupts: dict[tuple[str, int], Any] = field(default_factory=dict)
+    answers: dict[tuple[str, int], Any] = field(default_factory=dict)
+    errors: dict[str, TaskError] = field(default_factory=dict)
+
+    def open_interrupts(self) -> list[tuple[str, int, Any]]:
+        return [(t, i, p) for (t, i), p in self.interrupts.items() if (t, i) not in self.answers]
+
+
+OnCommit = Callable[[Head, list[TaskResult]], None]
+
+
+class Run:
+    """Drives one thread from ``head`` until it is done, interrupted, failed, or out of steps."""
+
+    def __init__(
+        self,
+        graph: StateGraph,
+        codec: Codec,
+        saver: Saver,
+        *,
+        head: Head,
+        recorded: Recorded,
+        run_id: str,
+        interrupt_before: frozenset[str],
+        interrupt_after: frozenset[str],
+        recursion_limit: int,
+        tags: dict[str, Any] | None = None,
+        on_commit: OnCommit | None = None,
+    ) -> None:
+        self.graph, self.codec, self.saver = graph, codec, saver
+        self.head, self.recorded, self.run_id = head, recorded, run_id
+        self.interrupt_before, self.interrupt_after = interrupt_before, interrupt_after
+        self.recursion_limit = recursion_limit
+        self.tags = tags
+        self.on_commit = on_commit
+        self.thread_id = head.cp.thread_id
+        self.loop = asyncio.get_running_loop()
+        self._queue: list[StoredWrite] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._full: set[str] = set()
+
+    @property
+    def step(self) -> int:
+        """The super-step being run (the head's step + 1)."""
+        return self.head.cp.step + 1
+
+    async def execute(self) -> Status:
+        """The loop. Returns the final status; raises :class:`NodeError` when a node failed."""
+        for n in range(self.recursion_limit + 1):
+            if not self.head.body.tasks:
+                return "done"
+            if n and self.head.cp.status == "interrupted":
+                return "interrupted"
+            if n == self.recursion_limit:
+                raise RecursionLimitError(
+                    f"thread {self.thread_id!r} reached recursion_limit={self.recursion_limit} at step "
+                    f"{self.head.cp.step}; its last checkpoint is kept: resume() continues with a fresh limit"
+                )
+            results = await self.run_frontier()
+            if results is None:
+                return "interrupted"
+            await self.commit_step(results)
+        raise AssertionError("unreachable")
+
+    # -- 1. run --------------------------------------------------------------------------------------------------
+
+    async def run_frontier(self) -> list[TaskResult] | None:
+        """Run the tasks without recorded results; ``None`` when a task interrupted (recorded)."""
+        tasks = self.head.body.tasks
+        todo = [t for t in tasks if t.id not in self.recorded.results]
+        outcomes: list[TaskResult | _Failed | _Interrupted]
+        if len(todo) == 1:
+            outcomes = [await self.run_task(todo[0], record=False)]
+        else:
+            outcomes = list(await asyncio.gather(*(self.run_task(t, record=True) for t in todo)))
+        if self._flusher is not None:
+            await self._flusher
+        stops = [o for o in outcomes if not isinstance(o, TaskResult)]
+        if stops:
+            await self.record_stop(stops, outcomes)
+            return None
+        for o in outcomes:
+            assert isinstance(o, TaskResult)
+            self.recorded.results[o.task.id] = o
+        return [self.recorded.results[t.id] for t in tasks]
+
+    async def run_task(self, task: Task, *, record: bool) -> TaskResult | _Failed | _Interrupted:
+        """One task, with its retry policy. Never raises for node errors: returns what happened."""
+        spec = self.graph.nodes.get(task.node)
+        if spec is None:
+            return _Failed(task, InvalidUpdateError(f"task {task.id} names unknown node {task.node!r}"))
+        state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
+        attempt = 0
+        while True:
+            attempt += 1
+            usage = NodeUsage()
+            ctx = Context(self, task, attempt, usage)
+            started = time.perf_counter()
+            try:
+                out = await self._call(spec, state, ctx)
+                update, goto = self._normalize(spec.name, out)
+            except NodeInterrupt as intr:
+                return _Interrupted(task, intr.payload, intr.index)
+            except (InvalidUpdateError, SerializationError) as exc:
+                return _Failed(task, exc)
+            except Exception as exc:
+                policy = spec.retry
+                if policy is None or not policy.should_retry(exc, attempt):
+                    return _Failed(task, exc)
+                logger.warning("thread %r node %r attempt %d failed: %r; retrying", self.thread_id, spec.name, attempt, exc)
+                await asyncio.sleep(policy.wait(attempt))
+                continue
+            result = TaskResult(task, update, goto, (time.perf_counter() - started) * 1000, usage)
+            if record:
+                self._enqueue(StoredWrite(task.id, "result", 0, self._encode_result(result)))
+            return result
+
+    async def _call(self, spec: NodeSpec, state: Any, ctx: Context) -> Any:
+        args = (state, ctx) if spec.takes_ctx else (state,)
+        if spec.is_async:
+            coro = spec.fn(*args)
+        else:
+            call = functools.partial(contextvars.copy_context().run, spec.fn, *args)
+            coro = self.loop.run_in_executor(None, call)
+        if spec.timeout is None:
+            return await coro
+        try:
+            return await asyncio.wait_for(coro, spec.timeout)
+        except TimeoutError:
+            raise NodeTimeoutError(f"node {spec.name!r} ran longer than its timeout of {spec.timeout} s") from None
+
+    def _normalize(self, node: str, out: Any) -> tuple[dict[str, Any], list[str | Send]]:
+        if isinstance(out, Command):
+            return self.codec.state.validate_update(out.update, node=node), out.targets()
+        return self.codec.state.validate_update(out, node=node), []
+
+    # -- the journal a Context writes to ----------------------------------------------------------------------
+
+    def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]:
+        key = (task.id, index)
+        return (True, self.recorded.effects[key]) if key in self.recorded.effects else (False, None)
+
+    async def record_effect(self, task: Task, index: int, value: Any) -> None:
+        try:
+            data = self.codec.serde.dumps(value)
+        except SerializationError as exc:
+            raise SerializationError(f"node {task.node!r}: the result of effect #{index} cannot be journaled: {exc}") from None
+        await self.saver.put_writes(
+            self.thread_id, self.head.cp.checkpoint_id, [StoredWrite(task.id, "effect", index, data)], run_id=self.run_id
+        )
+        self.recorded.effects[(task.id, index)] = value
+
+    def answer(self, task: Task, index: int) -> tuple[bool, Any]:
+        key = (task.id, index)
+        return (True, self.recorded.answers[key]) if key in self.recorded.answers else (False, None)
+
+    # -- group commit of pending results ----------------------------------------------------------------------
+
+    def _enqueue(self, write: StoredWrite) -> None:
+        self._queue.append(write)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            await self.saver.put_writes(self.thread_id, self.head.cp.checkpoint_id, batch, run_id=self.run_id)
+
+    def _encode_result(self, r: TaskResult) -> bytes:
+        goto = [[g.node, True, g.payload] if isinstance(g, Send) else [g, False, None] for g in r.goto]
+        try:
+            return self.codec.serde.dumps({"u": r.update, "g": goto, "ms": r.duration_ms, "use": dict(r.usage)})
+        except SerializationError as exc:
+            raise SerializationError(f"node {r.task.node!r}: {exc}") from None
+
+    # -- stopping on failure or interrupt --------------------------------------------------------------------
+
+    async def record_stop(
+        self, stops: Sequence[_Failed | _Interrupted], outcomes: Sequence[TaskResult | _Failed | _Interrupted]
+    ) -> None:
+        """Record the finished siblings, the errors and the interrupts in one transaction; raise on failure."""
+        self._queue.clear()  # superseded: every finished result is written below, with the stop
+        writes = [
+            StoredWrite(o.task.id, "result", 0, self._encode_result(o)) for o in outcomes if isinstance(o, TaskResult)
+        ]
+        failures = [s for s in stops if isinstance(s, _Failed)]
+        for s in stops:
+            if isinstance(s, _Failed):
+                err = TaskError(s.task.node, s.task.id, type(s.exc).__name__, str(s.exc))
+                data = self.codec.serde.dumps([err.node, err.type, err.message])
+                writes.append(StoredWrite(s.task.id, "error", 0, data))
+            else:
+                writes.append(StoredWrite(s.task.id, "interrupt", s.index, self.codec.serde.dumps(s.payload)))
+                self.recorded.interrupts[(s.task.id, s.index)] = s.payload
+        status: Status = "failed" if failures else "interrupted"
+        error = None
+        if failures:
+            first = failures[0]
+            error = str(TaskError(first.task.node, first.task.id, type(first.exc).__name__, str(first.exc)))
+        await self.saver.put_writes(
+            self.thread_id, self.head.cp.checkpoint_id, writes, run_id=self.run_id, status=status, error=error
+        )
+        for o in outcomes:
+            if isinstance(o, TaskResult):
+                self.recorded.results[o.task.id] = o
+        logger.info("thread %r step %d %s", self.thread_id, self.step, status)
+        if failures:
+            first = failures[0]
+            if isinstance(first.exc, GraphckptError) and not isinstance(first.exc, NodeTimeoutError):
+                raise first.exc
+            raise NodeError(
+                f"thread {self.thread_id!r} step {self.step}: node {first.task.node!r} failed: "
+                f"{type(first.exc).__name__}: {first.exc}",
+                thread_id=self.thread_id,
+                node=first.task.node,
+                step=self.step,
+            ) from first.exc
+
+    # -- 2-4. apply, route, commit -----------------------------------------------------------------------------
+
+    async def commit_step(self, results: list[TaskResult]) -> None:
+        """Fold the results into the state, route, and commit the next checkpoint."""
+        values, writes = self.codec.state.apply(self.head.values, [r.update for r in results])
+        checkpoint_id = ids.new_id()
+        try:
+            tasks, barriers = route(self.graph, values, results, self.head.body.barriers, checkpoint_id, self.codec)
+        except _RouteError as exc:
+            await self.record_stop([_Failed(exc.task, exc.cause)], results)
+            raise AssertionError("unreachable") from None
+        status, interrupts = frontier_status(tasks, results, self.interrupt_before, self.interrupt_after)
+        step = self.head.cp.step + 1
+        channels = dict(self.head.body.channels)
+        blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, full=self._full)
+        self._full.clear()
+        body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version)
+        cp = StoredCheckpoint(
+            thread_id=self.thread_id,
+            checkpoint_id=checkpoint_id,
+            parent_thread_id=self.thread_id,
+            parent_checkpoint_id=self.head.cp.checkpoint_id,
+            step=step,
+            created_at=ids.now(),
+            status=status,
+            metadata=step_metadata("loop", step, results, self.tags),
+            body=self.codec.encode_body(body),
+            blobs=blobs,
+        )
+        await self.saver.commit(cp, expected_head=self.head.cp.checkpoint_id, run_id=self.run_id)
+        self.head = Head(cp, body, values)
+        self.recorded = Recorded()
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "thread %r step %d ran %s -> checkpoint %s, next %s",
+                self.thread_id,
+                step,
+                [r.task.node for r in results],
+                checkpoint_id,
+                [t.node for t in tasks] or "END",
+            )
+        if self.on_commit is not None:
+            self.on_commit(self.head, results)
+
+
+class _RouteError(Exception):
+    def __init__(self, task: Task, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.task, self.cause = task, cause
+
+
+def route(
+    graph: StateGraph,
+    values: dict[str, Any],
+    results: Sequence[TaskResult],
+    barriers_before: dict[str, list[str]],
+    checkpoint_id: str,
+    codec: Codec,
+) -> tuple[list[Task], dict[str, list[str]]]:
+    """The next frontier: for each result in order, its ``goto`` targets, static edges, router picks and completed
+    joins. Plain targets are deduplicated (first occurrence wins); every ``Send`` is its own task."""
+    targets: list[tuple[str, bool, Any]] = []
+    plain: set[str] = set()
+    barriers = {k: list(v) for k, v in barriers_before.items()}
+    state: Any = None
+
+    def add(target: Any, source: Task) -> None:
+        if isinstance(target, Send):
+            if target.node not in graph.nodes:
+                raise _RouteError(source, InvalidUpdateError(f"{source.node}: Send to unknown node {target.node!r}"))
+            targets.append((target.node, True, target.payload))
+        elif target == END or target is None:
+            return
+        elif not isinstance(target, str) or target not in graph.nodes:
+            raise _RouteError(source, InvalidUpdateError(f"{source.node}: routes to unknown node {target!r}"))
+        elif target not in plain:
+            plain.add(target)
+            targets.append((target, False, None))
+
+    for r in results:
+        node = r.task.node
+        for g in r.goto:
+            add(g, r.task)
+        for a, b in graph.edges:
+            if a == node:
+                add(b, r.task)
+        for br in graph.branches:
+            if br.source != node:
+                continue
+            if state is None:
+                state = codec.state.make(values)
+            try:
+                picked = br.router(state)
+            except Exception as exc:
+                raise _RouteError(r.task, exc) from exc
+            for item in picked if isinstance(picked, (list, tuple)) else [picked]:
+                if br.path_map is not None and not isinstance(item, Send):
+                    if item not in br.path_map:
+                        raise _RouteError(r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map"))
+                    item = br.path_map[item]
+                add(item, r.task)
+        for join in graph.joins:
+            if node in join.sources:
+                seen = barriers.setdefault(join.key, [])
+                if node not in seen:
+                    seen.append(node)
+                if set(seen) >= set(join.sources):
+                    del barriers[join.key]
+                    add(join.target, r.task)
+    tasks = [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(targets)]
+    return tasks, barriers
+
+
+def frontier_status(
+    tasks: Sequence[Task],
+    results: Sequence[TaskResult],
+    interrupt_before: frozenset[str],
+    interrupt_after: frozenset[str],
+) -> tuple[Status, list[Interrupt]]:
+    """``done`` for an empty frontier; ``interrupted`` after an ``interrupt_after`` node or before an
+    ``interrupt_before`` one; otherwise ``running``."""
+    if not tasks:
+        return "done", []
+    after = [Interrupt(r.task.node, "after", task_id=r.task.id) for r in results if r.task.node in interrupt_after]
+    if after:
+        return "interrupted", after
+    before = [Interrupt(t.node, "before", task_id=t.id) for t in tasks if t.node in interrupt_before]
+    if before:
+        return "interrupted", before
+    return "running", []
+
+
+def step_metadata(
+    source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The audit record: which node wrote which keys, how long each node took, what models it used."""
+    writes: dict[str, list[str]] = {}
+    durations: dict[str, float] = {}
+    usage: dict[str, dict[str, Any]] = {}
+    for r in results:
+        node = r.task.node
+        keys = writes.setdefault(node, [])
+        keys += [k for k in r.update if k not in keys]
+        durations[node] = round(durations.get(node, 0.0) + r.duration_ms, 3)
+        if r.usage:
+            u = usage.setdefault(node, {"model": r.usage.get("model", "")})
+            for k in ("prompt_tokens", "completion_tokens", "calls"):
+                u[k] = u.get(k, 0) + int(r.usage.get(k, 0))  # type: ignore[misc]
+    meta: dict[str, Any] = {"source": source, "step": step, "writes": writes, "durations_ms": durations}
+    if usage:
+        meta["usage"] = usage
+    if tags:
+        meta["tags"] = tags
+    return meta
+
+
+def decode_recorded(codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredWrite], tasks: Sequence[Task]) -> Recorded:
+    """Pending writes of ``cp`` back into results, effects, interrupts, answers and errors."""
+    by_id = {t.id: t for t in tasks}
+    rec = Recorded()
+    for w in writes:
+        task = by_id.get(w.task_id)
+        if task is None:
+            continue  # a write for a task this checkpoint does not plan: ignore it
+        value = codec.decode_value(cp, w.data)
+        try:
+            if w.kind == "result":
+                goto: list[str | Send] = [Send(n, p) if h else n for n, h, p in value["g"]]
+                rec.results[task.id] = TaskResult(task, dict(value["u"]), goto, float(value["ms"]), NodeUsage(**value["use"]))
+            elif w.kind == "effect":
+                rec.effects[(task.id, w.index)] = value
+            elif w.kind == "interrupt":
+                rec.interrupts[(task.id, w.index)] = value
+            elif w.kind == "resume":
+                rec.answers[(task.id, w.index)] = value
+            elif w.kind == "error":
+                node, type_, message = value
+                rec.errors[task.id] = TaskError(str(node), task.id, str(type_), str(message))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise codec._corrupt(cp, f"pending write {w.kind} of task {w.task_id} has the wrong shape ({exc})") from None
+    return rec

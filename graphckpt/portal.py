@@ -1,0 +1,77 @@
+"""The sync facade's engine room: one long-lived event loop on a background thread.
+
+Every sync call (``app.invoke``, ``app.history``, ...) submits its coroutine to this loop and waits. Savers opened by
+one call serve all later ones, whatever thread the calls come from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["Portal"]
+
+T = TypeVar("T")
+
+
+class Portal:
+    """A daemon thread running an event loop, and a way to run coroutines on it from other threads."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="graphckpt-portal", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the portal loop and return its result (or raise its exception) in this thread."""
+        loop = self.loop
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a sync graphckpt call was made from inside a node; use the async API there")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """Drive an async iterator on the portal loop, one item per ``next()``."""
+
+        async def step() -> tuple[bool, T | None]:
+            try:
+                return True, await agen.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        while True:
+            more, item = self.call(step())
+            if not more:
+                return
+            yield item  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Stop the loop and join its thread. The portal starts a new loop if used again."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()

@@ -1,0 +1,181 @@
+"""State schema -> channels: reducers, update validation, and the delta encoding of reducer channels.
+
+Each field of the state schema (a pydantic model or a TypedDict) is a *channel*. A plain field keeps the last write.
+A field declared ``Annotated[T, reducer]`` folds every write into its value with ``reducer(old, new)``; the built-in
+reducers are :func:`append` (list concatenation) and :func:`merge` (dict update).
+
+Storage: a plain channel stores its new value when it changes. A reducer channel stores the *writes* of each step
+(a delta) and a full snapshot every ``snapshot_every`` versions, so appending k bytes per step stores O(k) bytes.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from graphckpt.errors import GraphSetupError, InvalidUpdateError
+
+__all__ = ["Channel", "Reducer", "StateSchema", "append", "merge"]
+
+Reducer = Callable[[Any, Any], Any]
+
+
+def append(old: Sequence[Any] | None, new: Sequence[Any]) -> list[Any]:
+    """Reducer: concatenate lists. ``Annotated[list[str], append]``; a write is a list of items to add."""
+    if old is None:
+        return list(new)
+    return [*old, *new]
+
+
+def merge(old: Mapping[Any, Any] | None, new: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Reducer: shallow dict update, later writes win per key. ``Annotated[dict[str, int], merge]``."""
+    if old is None:
+        return dict(new)
+    return {**old, **new}
+
+
+_MISSING: Any = object()
+
+
+@dataclass(slots=True)
+class Channel:
+    """One state field."""
+
+    name: str
+    annotation: Any
+    adapter: pydantic.TypeAdapter[Any]
+    reducer: Reducer | None
+    default: Callable[[], Any] | None  # None: no default (required for pydantic, absent for TypedDict)
+
+    def validate(self, value: Any, *, node: str) -> Any:
+        try:
+            return self.adapter.validate_python(value)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            detail = f" at {where}" if where else ""
+            raise InvalidUpdateError(
+                f"{node}: value for field {self.name!r} does not fit {_type_name(self.annotation)}{detail}: "
+                f"{first['msg']} (got {type(value).__name__})"
+            ) from None
+
+    def fold(self, value: Any, writes: Sequence[Any]) -> Any:
+        """The channel's value after ``writes`` (in order)."""
+        if self.reducer is None:
+            return writes[-1]
+        if self.reducer is append:
+            out = [] if value is _MISSING or value is None else list(value)
+            for w in writes:
+                out.extend(w)
+            return out
+        for w in writes:
+            value = self.reducer(None if value is _MISSING else value, w)
+        return value
+
+
+class StateSchema:
+    """The channels of a state schema, and how to build, validate and update state values."""
+
+    def __init__(self, schema: type[Any]) -> None:
+        self.schema = schema
+        self.is_model = isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
+        if not self.is_model and not typing.is_typeddict(schema):
+            raise GraphSetupError(f"state schema must be a pydantic BaseModel or a TypedDict, not {schema!r}")
+        self.channels: dict[str, Channel] = {}
+        hints = typing.get_type_hints(schema, include_extras=True)
+        model_fields = schema.model_fields if self.is_model else {}
+        for name, hint in hints.items():
+            if self.is_model and name not in model_fields:
+                continue  # ClassVar and private attributes
+            base, reducer = _split_reducer(name, hint)
+            default: Callable[[], Any] | None = None
+            if self.is_model:
+                field = model_fields[name]
+                if field.default_factory is not None:
+                    default = typing.cast(Callable[[], Any], field.default_factory)
+                elif not field.is_required():
+                    default = _copying(field.default)
+            self.channels[name] = Channel(name, base, pydantic.TypeAdapter(base), reducer, default)
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: ch.default() for name, ch in self.channels.items() if ch.default is not None}
+
+    def make(self, values: Mapping[str, Any]) -> Any:
+        """The state as a node sees it: a model instance (not re-validated) or a dict."""
+        if self.is_model:
+            return self.schema.model_construct(**values)
+        return dict(values)
+
+    def validate_update(self, update: Any, *, node: str) -> dict[str, Any]:
+        """Check that ``update`` is a mapping of known fields with values of the right type; returns it validated."""
+        if update is None:
+            return {}
+        if isinstance(update, pydantic.BaseModel) and isinstance(update, self.schema):
+            update = {k: getattr(update, k) for k in update.model_fields_set}
+        if not isinstance(update, Mapping):
+            raise InvalidUpdateError(
+                f"{node}: an update must be a dict of state fields (or a Command), not {type(update).__name__}"
+            )
+        out: dict[str, Any] = {}
+        for key, value in update.items():
+            channel = self.channels.get(key)
+            if channel is None:
+                known = ", ".join(sorted(self.channels))
+                raise InvalidUpdateError(f"{node}: unknown state field {key!r} (the schema has: {known})")
+            out[key] = channel.validate(value, node=node)
+        return out
+
+    def check_required(self, values: Mapping[str, Any], *, node: str) -> None:
+        if not self.is_model:
+            return
+        missing = [n for n, f in self.schema.model_fields.items() if f.is_required() and n not in values]
+        if missing:
+            raise InvalidUpdateError(f"{node}: required state field(s) missing: {', '.join(missing)}")
+
+    def apply(
+        self, values: dict[str, Any], updates: Sequence[Mapping[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Fold validated ``updates`` (in task order) into a copy of ``values``.
+
+        Returns the new values and, per changed channel, the list of writes it received (its delta)."""
+        writes: dict[str, list[Any]] = {}
+        for update in updates:
+            for key, value in update.items():
+                writes.setdefault(key, []).append(value)
+        if not writes:
+            return values, writes
+        new = dict(values)
+        for key, ws in writes.items():
+            new[key] = self.channels[key].fold(values.get(key, _MISSING), ws)
+        return new, writes
+
+
+def _split_reducer(name: str, hint: Any) -> tuple[Any, Reducer | None]:
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        reducers = [x for x in extras if callable(x) and not isinstance(x, type) and not _is_pydantic_meta(x)]
+        if len(reducers) > 1:
+            raise GraphSetupError(f"state field {name!r} has more than one reducer")
+        if reducers:
+            others = [x for x in extras if x is not reducers[0]]
+            return (typing.Annotated[(base, *others)] if others else base), reducers[0]
+    return hint, None
+
+
+def _is_pydantic_meta(x: Any) -> bool:
+    return type(x).__module__.startswith(("pydantic", "annotated_types"))
+
+
+def _copying(default: Any) -> Callable[[], Any]:
+    if isinstance(default, (list, dict, set)):
+        return lambda: default.copy()
+    return lambda: default
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or repr(annotation).replace("typing.", "")
+
