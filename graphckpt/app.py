@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -282,7 +283,9 @@ class App:
         items = [(cp, self.codec.decode_body(cp)) for cp in found]
         values = await self.codec.load_values_many(self.saver, items)
         return [
-            self._snapshot(Head(cp, body, v), record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status, None)
+            self._snapshot(
+                Head(cp, body, v), record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status, None
+            )
             for (cp, body), v in zip(items, values, strict=True)
         ]
 
@@ -331,7 +334,9 @@ class App:
             tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
         else:
             targets = goto if isinstance(goto, list) else [goto]
-            tasks, _ = route(self.graph, values, [TaskResult(Task("fork", "fork"), {}, list(targets))], {}, cid, self.codec)
+            tasks, _ = route(
+                self.graph, values, [TaskResult(Task("fork", "fork"), {}, list(targets))], {}, cid, self.codec
+            )
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
         channels = dict(src_body.channels)
         blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels)
@@ -379,7 +384,7 @@ class App:
             return cp
         record = await self._thread(thread_id)
         lineage = self.codec.decode_body(await self._checkpoint(thread_id, record.head_checkpoint_id)).lineage
-        for (_, upper_first), (tid, _first) in zip(lineage, lineage[1:], strict=False):
+        for (_, upper_first), (tid, _first) in itertools.pairwise(lineage):
             cp = await self.saver.get_checkpoint(tid, checkpoint_id)
             if cp is not None and cp.step < upper_first:
                 return cp
@@ -392,10 +397,15 @@ class App:
         if recorded is not None:
             node_of = {t.id: t.node for t in body.tasks}
             interrupts += [
-                Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t) for t, _i, p in recorded.open_interrupts()
+                Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t)
+                for t, _i, p in recorded.open_interrupts()
             ]
             errors = tuple(recorded.errors.values())
-        parent = CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id) if cp.parent_checkpoint_id else None
+        parent = (
+            CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id)
+            if cp.parent_checkpoint_id
+            else None
+        )
         return Snapshot(
             thread_id=cp.thread_id,
             checkpoint_id=cp.checkpoint_id,
@@ -450,7 +460,9 @@ class App:
                resume: bool = False) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
         return self._portal.iterate(
-            self.astream(input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume)
+            self.astream(
+                input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume
+            )
         )
 
     def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from graphckpt.errors import GraphckptError
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Context", "NodeInterrupt"]
 
 
-class NodeInterrupt(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class NodeInterrupt(BaseException):
     """Raised by ``ctx.interrupt`` to stop the node. A ``BaseException`` so that ``except Exception`` in node code
     does not swallow it; the engine catches it and marks the thread ``interrupted``."""
 
@@ -29,9 +29,12 @@ class NodeInterrupt(BaseException):  # noqa: N818 - a control-flow signal, not a
 class Journal(Protocol):
     """The engine side of a task's context."""
 
-    loop: asyncio.AbstractEventLoop
-    thread_id: str
-    step: int
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def thread_id(self) -> str: ...
+    @property
+    def step(self) -> int: ...
 
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
@@ -41,7 +44,7 @@ class Journal(Protocol):
 class Context:
     """Passed as the second argument to nodes declared ``fn(state, ctx)``. One per attempt of a task."""
 
-    def __init__(self, journal: Journal, task: Task, attempt: int, usage: dict[str, NodeUsage]) -> None:
+    def __init__(self, journal: Journal, task: Task, attempt: int, usage: NodeUsage) -> None:
         self._journal = journal
         self._task = task
         self._effects = 0
@@ -108,8 +111,8 @@ class Context:
         self._effects = index + 1
         return value
 
-    def _record(self, index: int, value: Any) -> Awaitable[None]:
-        return self._journal.record_effect(self._task, index, value)
+    async def _record(self, index: int, value: Any) -> None:
+        await self._journal.record_effect(self._task, index, value)
 
     def interrupt(self, payload: Any = None) -> Any:
         """Stop here and mark the thread ``interrupted`` with ``payload``. After ``resume(thread_id, answer)`` the

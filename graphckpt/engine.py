@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from graphckpt import ids
 from graphckpt.checkpoint import Interrupt, NodeUsage, Task, TaskError
@@ -195,7 +195,9 @@ class Run:
                 policy = spec.retry
                 if policy is None or not policy.should_retry(exc, attempt):
                     return _Failed(task, exc)
-                logger.warning("thread %r node %r attempt %d failed: %r; retrying", self.thread_id, spec.name, attempt, exc)
+                logger.warning(
+                    "thread %r node %r attempt %d failed: %r; retrying", self.thread_id, spec.name, attempt, exc
+                )
                 await asyncio.sleep(policy.wait(attempt))
                 continue
             result = TaskResult(task, update, goto, (time.perf_counter() - started) * 1000, usage)
@@ -232,9 +234,14 @@ class Run:
         try:
             data = self.codec.serde.dumps(value)
         except SerializationError as exc:
-            raise SerializationError(f"node {task.node!r}: the result of effect #{index} cannot be journaled: {exc}") from None
+            raise SerializationError(
+                f"node {task.node!r}: the result of effect #{index} cannot be journaled: {exc}"
+            ) from None
         await self.saver.put_writes(
-            self.thread_id, self.head.cp.checkpoint_id, [StoredWrite(task.id, "effect", index, data)], run_id=self.run_id
+            self.thread_id,
+            self.head.cp.checkpoint_id,
+            [StoredWrite(task.id, "effect", index, data)],
+            run_id=self.run_id,
         )
         self.recorded.effects[(task.id, index)] = value
 
@@ -402,7 +409,9 @@ def route(
             for item in picked if isinstance(picked, (list, tuple)) else [picked]:
                 if br.path_map is not None and not isinstance(item, Send):
                     if item not in br.path_map:
-                        raise _RouteError(r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map"))
+                        raise _RouteError(
+                            r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map")
+                        )
                     item = br.path_map[item]
                 add(item, r.task)
         for join in graph.joins:
@@ -436,9 +445,7 @@ def frontier_status(
     return "running", []
 
 
-def step_metadata(
-    source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None
-) -> dict[str, Any]:
+def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None) -> dict[str, Any]:
     """The audit record: which node wrote which keys, how long each node took, what models it used."""
     writes: dict[str, list[str]] = {}
     durations: dict[str, float] = {}
@@ -449,9 +456,10 @@ def step_metadata(
         keys += [k for k in r.update if k not in keys]
         durations[node] = round(durations.get(node, 0.0) + r.duration_ms, 3)
         if r.usage:
-            u = usage.setdefault(node, {"model": r.usage.get("model", "")})
+            reported: dict[str, Any] = dict(r.usage)
+            u = usage.setdefault(node, {"model": reported.get("model", "")})
             for k in ("prompt_tokens", "completion_tokens", "calls"):
-                u[k] = u.get(k, 0) + int(r.usage.get(k, 0))  # type: ignore[misc]
+                u[k] = u.get(k, 0) + int(reported.get(k, 0))
     meta: dict[str, Any] = {"source": source, "step": step, "writes": writes, "durations_ms": durations}
     if usage:
         meta["usage"] = usage
@@ -460,7 +468,9 @@ def step_metadata(
     return meta
 
 
-def decode_recorded(codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredWrite], tasks: Sequence[Task]) -> Recorded:
+def decode_recorded(
+    codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredWrite], tasks: Sequence[Task]
+) -> Recorded:
     """Pending writes of ``cp`` back into results, effects, interrupts, answers and errors."""
     by_id = {t.id: t for t in tasks}
     rec = Recorded()
@@ -472,7 +482,9 @@ def decode_recorded(codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredW
         try:
             if w.kind == "result":
                 goto: list[str | Send] = [Send(n, p) if h else n for n, h, p in value["g"]]
-                rec.results[task.id] = TaskResult(task, dict(value["u"]), goto, float(value["ms"]), NodeUsage(**value["use"]))
+                rec.results[task.id] = TaskResult(
+                    task, dict(value["u"]), goto, float(value["ms"]), cast(NodeUsage, dict(value["use"]))
+                )
             elif w.kind == "effect":
                 rec.effects[(task.id, w.index)] = value
             elif w.kind == "interrupt":
@@ -483,5 +495,7 @@ def decode_recorded(codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredW
                 node, type_, message = value
                 rec.errors[task.id] = TaskError(str(node), task.id, str(type_), str(message))
         except (KeyError, TypeError, ValueError) as exc:
-            raise codec._corrupt(cp, f"pending write {w.kind} of task {w.task_id} has the wrong shape ({exc})") from None
+            raise codec._corrupt(
+                cp, f"pending write {w.kind} of task {w.task_id} has the wrong shape ({exc})"
+            ) from None
     return rec

@@ -10,7 +10,7 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── CheckpointNotFoundError(LookupError) no such checkpoint in that thread
     ├── ThreadNotFoundError(LookupError)     no such thread
     ├── ThreadConflictError                  another writer moved the thread head first
-    ├── ThreadStateError                     the thread's status does not allow that call (e.g. invoke on a failed thread)
+    ├── ThreadStateError                     the thread's status does not allow the call (invoke on a failed thread)
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
     ├── NodeError                            a node raised after its retries; the original is ``__cause__``
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)

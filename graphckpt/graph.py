@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,7 +108,7 @@ class StateGraph:
             name=name,
             fn=fn,
             takes_ctx=_positional_arity(fn, name) >= 2,
-            is_async=asyncio.iscoroutinefunction(fn) or asyncio.iscoroutinefunction(getattr(fn, "__call__", None)),
+            is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__),
             retry=retry,
             timeout=timeout,
             destinations=tuple(destinations),
@@ -173,9 +172,13 @@ class StateGraph:
                 problems.append(f"conditional edge from unknown node {br.source!r}")
             for key, target in (br.path_map or {}).items():
                 if target not in known | {END}:
-                    problems.append(f"conditional edge from {br.source!r}: path_map[{key!r}] -> unknown node {target!r}")
+                    problems.append(
+                        f"conditional edge from {br.source!r}: path_map[{key!r}] -> unknown node {target!r}"
+                    )
         for spec in self.nodes.values():
-            problems += [f"node {spec.name!r}: unknown destination {d!r}" for d in spec.destinations if d not in known | {END}]
+            problems += [
+                f"node {spec.name!r}: unknown destination {d!r}" for d in spec.destinations if d not in known | {END}
+            ]
         if problems:
             raise GraphSetupError("; ".join(problems))
         succ = self.successors()
@@ -245,11 +248,11 @@ class StateGraph:
 
     # -- drawing -----------------------------------------------------------------------------------------------------
 
-    def to_networkx(self) -> networkx.DiGraph:  # type: ignore[type-arg]
+    def to_networkx(self) -> networkx.DiGraph:
         """The structure as a ``networkx.DiGraph``; edge attribute ``kind`` is ``edge``, ``join`` or ``branch``."""
         import networkx
 
-        g: networkx.DiGraph = networkx.DiGraph()  # type: ignore[type-arg]
+        g: networkx.DiGraph = networkx.DiGraph()
         g.add_nodes_from([START, *self.nodes, END])
         g.add_edges_from(self.edges, kind="edge")
         for join in self.joins:

@@ -40,7 +40,7 @@ class RetryPolicy:
         """Whether to try again after ``attempt`` (1-based) failed with ``exc``."""
         if attempt >= self.max_attempts:
             return False
-        if isinstance(self.retry_on, type) or isinstance(self.retry_on, tuple):
+        if isinstance(self.retry_on, (type, tuple)):
             return isinstance(exc, self.retry_on)
         return bool(self.retry_on(exc))
 

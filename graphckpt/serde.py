@@ -140,8 +140,7 @@ class Serializer:
         def hook(code: int, payload: bytes) -> Any:
             return self._ext(code, payload, depth + 1)
 
-        return msgpack.unpackb(
-            data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
 
     def _ext(self, code: int, payload: bytes, depth: int) -> Any:
         if code == _TUPLE:

@@ -178,4 +178,3 @@ def _copying(default: Any) -> Callable[[], Any]:
 
 def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or repr(annotation).replace("typing.", "")
-

@@ -71,7 +71,7 @@ class Blob:
     step: int
     """The step of the checkpoint that wrote it. Unique per ``(thread_id, channel)``."""
     kind: Literal["snapshot", "delta"]
-    """``snapshot``: the full value. ``delta``: the writes to fold, through the channel's reducer, into the value below."""
+    """``snapshot``: the full value. ``delta``: the writes to fold (through the reducer) into the value below."""
     data: bytes
     """Engine-encoded payload."""
 
