@@ -1,0 +1,337 @@
+"""A chat node on the official ``openai`` client, for any OpenAI-compatible endpoint, with every call journaled.
+
+Configuration (read when a call is made, explicit arguments win):
+
+``OPENAI_BASE_URL``
+    The endpoint, e.g. ``http://127.0.0.1:11434/v1``. Without it, OpenAI's own endpoint is used.
+``OPENAI_API_KEY``
+    The key. A local endpoint that needs none works with ``OPENAI_BASE_URL`` alone.
+``GRAPHCKPT_MODEL``
+    The model name when the node is given none (default ``gpt-4o-mini``).
+``GRAPHCKPT_OFFLINE``
+    ``1`` forces the offline model even when an endpoint is configured.
+
+With neither ``OPENAI_BASE_URL`` nor ``OPENAI_API_KEY`` set, calls are answered by the deterministic built-in model
+:mod:`nodes.offline`, reported as ``graphckpt-offline``; nothing leaves the machine.
+
+Every model call runs inside ``ctx.aeffect``: its result is journaled before the node goes on, so a task re-run after
+a crash, a retry or an interrupt gets the recorded answer and the model is not called again. Usage is reported with
+``ctx.report_usage`` on every run, also when the journal answered, so the checkpoint shows what its output cost.
+Retries (429, 5xx, timeouts, connection errors) happen inside the effect, by :class:`~nodes.retry.LLMRetry`; the
+``openai`` client's own retries are switched off. Other errors raise :class:`~nodes.errors.LLMError` at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import string
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, cast
+
+import openai
+
+from ._base import NodeContext, state_mapping
+from .errors import LLMError, PromptError
+from .offline import OFFLINE_MODEL, offline_completion
+from .retry import LLMRetry, is_retryable_status, llm_calls, parse_retry_after
+from .tools import Tool
+
+__all__ = ["DEFAULT_MODEL", "ChatModel", "ChatResult", "build_messages", "chat_node"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gpt-4o-mini"
+"""The model used when neither the node nor ``GRAPHCKPT_MODEL`` names one."""
+
+Message = dict[str, Any]
+Prompt = str | Callable[[Any], str | Sequence[Mapping[str, Any]]]
+
+
+class ChatResult(TypedDict):
+    """What one model call returns and the journal stores (plain data only)."""
+
+    id: str
+    model: str
+    """The model that answered, as the endpoint reported it (``graphckpt-offline`` for the offline model)."""
+    message: Message
+    """``{"role": "assistant", "content": str | None, "tool_calls": [...]}`` (``tool_calls`` only when present)."""
+    finish_reason: str | None
+    usage: dict[str, int]
+    """``prompt_tokens``, ``completion_tokens``, ``total_tokens``."""
+
+
+@dataclass(frozen=True)
+class ChatModel:
+    """A configured chat model. :meth:`acall` is the journaled call; :meth:`create` the raw one (with retries).
+
+    ``client`` is used as given (it is not closed; its own retries are turned off per request); otherwise a client is
+    made for each call from ``base_url``/``api_key`` or the environment, and closed after it.
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    client: openai.AsyncOpenAI | None = field(default=None, repr=False, compare=False)
+    timeout: float = 60.0
+    """Seconds per request; a request that takes longer is retried."""
+    retry: LLMRetry = field(default_factory=LLMRetry)
+    offline: bool | None = None
+    """``True`` forces the offline model, ``False`` forbids it, ``None`` decides from the environment."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Further ``chat.completions.create`` arguments (``temperature``, ``max_tokens``, ``response_format``, ...)."""
+
+    def is_offline(self) -> bool:
+        """Whether calls go to the offline model (see the module docstring for the rule)."""
+        if self.offline is not None:
+            return self.offline
+        if self.client is not None or self.base_url or self.api_key:
+            return False
+        if os.environ.get("GRAPHCKPT_OFFLINE", "").strip() not in ("", "0"):
+            return True
+        return not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"))
+
+    def model_name(self) -> str:
+        """The model asked for: ``graphckpt-offline`` offline, else the given one, ``GRAPHCKPT_MODEL``, the default."""
+        if self.is_offline():
+            return OFFLINE_MODEL
+        return self.model or os.environ.get("GRAPHCKPT_MODEL") or DEFAULT_MODEL
+
+    async def acall(
+        self, ctx: NodeContext, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Tool] = ()
+    ) -> ChatResult:
+        """One journaled model call: the model is only called if this task has no recorded result for it yet."""
+        plain = [dict(m) for m in messages]
+
+        async def call_model() -> ChatResult:  # reads the key inside the effect: it names this very call
+            return await self.create(plain, tools=tools, idempotency_key=ctx.idempotency_key)
+
+        result = cast(ChatResult, await ctx.aeffect(call_model))
+        usage = result["usage"]
+        ctx.report_usage(result["model"], usage["prompt_tokens"], usage["completion_tokens"])
+        return result
+
+    async def create(
+        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Tool] = (), idempotency_key: str | None = None
+    ) -> ChatResult:
+        """Call the model now (not journaled), retrying as :attr:`retry` says. Counted in :data:`llm_calls`."""
+        llm_calls.record_call()
+        if self.is_offline():
+            llm_calls.record_request()
+            result = _normalize(offline_completion(messages), OFFLINE_MODEL, "offline")
+        else:
+            result = await self._create_online(messages, tools, idempotency_key)
+        llm_calls.record_usage(result["usage"]["prompt_tokens"], result["usage"]["completion_tokens"])
+        return result
+
+    async def _create_online(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool], idempotency_key: str | None
+    ) -> ChatResult:
+        model = self.model_name()
+        kwargs: dict[str, Any] = {**self.params, "model": model, "messages": list(messages)}
+        if tools:
+            kwargs["tools"] = [t.openai_schema() for t in tools]
+        if idempotency_key is not None:
+            kwargs["extra_headers"] = {"Idempotency-Key": idempotency_key}
+        async with self._client() as client:
+            endpoint = _endpoint(str(client.base_url).rstrip("/") + "/chat/completions")
+            attempt = 0
+            cause: BaseException | None = None  # chained for connection errors only: status bodies may echo keys
+            while True:
+                attempt += 1
+                llm_calls.record_request()
+                try:
+                    completion = await client.chat.completions.create(**kwargs)
+                    return _normalize(cast(Any, completion).model_dump(mode="json"), model, endpoint)
+                except openai.APIStatusError as exc:
+                    status: int | None = exc.status_code
+                    cause = None
+                    retry_after = parse_retry_after(exc.response.headers)
+                    detail = self._redact(_error_detail(exc))
+                    if not is_retryable_status(exc.status_code):
+                        raise LLMError(
+                            f"model {model!r} at {endpoint} answered HTTP {status} (not retried): {detail}",
+                            model=model,
+                            endpoint=endpoint,
+                            status=status,
+                            attempts=attempt,
+                        ) from None
+                except openai.APITimeoutError as exc:
+                    status, retry_after, cause = None, None, exc
+                    detail = f"timed out after {self.timeout:g}s"
+                except openai.APIConnectionError as exc:
+                    status, retry_after, cause = None, None, exc
+                    detail = f"{exc} ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else str(exc)
+                delay = self.retry.delay(attempt, retry_after) if attempt <= self.retry.max_retries else None
+                what = f"HTTP {status}" if status is not None else detail
+                if delay is None:
+                    why = (
+                        f"asked to wait {retry_after:g}s, more than max_retry_after={self.retry.max_retry_after:g}s"
+                        if retry_after is not None and attempt <= self.retry.max_retries
+                        else f"gave up after {attempt} attempt(s)"
+                    )
+                    raise LLMError(
+                        f"model {model!r} at {endpoint} failed with {what}; {why}: {detail}",
+                        model=model,
+                        endpoint=endpoint,
+                        status=status,
+                        attempts=attempt,
+                        retryable=True,
+                    ) from cause
+                log.warning("model %r at %s: %s; retry %d in %.2fs", model, endpoint, what, attempt, delay)
+                await self.retry.sleep(delay)
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[openai.AsyncOpenAI]:
+        if self.client is not None:
+            yield self.client.with_options(max_retries=0, timeout=self.timeout)
+            return
+        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"  # local endpoints need none
+        async with openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=self.timeout
+        ) as client:
+            yield client
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the API key (ours, or anything shaped like an OpenAI key)."""
+        key = self.api_key or os.environ.get("OPENAI_API_KEY")
+        if key and len(key) >= 4:
+            text = text.replace(key, "***")
+        return re.sub(r"sk-[A-Za-z0-9_\-*]{4,}", "sk-***", text)
+
+
+def chat_node(
+    prompt: Prompt,
+    *,
+    output_key: str,
+    system: str | None = None,
+    model: str | ChatModel | None = None,
+    tools: Sequence[Tool] = (),
+    tool_calls_key: str = "tool_calls",
+    messages_key: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    client: openai.AsyncOpenAI | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 60.0,
+    retry: LLMRetry | None = None,
+    offline: bool | None = None,
+    **params: Any,
+) -> Callable[[Any, NodeContext], Any]:
+    """An async node ``(state, ctx) -> dict`` that makes one journaled chat call and writes its answer into the state.
+
+    ``prompt`` is a ``str.format`` template over the state's fields (it becomes the user message; ``system``, also a
+    template, the system message), or a function of the state returning the user message or the whole message list.
+    The answer's text (through ``parse`` if given) is written to ``output_key``. With ``tools``, they are offered to
+    the model and its tool calls (OpenAI format, ``[]`` when none) are written to ``tool_calls_key``, ready for
+    :func:`nodes.tools.tool_node`. With ``messages_key``, the assistant message is written there as a one-item list
+    (use an ``append`` reducer to keep a conversation). ``model`` is a model name or a ready :class:`ChatModel`; the
+    other keyword arguments configure the model as :class:`ChatModel` documents (``params`` go to the API).
+    """
+    if isinstance(model, ChatModel):
+        chat = model
+    else:
+        chat = ChatModel(
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            timeout=timeout,
+            retry=retry or LLMRetry(),
+            offline=offline,
+            params=params,
+        )
+
+    async def node(state: Any, ctx: NodeContext) -> dict[str, Any]:
+        messages = build_messages(prompt, state, system=system, node=ctx.node)
+        result = await chat.acall(ctx, messages, tools=tools)
+        message = result["message"]
+        text = message.get("content") or ""
+        update: dict[str, Any] = {output_key: parse(text) if parse is not None else text}
+        if tools:
+            update[tool_calls_key] = list(message.get("tool_calls") or [])
+        if messages_key is not None:
+            update[messages_key] = [message]
+        return update
+
+    node.__name__ = node.__qualname__ = f"chat_node_{output_key}"
+    return node
+
+
+def build_messages(prompt: Prompt, state: Any, *, system: str | None = None, node: str = "?") -> list[Message]:
+    """The messages for ``prompt`` on ``state``: an optional system message, then the user message(s)."""
+    fields = state_mapping(state)
+    messages: list[Message] = []
+    if system is not None:
+        messages.append({"role": "system", "content": _format(system, fields, node)})
+    if isinstance(prompt, str):
+        messages.append({"role": "user", "content": _format(prompt, fields, node)})
+        return messages
+    produced = prompt(state)
+    if isinstance(produced, str):
+        messages.append({"role": "user", "content": produced})
+    else:
+        messages.extend(dict(m) for m in produced)
+    return messages
+
+
+def _format(template: str, fields: Mapping[str, Any], node: str) -> str:
+    try:
+        return string.Formatter().vformat(template, (), fields)
+    except (KeyError, IndexError) as exc:
+        names = ", ".join(sorted(fields)) or "none"
+        raise PromptError(
+            f"node {node!r}: the prompt template refers to {{{exc.args[0]}}}, which is not a state field "
+            f"(fields: {names}); write literal braces as {{{{ and }}}}"
+        ) from None
+
+
+def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> ChatResult:
+    """The plain-data :class:`ChatResult` of a chat-completion dump."""
+    choices = completion.get("choices") or []
+    if not choices:
+        raise LLMError(f"model {model!r} at {endpoint} returned no choices", model=model, endpoint=endpoint, status=200)
+    raw = choices[0].get("message") or {}
+    message: Message = {"role": "assistant", "content": raw.get("content")}
+    if raw.get("tool_calls"):
+        message["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": call["function"].get("arguments") or "{}"},
+            }
+            for call in raw["tool_calls"]
+        ]
+    usage = completion.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    completion_tokens = int(usage.get("completion_tokens") or 0)
+    return {
+        "id": str(completion.get("id") or ""),
+        "model": str(completion.get("model") or model),
+        "message": message,
+        "finish_reason": choices[0].get("finish_reason"),
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": int(usage.get("total_tokens") or prompt_tokens + completion_tokens),
+        },
+    }
+
+
+def _endpoint(url: str) -> str:
+    """``url`` without its query string and user info (which could hold a key)."""
+    url = url.split("?", 1)[0]
+    return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _error_detail(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and error.get("message"):
+            return str(error["message"])
+    return exc.message

@@ -1,0 +1,204 @@
+"""A real HTTP server on loopback that speaks the OpenAI chat-completions protocol, for tests and benchmarks.
+
+It serves ``POST /v1/chat/completions`` from a script of replies, one per request, and records every request
+(headers and JSON body), so tests can count calls on the server side::
+
+    with FakeOpenAIServer() as server:
+        server.script(error(429, headers={"Retry-After": "1"}), completion("hi"))
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        ...
+        assert server.request_count == 2
+
+When the script is empty it answers every request with a deterministic completion (``echo: <last user message>``).
+A :func:`slow` reply blocks its handler on :attr:`FakeOpenAIServer.release` (a ``threading.Event``) for at most
+``max_wait`` seconds, so a client timeout can be provoked without sleeping; closing the server sets the event.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "slow"]
+
+
+@dataclass
+class Reply:
+    """One scripted response."""
+
+    status: int = 200
+    body: Any = None
+    """JSON body; ``None`` for a 200 means "build a completion from the request"."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    wait_for_release: float = 0.0
+    """If > 0, block on the server's ``release`` event for at most this many seconds before answering."""
+
+
+@dataclass
+class RecordedRequest:
+    """A request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Header names in lower case."""
+    json: Any
+
+
+def completion(
+    content: str | None = "ok",
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    model: str = "fake-model",
+    prompt_tokens: int = 7,
+    completion_tokens: int = 3,
+    finish_reason: str | None = None,
+) -> Reply:
+    """A 200 chat completion with the given content, tool calls and usage."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    return Reply(200, body)
+
+
+def error(status: int, message: str = "scripted error", *, headers: Mapping[str, str] | None = None) -> Reply:
+    """An error response in OpenAI's format: ``{"error": {"message", "type", "code"}}``."""
+    body = {"error": {"message": message, "type": "fake_error", "param": None, "code": str(status)}}
+    return Reply(status, body, dict(headers or {}))
+
+
+def slow(reply: Reply | None = None, *, max_wait: float = 10.0) -> Reply:
+    """``reply`` (default: a completion), sent only once ``release`` is set or ``max_wait`` seconds have passed."""
+    base = reply or completion("slow answer")
+    return Reply(base.status, base.body, base.headers, wait_for_release=max_wait)
+
+
+class FakeOpenAIServer:
+    """The server; a context manager that starts it on a free port of 127.0.0.1 in a background thread."""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.release = threading.Event()
+        """Set to let blocked :func:`slow` handlers answer."""
+        self._script: list[Reply] = []
+        self._lock = threading.Lock()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(target=self._serve, name="fake-openai", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` for an OpenAI client, e.g. ``http://127.0.0.1:54321/v1``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        """How many requests reached the server."""
+        with self._lock:
+            return len(self.requests)
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each request takes the next one (an empty queue means a default completion)."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def _serve(self) -> None:
+        self._httpd.serve_forever(poll_interval=0.01)
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Release slow handlers, stop serving and close the socket."""
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _next(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            return self._script.pop(0) if self._script else Reply()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: FakeOpenAIServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (the timeout test) is expected; stay quiet instead of printing a traceback."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            body = None
+        request = RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        owner = self.server.owner
+        reply = owner._next(request)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            reply = error(404, f"no route for {self.path}")
+        if reply.wait_for_release:
+            owner.release.wait(reply.wait_for_release)
+        payload = reply.body if reply.body is not None else _echo(body).body
+        data = json.dumps(payload).encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req-{len(owner.requests)}")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _echo(body: Any) -> Reply:
+    """The default answer: echo the last user message; usage counted in whitespace tokens."""
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    users = [str(m.get("content") or "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    text = f"echo: {users[-1] if users else ''}"
+    prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages if isinstance(m, dict))
+    model = str(body.get("model", "fake-model")) if isinstance(body, dict) else "fake-model"
+    return completion(text, model=model, prompt_tokens=prompt_tokens, completion_tokens=len(text.split()))
