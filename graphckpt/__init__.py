@@ -45,8 +45,6 @@ from graphckpt.state import append, merge
 __version__ = "0.1.0"
 
 __all__ = [
-    "END",
-    "START",
     "App",
     "CheckpointMetadata",
     "CheckpointNotFoundError",
@@ -55,6 +53,7 @@ __all__ = [
     "Context",
     "CorruptCheckpointError",
     "Diff",
+    "END",
     "FieldChange",
     "GraphSetupError",
     "GraphckptError",
@@ -66,6 +65,7 @@ __all__ = [
     "NodeUsage",
     "RecursionLimitError",
     "RetryPolicy",
+    "START",
     "Saver",
     "SaverError",
     "Send",

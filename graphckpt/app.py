@@ -232,7 +232,8 @@ class App:
                         if r.task.node == START:
                             continue
                         update.setdefault(r.task.node, []).append(r.update)
-                    yield {k: v[0] if len(v) == 1 else v for k, v in update.items()}
+                    if update:
+                        yield {k: v[0] if len(v) == 1 else v for k, v in update.items()}
                 elif mode == "values":
                     yield self.codec.state.make(head.values)
                 else:

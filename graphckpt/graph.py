@@ -305,6 +305,8 @@ def _positional_arity(fn: Callable[..., Any], name: str) -> int:
     required = [p for p in positional if p.default is p.empty]
     if not positional or len(required) > 2:
         raise GraphSetupError(f"node {name!r} must accept (state) or (state, ctx)")
+    if len(positional) >= 2 and positional[1].default is not positional[1].empty and positional[1].name != "ctx":
+        return 1  # fn(state, option=default): the second parameter is the function's own, not the context
     return len(positional)
 
 

@@ -30,6 +30,7 @@ async context manager, and ``aclose()`` releases its connections. A saver garbag
 from __future__ import annotations
 
 import abc
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,8 +147,13 @@ class ThreadRecord:
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
-    whose value equals the filter's value (JSON equality). Keys and values are data, never code or SQL."""
-    return all(key in metadata and metadata[key] == value for key, value in filter.items())
+    whose value equals the filter's value by JSON equality (``true`` is not ``1``; objects compare regardless of key
+    order). Keys and values are data, never code or SQL."""
+    return all(key in metadata and _canonical(metadata[key]) == _canonical(value) for key, value in filter.items())
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 class Saver(abc.ABC):
@@ -186,7 +192,8 @@ class Saver(abc.ABC):
 
         Compare-and-set: when ``expected_head`` is ``None`` the thread must not exist yet (it is created, owned by
         ``run_id``); otherwise the thread's current head must be ``expected_head`` *and* its ``run_id`` must equal
-        ``run_id``. If not, nothing is written and :class:`ThreadConflictError` is raised. On success the thread row
+        ``run_id``. If not, nothing is written and :class:`ThreadConflictError` is raised
+        (:class:`ThreadNotFoundError` when ``expected_head`` is given and the thread does not exist). On success the thread row
         takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes recorded
         against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half of it.
         """

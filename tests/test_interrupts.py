@@ -1,0 +1,105 @@
+"""Interrupts: a thread stops with status ``interrupted`` and waits for ``resume``.
+
+``interrupt_before``/``interrupt_after`` (compile time) stop around a node; ``ctx.interrupt(payload)`` stops inside
+one, and ``resume(thread_id, answer)`` makes that call return ``answer``. Effects journaled before the interrupt are
+not repeated when the node runs again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import END, START, Context, Saver, StateGraph, ThreadStateError, append
+
+
+class S(BaseModel):
+    log: Annotated[list[str], append] = []
+    approved: bool | None = None
+
+
+def chain(saver: Saver, **options: Any) -> Any:
+    g = StateGraph(S)
+    for name in ("one", "two", "three"):
+        g.add_node(name, lambda s, name=name: {"log": [name]})
+    g.add_edge(START, "one")
+    g.add_edge("one", "two")
+    g.add_edge("two", "three")
+    g.add_edge("three", END)
+    return g.compile(saver=saver, **options)
+
+
+async def test_interrupt_before(saver: Saver) -> None:
+    app = chain(saver, interrupt_before=["two"])
+    snap = await app.ainvoke({}, thread_id="b")
+    assert snap.status == "interrupted"
+    assert snap.next == ("two",)
+    assert [(i.node, i.when) for i in snap.interrupts] == [("two", "before")]
+    assert snap.values.log == ["one"]
+    assert [t.status for t in await app.athreads(status="interrupted")] == ["interrupted"]
+    done = await app.aresume("b")
+    assert done.status == "done" and done.values.log == ["one", "two", "three"]
+
+
+async def test_interrupt_after(saver: Saver) -> None:
+    app = chain(saver, interrupt_after=["one"])
+    snap = await app.ainvoke({}, thread_id="a")
+    assert snap.status == "interrupted" and snap.values.log == ["one"] and snap.next == ("two",)
+    assert [(i.node, i.when) for i in snap.interrupts] == [("one", "after")]
+    with pytest.raises(ThreadStateError, match=r"thread 'a' is interrupted; call resume\('a', answer\)"):
+        await app.ainvoke({}, thread_id="a")
+    done = await app.aresume("a")
+    assert done.values.log == ["one", "two", "three"]
+
+
+async def test_ctx_interrupt_and_resume_with_answer(saver: Saver) -> None:
+    effects: list[str] = []
+
+    def approve(s: S, ctx: Context) -> dict[str, Any]:
+        draft = ctx.effect(lambda: effects.append("drafted") or "draft-1")
+        answer = ctx.interrupt({"question": f"ship {draft}?"})
+        return {"approved": bool(answer), "log": [f"{draft}:{answer}"]}
+
+    g = StateGraph(S)
+    g.add_node("approve", approve)
+    g.add_edge(START, "approve")
+    g.add_edge("approve", END)
+    app = g.compile(saver=saver)
+    snap = await app.ainvoke({}, thread_id="h")
+    assert snap.status == "interrupted"
+    assert [(i.node, i.when, i.payload) for i in snap.interrupts] == [("approve", "inside", {"question": "ship draft-1?"})]
+    assert (await app.aget_state("h")).interrupts == snap.interrupts
+
+    with pytest.raises(ThreadStateError, match="waiting for an answer"):
+        await app.aresume("h")
+    done = await app.aresume("h", True)
+    assert done.status == "done"
+    assert done.values.approved is True and done.values.log == ["draft-1:True"]
+    assert effects == ["drafted"]  # journaled before the interrupt: not repeated
+
+
+async def test_two_interrupts_in_one_node(saver: Saver) -> None:
+    def ask_twice(s: S, ctx: Context) -> dict[str, Any]:
+        first = ctx.interrupt("first?")
+        second = ctx.interrupt("second?")
+        return {"log": [f"{first}+{second}"]}
+
+    g = StateGraph(S)
+    g.add_node("ask", ask_twice)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(saver=saver)
+    assert (await app.ainvoke({}, thread_id="q")).interrupts[0].payload == "first?"
+    assert (await app.aresume("q", "A")).interrupts[0].payload == "second?"
+    done = await app.aresume("q", "B")
+    assert done.values.log == ["A+B"]
+
+
+async def test_answer_without_open_interrupt_is_refused(saver: Saver) -> None:
+    app = chain(saver, interrupt_before=["two"])
+    await app.ainvoke({}, thread_id="x")
+    with pytest.raises(ThreadStateError, match="not waiting for an answer"):
+        await app.aresume("x", "yes")
+    assert (await app.aget_state("x")).status == "interrupted"

@@ -1,0 +1,339 @@
+"""Running graphs: super-steps, reducers, fan-out, joins, commands, limits, validation and streaming.
+
+Every test runs against every saver (memory, SQLite file, PostgreSQL server) through the ``saver`` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import (
+    END,
+    START,
+    Command,
+    Context,
+    InvalidUpdateError,
+    NodeError,
+    NodeTimeoutError,
+    RecursionLimitError,
+    RetryPolicy,
+    Saver,
+    Send,
+    SerializationError,
+    StateGraph,
+    ThreadStateError,
+    append,
+    merge,
+)
+
+
+class Task(BaseModel):
+    request: str
+    notes: Annotated[list[str], append] = []
+    scores: Annotated[dict[str, int], merge] = {}
+    verdict: str | None = None
+    count: int = 0
+
+
+def linear(saver: Saver, **compile_options: Any) -> Any:
+    def analyze(s: Task) -> dict[str, Any]:
+        return {"notes": [f"analyzed {s.request}"]}
+
+    async def write(s: Task) -> dict[str, Any]:
+        return {"notes": ["wrote code"], "count": s.count + 1}
+
+    def review(s: Task) -> dict[str, Any]:
+        return {"verdict": "fix" if s.count < 2 else "ok", "scores": {f"r{s.count}": s.count}}
+
+    g = StateGraph(Task)
+    g.add_node("analyze", analyze)
+    g.add_node("write", write)
+    g.add_node("review", review)
+    g.add_edge(START, "analyze")
+    g.add_edge("analyze", "write")
+    g.add_edge("write", "review")
+    g.add_conditional_edges("review", lambda s: "write" if s.verdict == "fix" else END)
+    return g.compile(saver=saver, **compile_options)
+
+
+async def test_linear_run_with_cycle_commits_one_checkpoint_per_step(saver: Saver) -> None:
+    app = linear(saver)
+    snap = await app.ainvoke({"request": "weather"}, thread_id="t1")
+    assert snap.status == "done"
+    assert snap.next == ()
+    assert snap.values.notes == ["analyzed weather", "wrote code", "wrote code"]
+    assert snap.values.verdict == "ok"
+    assert snap.values.scores == {"r1": 1, "r2": 2}
+    history = await app.ahistory("t1")
+    assert [h.step for h in history] == [5, 4, 3, 2, 1, 0]
+    assert [h.next for h in reversed(history)] == [("analyze",), ("write",), ("review",), ("write",), ("review",), ()]
+    assert history[-1].metadata["source"] == "input"
+    assert {h.metadata["source"] for h in history[:-1]} == {"loop"}
+    assert history[0].metadata["writes"] == {"review": ["verdict", "scores"]}
+    assert set(history[0].metadata["durations_ms"]) == {"review"}
+    assert history[0].parent is not None and history[0].parent.checkpoint_id == history[1].checkpoint_id
+
+
+async def test_sync_facade_matches_async(saver: Saver, tmp_path: Any) -> None:
+    from graphckpt.savers.memory import MemorySaver
+
+    app = linear(MemorySaver())
+    try:
+        snap = app.invoke({"request": "sync"}, thread_id="s")
+        assert snap.values.count == 2
+        assert [h.step for h in app.history("s", limit=2)] == [5, 4]
+        assert app.get_state("s").checkpoint_id == snap.checkpoint_id
+    finally:
+        app.close()
+
+
+async def test_required_input_field_missing(saver: Saver) -> None:
+    app = linear(saver)
+    with pytest.raises(InvalidUpdateError, match="required state field\\(s\\) missing: request"):
+        await app.ainvoke({}, thread_id="t")
+    assert await saver.get_thread("t") is None
+
+
+async def test_update_with_unknown_field_names_node_and_field(saver: Saver) -> None:
+    g = StateGraph(Task)
+    g.add_node("bad", lambda s: {"verdikt": "x"})
+    g.add_edge(START, "bad")
+    g.add_edge("bad", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match="bad: unknown state field 'verdikt'"):
+        await app.ainvoke({"request": "r"}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.step == 0 and snap.status == "failed"  # nothing was committed past the input
+    assert snap.errors[0].node == "bad" and snap.errors[0].type == "InvalidUpdateError"
+
+
+async def test_update_with_wrong_type_names_node_and_field(saver: Saver) -> None:
+    g = StateGraph(Task)
+    g.add_node("typo", lambda s: {"count": "many"})
+    g.add_edge(START, "typo")
+    g.add_edge("typo", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match="typo: value for field 'count' does not fit int"):
+        await app.ainvoke({"request": "r"}, thread_id="t")
+    assert len(await app.ahistory("t")) == 1
+
+
+async def test_unstorable_value_is_refused_naming_the_field(saver: Saver) -> None:
+    class Loose(BaseModel):
+        thing: Any = None
+
+    g = StateGraph(Loose)
+    g.add_node("n", lambda s: {"thing": threading.Lock()})
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(SerializationError, match="state field 'thing'.*_thread.lock"):
+        await app.ainvoke({}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.step == 0  # the previous checkpoint stays the head
+
+
+async def test_send_fan_out_of_fifty_tasks(saver: Saver) -> None:
+    class Fan(BaseModel):
+        items: list[int] = []
+        results: Annotated[list[int], append] = []
+
+    async def square(payload: dict[str, int]) -> dict[str, Any]:
+        return {"results": [payload["n"] * payload["n"]]}
+
+    g = StateGraph(Fan)
+    g.add_node("plan", lambda s: None)
+    g.add_node("square", square)
+    g.add_node("total", lambda s: None)
+    g.add_edge(START, "plan")
+    g.add_conditional_edges("plan", lambda s: [Send("square", {"n": n}) for n in s.items])
+    g.add_edge("square", "total")
+    g.add_edge("total", END)
+    app = g.compile(saver=saver)
+    snap = await app.ainvoke({"items": list(range(50))}, thread_id="fan")
+    assert snap.values.results == [n * n for n in range(50)]  # task order, not finish order
+    history = await app.ahistory("fan")
+    fan_step = next(h for h in history if h.next and h.next[0] == "square")
+    assert len(fan_step.tasks) == 50 and all(t.has_payload for t in fan_step.tasks)
+    assert [h.next for h in history[:2]] == [(), ("total",)]  # total runs once, deduplicated
+
+
+async def test_join_waits_for_all_sources_across_steps(saver: Saver) -> None:
+    g = StateGraph(Task)
+    g.add_node("fast", lambda s: {"notes": ["fast"]})
+    g.add_node("slow1", lambda s: {"notes": ["slow1"]})
+    g.add_node("slow2", lambda s: {"notes": ["slow2"]})
+    g.add_node("joined", lambda s: {"notes": ["joined"]})
+    g.add_edge(START, "fast")
+    g.add_edge(START, "slow1")
+    g.add_edge("slow1", "slow2")
+    g.add_edge(["fast", "slow2"], "joined")
+    g.add_edge("joined", END)
+    app = g.compile(saver=saver)
+    snap = await app.ainvoke({"request": "j"}, thread_id="j")
+    assert snap.values.notes == ["fast", "slow1", "slow2", "joined"]
+    steps = [h.next for h in reversed(await app.ahistory("j"))]
+    assert steps == [("fast", "slow1"), ("slow2",), ("joined",), ()]
+
+
+async def test_command_goto_and_update(saver: Saver) -> None:
+    def decide(s: Task) -> Command:
+        return Command(update={"verdict": "jump"}, goto="target")
+
+    g = StateGraph(Task)
+    g.add_node("decide", decide, destinations=["target"])
+    g.add_node("target", lambda s: {"notes": [f"after {s.verdict}"]})
+    g.add_edge(START, "decide")
+    g.add_edge("target", END)
+    app = g.compile(saver=saver)
+    snap = await app.ainvoke({"request": "c"}, thread_id="c")
+    assert snap.values.notes == ["after jump"]
+
+
+async def test_recursion_limit_names_thread_and_step_and_keeps_checkpoint(saver: Saver) -> None:
+    g = StateGraph(Task)
+    g.add_node("spin", lambda s: {"count": s.count + 1})
+    g.add_edge(START, "spin")
+    g.add_conditional_edges("spin", lambda s: "spin" if s.count < 1000 else END)
+    app = g.compile(saver=saver, recursion_limit=5)
+    with pytest.raises(RecursionLimitError, match="thread 'loop' reached recursion_limit=5 at step 5"):
+        await app.ainvoke({"request": "r"}, thread_id="loop")
+    snap = await app.aget_state("loop")
+    assert snap.step == 5 and snap.values.count == 5 and snap.status == "running"
+    snap = await app.aresume("loop", recursion_limit=2000)
+    assert snap.status == "done" and snap.values.count == 1000
+
+
+async def test_invoke_on_done_thread_is_a_new_turn(saver: Saver) -> None:
+    app = linear(saver)
+    first = await app.ainvoke({"request": "one"}, thread_id="multi")
+    second = await app.ainvoke({"request": "two", "count": 0}, thread_id="multi")
+    assert second.step == first.step + 6
+    assert second.values.notes[:3] == first.values.notes
+    assert second.values.notes[3] == "analyzed two"
+    turn = [h for h in await app.ahistory("multi") if h.metadata["source"] == "input"]
+    assert [h.step for h in turn] == [first.step + 1, 0]
+
+
+async def test_invoke_on_failed_thread_says_resume(saver: Saver) -> None:
+    g = StateGraph(Task)
+
+    def boom(s: Task) -> None:
+        raise RuntimeError("kaput")
+
+    g.add_node("boom", boom)
+    g.add_edge(START, "boom")
+    g.add_edge("boom", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(NodeError, match="node 'boom' failed: RuntimeError: kaput") as info:
+        await app.ainvoke({"request": "r"}, thread_id="f")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(ThreadStateError, match=r"thread 'f' is failed; call resume\('f'\)"):
+        await app.ainvoke({"request": "again"}, thread_id="f")
+    threads = await app.athreads(status="failed")
+    assert [t.thread_id for t in threads] == ["f"]
+    assert threads[0].error is not None and "kaput" in threads[0].error
+
+
+async def test_retry_policy_retries_then_succeeds(saver: Saver) -> None:
+    calls: list[int] = []
+
+    def flaky(s: Task, ctx: Context) -> dict[str, Any]:
+        calls.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise ConnectionError("flap")
+        return {"verdict": f"ok after {ctx.attempt}"}
+
+    g = StateGraph(Task)
+    g.add_node("flaky", flaky, retry=RetryPolicy(max_attempts=3, initial_interval=0.0, jitter=False))
+    g.add_edge(START, "flaky")
+    g.add_edge("flaky", END)
+    app = g.compile(saver=saver)
+    snap = await app.ainvoke({"request": "r"}, thread_id="r")
+    assert calls == [1, 2, 3]
+    assert snap.values.verdict == "ok after 3"
+
+
+async def test_retry_policy_only_retries_listed_errors(saver: Saver) -> None:
+    calls: list[int] = []
+
+    def picky(s: Task) -> None:
+        calls.append(1)
+        raise KeyError("not retried")
+
+    g = StateGraph(Task)
+    g.add_node("picky", picky, retry=RetryPolicy(max_attempts=5, initial_interval=0.0, retry_on=ConnectionError))
+    g.add_edge(START, "picky")
+    g.add_edge("picky", END)
+    with pytest.raises(NodeError):
+        await g.compile(saver=saver).ainvoke({"request": "r"}, thread_id="p")
+    assert len(calls) == 1
+
+
+async def test_node_timeout(saver: Saver) -> None:
+    release = asyncio.Event()
+
+    async def stuck(s: Task) -> None:
+        await release.wait()
+
+    g = StateGraph(Task)
+    g.add_node("stuck", stuck, timeout=0.05)
+    g.add_edge(START, "stuck")
+    g.add_edge("stuck", END)
+    with pytest.raises(NodeError, match="ran longer than its timeout of 0.05 s") as info:
+        await g.compile(saver=saver).ainvoke({"request": "r"}, thread_id="slow")
+    assert isinstance(info.value.__cause__, NodeTimeoutError)
+
+
+async def test_typeddict_state(saver: Saver) -> None:
+    class T(TypedDict, total=False):
+        items: Annotated[list[int], append]
+        last: int
+
+    g = StateGraph(T)
+    g.add_node("a", lambda s: {"items": [len(s.get("items", []))], "last": 1})
+    g.add_edge(START, "a")
+    g.add_conditional_edges("a", lambda s: "a" if len(s["items"]) < 3 else END)
+    snap = await g.compile(saver=saver).ainvoke({"items": [9]}, thread_id="td")
+    assert snap.values == {"items": [9, 1, 2], "last": 1}
+
+
+async def test_usage_reported_by_nodes_lands_in_metadata(saver: Saver) -> None:
+    def model(s: Task, ctx: Context) -> dict[str, Any]:
+        ctx.report_usage(model="m-1", prompt_tokens=10, completion_tokens=5)
+        ctx.report_usage(model="m-1", prompt_tokens=1, completion_tokens=2)
+        return {"verdict": "ok"}
+
+    g = StateGraph(Task)
+    g.add_node("model", model)
+    g.add_edge(START, "model")
+    g.add_edge("model", END)
+    snap = await g.compile(saver=saver).ainvoke({"request": "r"}, thread_id="u")
+    assert snap.metadata["usage"] == {"model": {"model": "m-1", "prompt_tokens": 11, "completion_tokens": 7, "calls": 2}}
+
+
+@pytest.mark.parametrize("mode", ["updates", "values", "checkpoints"])
+async def test_stream_modes(saver: Saver, mode: str) -> None:
+    app = linear(saver)
+    items = [item async for item in app.astream({"request": "s"}, thread_id=f"st-{mode}", mode=mode)]  # type: ignore[arg-type]
+    if mode == "updates":
+        assert items[0] == {"analyze": {"notes": ["analyzed s"]}}
+        assert items[-1] == {"review": {"verdict": "ok", "scores": {"r2": 2}}}
+        assert len(items) == 5
+    elif mode == "values":
+        assert [v.count for v in items] == [0, 0, 1, 1, 2, 2]
+    else:
+        assert [s.step for s in items] == [0, 1, 2, 3, 4, 5]
+        assert items[-1].status == "done"
+
+
+async def test_stream_rejects_unknown_mode(saver: Saver) -> None:
+    app = linear(saver)
+    with pytest.raises(ValueError, match="stream mode must be"):
+        async for _ in app.astream({"request": "s"}, mode="everything"):  # type: ignore[arg-type]
+            pass

@@ -1,0 +1,138 @@
+"""Time travel and forks.
+
+*Time travel* reads any past checkpoint of a thread: its state, its frontier and its metadata, read-only.
+*Fork* starts a new thread whose first checkpoint has a past checkpoint as parent, optionally with an update applied
+through the reducers; running it never changes the source thread, whose rows stay byte-for-byte the same.
+*Diff* compares the values of two checkpoints, in one thread or across branches.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import (
+    END,
+    START,
+    CheckpointNotFoundError,
+    Saver,
+    StateGraph,
+    ThreadConflictError,
+    append,
+)
+from graphckpt.savers.base import BlobRange
+
+
+class S(BaseModel):
+    instruction: str = "plain"
+    steps: Annotated[list[str], append] = []
+    result: str | None = None
+
+
+def app_for(saver: Saver) -> Any:
+    g = StateGraph(S)
+    g.add_node("plan", lambda s: {"steps": [f"plan({s.instruction})"]})
+    g.add_node("build", lambda s: {"steps": [f"build({s.instruction})"]})
+    g.add_node("finish", lambda s: {"result": f"done with {len(s.steps)} steps ({s.instruction})"})
+    g.add_edge(START, "plan")
+    g.add_edge("plan", "build")
+    g.add_edge("build", "finish")
+    g.add_edge("finish", END)
+    return g.compile(saver=saver)
+
+
+async def rows(saver: Saver, thread_id: str) -> Any:
+    """Everything stored for a thread, as comparable bytes-and-values."""
+    record = await saver.get_thread(thread_id)
+    cps = await saver.list_checkpoints(thread_id)
+    blobs = await saver.get_blobs([BlobRange(thread_id, ch, 0, 10**9) for ch in ("instruction", "steps", "result")])
+    writes = [await saver.get_writes(thread_id, cp.checkpoint_id) for cp in cps]
+    return record, cps, blobs, writes
+
+
+async def test_read_any_past_checkpoint(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({"instruction": "v1"}, thread_id="t")
+    history = await app.ahistory("t")
+    assert [h.step for h in history] == [3, 2, 1, 0]
+    past = await app.aget_state("t", history[2].checkpoint_id)
+    assert past.step == 1 and past.values.steps == ["plan(v1)"] and past.next == ("build",)
+    assert past.values == history[2].values
+    assert (await app.ahistory("t", limit=2))[1].step == 2
+    assert [h.step for h in await app.ahistory("t", before=history[1].checkpoint_id)] == [1, 0]
+    assert [h.step for h in await app.ahistory("t", filter={"source": "input"})] == [0]
+    with pytest.raises(CheckpointNotFoundError, match="thread 't' has no checkpoint 'zzz'"):
+        await app.aget_state("t", "zzz")
+
+
+async def test_fork_leaves_source_byte_for_byte_unchanged(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({"instruction": "v1"}, thread_id="src")
+    before = await rows(saver, "src")
+    after_plan = (await app.ahistory("src"))[2]
+    fork = await app.afork("src", after_plan.checkpoint_id, update={"instruction": "v2"}, new_thread_id="alt")
+    assert fork.thread_id == "alt" and fork.status == "running"
+    assert fork.parent is not None and fork.parent.thread_id == "src"
+    assert fork.parent.checkpoint_id == after_plan.checkpoint_id
+    assert fork.next == ("build",) and fork.metadata["source"] == "fork"
+    done = await app.aresume("alt")
+    assert done.values.steps == ["plan(v1)", "build(v2)"]
+    assert done.values.result == "done with 2 steps (v2)"
+    assert await rows(saver, "src") == before
+    src = await app.aget_state("src")
+    assert src.values.result == "done with 2 steps (v1)"
+
+
+async def test_fork_history_walks_into_ancestors(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({"instruction": "v1"}, thread_id="src")
+    after_plan = (await app.ahistory("src"))[2]
+    await app.afork("src", after_plan.checkpoint_id, new_thread_id="alt")
+    await app.aresume("alt")
+    history = await app.ahistory("alt")
+    assert [(h.thread_id, h.step) for h in history] == [("alt", 4), ("alt", 3), ("alt", 2), ("src", 1), ("src", 0)]
+    assert history[2].parent == after_plan.ref
+    grandchild = await app.afork("alt", history[3].checkpoint_id, new_thread_id="alt2")  # an ancestor's checkpoint
+    assert grandchild.parent == history[3].ref
+    threads = {t.thread_id: t for t in await app.athreads()}
+    assert threads["alt"].forked_from == after_plan.ref
+
+
+async def test_fork_with_reducer_update_and_goto(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({}, thread_id="src")
+    first = (await app.ahistory("src"))[-1]
+    fork = await app.afork("src", first.checkpoint_id, update={"steps": ["injected"]}, goto="finish", new_thread_id="g")
+    assert fork.values.steps == ["injected"] and fork.next == ("finish",)
+    done = await app.aresume("g")
+    assert done.values.result == "done with 1 steps (plain)"
+
+
+async def test_fork_errors(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({}, thread_id="src")
+    head = await app.aget_state("src")
+    with pytest.raises(CheckpointNotFoundError):
+        await app.afork("src", "nope")
+    with pytest.raises(ThreadConflictError, match="already exists"):
+        await app.afork("src", head.checkpoint_id, new_thread_id="src")
+
+
+async def test_diff_reports_added_changed_and_appended(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({"instruction": "v1"}, thread_id="a")
+    after_plan = (await app.ahistory("a"))[2]
+    await app.afork("a", after_plan.checkpoint_id, update={"instruction": "v2"}, new_thread_id="b")
+    await app.aresume("b")
+    d = await app.adiff(("a", None), ("b", None))
+    assert set(d.changed) == {"instruction", "steps", "result"}
+    assert d.changed["instruction"].before == "v1" and d.changed["instruction"].after == "v2"
+    assert d.changed["steps"].common == 1 and d.changed["steps"].appended == ["build(v2)"]
+    assert d.changed["steps"].dropped == ["build(v1)"]
+    growth = await app.adiff(("a", after_plan.checkpoint_id), ("a", None))
+    assert growth.changed["steps"].appended == ["build(v1)"] and growth.changed["steps"].dropped == []
+    assert "appended" in str(growth)
+    same = await app.adiff(("a", None), await app.aget_state("a"))
+    assert not same and "no differences" in str(same)
