@@ -131,7 +131,8 @@ class Serializer:
         except CorruptCheckpointError:
             raise
         except Exception as exc:  # msgpack raises many types on hostile input; none may escape as-is
-            raise CorruptCheckpointError(f"stored bytes do not decode: {type(exc).__name__}: {exc}") from None
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise CorruptCheckpointError(f"stored bytes do not decode ({detail})") from None
 
     def _loads(self, data: bytes, depth: int) -> Any:
         if depth > _MAX_DEPTH:

@@ -69,7 +69,9 @@ async def test_ctx_interrupt_and_resume_with_answer(saver: Saver) -> None:
     app = g.compile(saver=saver)
     snap = await app.ainvoke({}, thread_id="h")
     assert snap.status == "interrupted"
-    assert [(i.node, i.when, i.payload) for i in snap.interrupts] == [("approve", "inside", {"question": "ship draft-1?"})]
+    assert [(i.node, i.when, i.payload) for i in snap.interrupts] == [
+        ("approve", "inside", {"question": "ship draft-1?"})
+    ]
     assert (await app.aget_state("h")).interrupts == snap.interrupts
 
     with pytest.raises(ThreadStateError, match="waiting for an answer"):

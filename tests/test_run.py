@@ -132,7 +132,7 @@ async def test_unstorable_value_is_refused_naming_the_field(saver: Saver) -> Non
     g.add_edge(START, "n")
     g.add_edge("n", END)
     app = g.compile(saver=saver)
-    with pytest.raises(SerializationError, match="state field 'thing'.*_thread.lock"):
+    with pytest.raises(SerializationError, match=r"state field 'thing'.*_thread\.lock"):
         await app.ainvoke({}, thread_id="t")
     snap = await app.aget_state("t")
     assert snap.step == 0  # the previous checkpoint stays the head
@@ -285,7 +285,7 @@ async def test_node_timeout(saver: Saver) -> None:
     g.add_node("stuck", stuck, timeout=0.05)
     g.add_edge(START, "stuck")
     g.add_edge("stuck", END)
-    with pytest.raises(NodeError, match="ran longer than its timeout of 0.05 s") as info:
+    with pytest.raises(NodeError, match=r"ran longer than its timeout of 0\.05 s") as info:
         await g.compile(saver=saver).ainvoke({"request": "r"}, thread_id="slow")
     assert isinstance(info.value.__cause__, NodeTimeoutError)
 
@@ -314,7 +314,9 @@ async def test_usage_reported_by_nodes_lands_in_metadata(saver: Saver) -> None:
     g.add_edge(START, "model")
     g.add_edge("model", END)
     snap = await g.compile(saver=saver).ainvoke({"request": "r"}, thread_id="u")
-    assert snap.metadata["usage"] == {"model": {"model": "m-1", "prompt_tokens": 11, "completion_tokens": 7, "calls": 2}}
+    assert snap.metadata["usage"] == {
+        "model": {"model": "m-1", "prompt_tokens": 11, "completion_tokens": 7, "calls": 2}
+    }
 
 
 @pytest.mark.parametrize("mode", ["updates", "values", "checkpoints"])

@@ -1,0 +1,89 @@
+"""Tolerant, versioned loading (invariant 8): checkpoints written by an older schema still load and resume."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import END, START, CorruptCheckpointError, GraphSetupError, Saver, StateGraph, append
+
+
+class V1(BaseModel):
+    notes: Annotated[list[str], append] = []
+    legacy: str = "old"
+    count: int = 0
+
+
+class V2(BaseModel):
+    notes: Annotated[list[str], append] = []
+    count: int = 0
+    priority: str = "normal"  # new field: filled from its default
+
+
+class V3(BaseModel):
+    notes: Annotated[list[str], append] = []
+    total: int = 0  # renamed from count by a migration
+
+
+def graph(schema: type[BaseModel], **kw: Any) -> StateGraph:
+    g = StateGraph(schema, **kw)
+    g.add_node("work", lambda s: {"notes": ["worked"]})
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g
+
+
+async def test_old_checkpoint_drops_removed_fields_and_fills_new_ones(saver: Saver, caplog: Any) -> None:
+    old = graph(V1).compile(saver=saver, interrupt_before=["work"])
+    await old.ainvoke({"legacy": "x", "count": 3}, thread_id="t")
+    new = graph(V2, version=2).compile(saver=saver, interrupt_before=["work"])
+    with caplog.at_level(logging.WARNING, logger="graphckpt.codec"):
+        snap = await new.aget_state("t")
+    assert snap.values == V2(notes=[], count=3, priority="normal")
+    assert snap.schema_version == 1
+    assert "has field(s) the schema no longer has: legacy" in caplog.text
+    done = await new.aresume("t")  # resuming with the new code works
+    assert done.values.notes == ["worked"] and done.schema_version == 2
+
+
+async def test_migrations_run_in_order(saver: Saver) -> None:
+    await graph(V1).compile(saver=saver, interrupt_before=["work"]).ainvoke({"count": 4}, thread_id="t")
+
+    def v1_to_v2(values: dict[str, Any]) -> dict[str, Any]:
+        values.pop("legacy", None)
+        return {**values, "priority": "high"}
+
+    def v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
+        values["total"] = values.pop("count") * 10
+        values.pop("priority", None)
+        return values
+
+    app = graph(V3, version=3, migrations={1: v1_to_v2, 2: v2_to_v3}).compile(saver=saver)
+    snap = await app.aget_state("t")
+    assert snap.values == V3(notes=[], total=40)
+    assert (await app.aresume("t")).values.total == 40
+
+
+async def test_value_that_still_does_not_validate_names_the_field(saver: Saver) -> None:
+    class Strict(BaseModel):
+        notes: Annotated[list[str], append] = []
+        count: dict[str, int] = {}
+
+    await graph(V1).compile(saver=saver).ainvoke({"count": 1}, thread_id="t")
+    app = graph(Strict, version=2).compile(saver=saver)
+    with pytest.raises(CorruptCheckpointError, match="field 'count' does not fit"):
+        await app.aget_state("t")
+
+
+async def test_checkpoint_from_a_newer_schema_is_refused(saver: Saver) -> None:
+    await graph(V2, version=5).compile(saver=saver).ainvoke({}, thread_id="t")
+    with pytest.raises(CorruptCheckpointError, match="schema version 5, newer than this graph's version 2"):
+        await graph(V2, version=2).compile(saver=saver).aget_state("t")
+
+
+def test_migration_versions_are_checked() -> None:
+    with pytest.raises(GraphSetupError, match="do not upgrade towards version 2"):
+        StateGraph(V2, version=2, migrations={2: lambda v: v})
