@@ -1,0 +1,88 @@
+"""Export a thread with its lineage as JSON lines and import it into another saver, where it resumes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append
+from graphckpt.savers.memory import MemorySaver
+from graphckpt.transfer import export_thread, import_thread
+
+
+class S(BaseModel):
+    log: Annotated[list[str], append] = []
+    n: int = 0
+
+
+FAIL = {"on": True}
+
+
+def app_for(saver: Saver) -> Any:
+    def step(s: S) -> dict[str, Any]:
+        if s.n == 3 and FAIL["on"]:
+            raise RuntimeError("crash at 3")
+        return {"log": [f"s{s.n}"], "n": s.n + 1}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 5 else END)
+    return g.compile(saver=saver)
+
+
+async def dump(saver: Saver, thread_id: str) -> list[str]:
+    return [line async for line in export_thread(saver, thread_id)]
+
+
+async def test_fork_with_lineage_moves_between_savers_and_resumes(saver: Saver) -> None:
+    source = MemorySaver()
+    src = app_for(source)
+    FAIL["on"] = False
+    await src.ainvoke({}, thread_id="main")
+    mid = (await src.ahistory("main"))[3]
+    await src.afork("main", mid.checkpoint_id, update={"log": ["forked"]}, new_thread_id="alt")
+    lines = await dump(source, "alt")
+    assert json.loads(lines[0])["format"] == "graphckpt-thread"
+
+    assert await import_thread(saver, lines) == "alt"
+    dst = app_for(saver)
+    want = [(h.thread_id, h.checkpoint_id, h.values) for h in await src.ahistory("alt")]
+    got = [(h.thread_id, h.checkpoint_id, h.values) for h in await dst.ahistory("alt")]
+    assert got == want
+    done = await dst.aresume("alt")
+    assert done.values.log == ["s0", "s1", "forked", "s2", "s3", "s4"]
+    assert await import_thread(saver, await dump(source, "main")) == "main"  # the shared ancestors are skipped
+    assert (await dst.aget_state("main")).values == (await src.aget_state("main")).values
+
+
+async def test_failed_thread_keeps_status_and_pending_writes(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = True
+    with pytest.raises(NodeError):
+        await app_for(source).ainvoke({}, thread_id="f")
+    await import_thread(saver, await dump(source, "f"))
+    dst = app_for(saver)
+    snap = await dst.aget_state("f")
+    assert snap.status == "failed" and snap.errors[0].message == "crash at 3"
+    FAIL["on"] = False
+    assert (await dst.aresume("f")).values.n == 5
+
+
+async def test_bad_input_is_refused_and_changes_nothing(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = False
+    await app_for(source).ainvoke({}, thread_id="t")
+    lines = await dump(source, "t")
+    with pytest.raises(CorruptCheckpointError, match="bad header"):
+        await import_thread(saver, ['{"kind": "checkpoint"}'])
+    with pytest.raises(CorruptCheckpointError, match="line 2 is not a graphckpt record"):
+        await import_thread(saver, [lines[0], "{not json"])
+    with pytest.raises(CorruptCheckpointError, match="truncated"):
+        await import_thread(saver, lines[:-1])
+    assert await saver.get_thread("t") is not None  # the truncated import stored what came before, intact
+    assert await import_thread(saver, lines) == "t"  # and a full import completes it
+    assert (await app_for(saver).aget_state("t")).values.n == 5
