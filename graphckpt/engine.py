@@ -30,7 +30,6 @@ from graphckpt.codec import Body, Codec
 from graphckpt.context import Context, NodeInterrupt
 from graphckpt.control import END, Command, Send
 from graphckpt.errors import (
-    GraphckptError,
     InvalidUpdateError,
     NodeError,
     NodeTimeoutError,
@@ -301,8 +300,8 @@ class Run:
         logger.info("thread %r step %d %s", self.thread_id, self.step, status)
         if failures:
             first = failures[0]
-            if isinstance(first.exc, GraphckptError) and not isinstance(first.exc, NodeTimeoutError):
-                raise first.exc
+            if isinstance(first.exc, (InvalidUpdateError, SerializationError)):
+                raise first.exc  # the engine's own verdict on the node's output: already names node and field
             raise NodeError(
                 f"thread {self.thread_id!r} step {self.step}: node {first.task.node!r} failed: "
                 f"{type(first.exc).__name__}: {first.exc}",

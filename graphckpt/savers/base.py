@@ -193,9 +193,10 @@ class Saver(abc.ABC):
         Compare-and-set: when ``expected_head`` is ``None`` the thread must not exist yet (it is created, owned by
         ``run_id``); otherwise the thread's current head must be ``expected_head`` *and* its ``run_id`` must equal
         ``run_id``. If not, nothing is written and :class:`ThreadConflictError` is raised
-        (:class:`ThreadNotFoundError` when ``expected_head`` is given and the thread does not exist). On success the thread row
-        takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes recorded
-        against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half of it.
+        (:class:`ThreadNotFoundError` when ``expected_head`` is given and the thread does not exist). On success the
+        thread row takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes
+        recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half
+        of it.
         """
 
     @abc.abstractmethod
