@@ -1,0 +1,173 @@
+"""Run the issue 5 benchmarks: graphckpt against LangGraph and the FLOOR, side by side in one process run.
+
+    python bench/run.py                                   # everything, 5 repeats, writes bench/RESULTS.md
+    python bench/run.py --workloads W1,W7 --savers sqlite --repeats 9
+    python bench/run.py --quick --savers memory,sqlite --out /tmp/results.md   # smoke test sizes
+
+Every repeat runs every selected workload on every applicable saver for every engine (the engine order alternates
+between repeats), each on a fresh SQLite file or PostgreSQL schema that is dropped afterwards. The report holds the
+medians over repeats and the ratios the issue's target table asks for. An engine that cannot be imported is skipped
+with a note; PostgreSQL is skipped with a note when the server does not answer. Exit status 1 when any run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from types import ModuleType
+
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common, floor, report, storage
+from bench.workloads import WORKLOADS
+
+ALL_WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FLOOR"]
+ALL_SAVERS = ["memory", "sqlite", "postgres"]
+ALL_ENGINES = ["graphckpt", "langgraph"]
+
+
+def applicable_savers(workload: str, savers: list[str]) -> list[str]:
+    """The savers a workload runs on: W7 only without a saver, W3 also without one (its baseline), W5 only on savers
+    that outlive a process, W4 and W6 need a saver, FLOOR on the databases."""
+    if workload == "W7":
+        return ["none"]
+    if workload == "W3":
+        return ["none", *savers]
+    if workload in ("W5", "FLOOR"):
+        return [s for s in savers if s in ("sqlite", "postgres")]
+    return list(savers)
+
+
+def load_engines(names: list[str], results: report.Results) -> dict[str, ModuleType]:
+    """Import each engine's adapter; one that fails to import is skipped with a printed note."""
+    engines = {}
+    for name in names:
+        try:
+            engines[name] = importlib.import_module(f"bench.workloads_{name}")
+        except Exception as exc:
+            note = f"engine {name} skipped: it failed to import ({type(exc).__name__}: {exc})"
+            print(f"NOTE: {note}", flush=True)
+            results.notes.append(note)
+            continue
+        results.notes.append(f"engine {name}: {engines[name].version()}")
+    return engines
+
+
+def run_floor(store: storage.Store, sizes: common.Sizes) -> dict[str, float]:
+    """FLOOR figures for one database store."""
+    if store.kind == "sqlite":
+        ms = floor.sqlite_ms_per_commit(store, sizes.floor_commits, sizes.floor_row_bytes)
+    else:
+        ms = floor.postgres_ms_per_commit(store, sizes.floor_commits, sizes.floor_row_bytes)
+    return {"ms_per_commit": ms, "row_bytes": sizes.floor_row_bytes}
+
+
+def run_all(
+    args: argparse.Namespace, engines: dict[str, ModuleType], savers: list[str], results: report.Results
+) -> None:
+    """Every repeat x workload x saver x engine, each on a fresh store."""
+    sizes = common.QUICK if args.quick else common.FULL
+    with tempfile.TemporaryDirectory(prefix="graphckpt-bench-") as tmpdir:
+        for repeat in range(args.repeats):
+            order = list(engines.items())
+            if repeat % 2:
+                order.reverse()
+            for workload in args.workloads:
+                for saver in applicable_savers(workload, savers):
+                    runners = [("floor", None)] if workload == "FLOOR" else order
+                    for name, engine in runners:
+                        key = (name, workload, saver)
+                        if key in results.errors:
+                            continue
+                        store = storage.open_store(saver, tmpdir, args.pg_dsn)  # type: ignore[arg-type]
+                        started = time.perf_counter()
+                        try:
+                            if engine is None:
+                                figures = run_floor(store, sizes)
+                            else:
+                                figures = WORKLOADS[workload](engine, store, sizes, tmpdir)
+                        except Exception as exc:
+                            results.errors[key] = f"{type(exc).__name__}: {exc}"[:500]
+                            print(f"FAILED {name} {workload} {saver}:", flush=True)
+                            traceback.print_exc()
+                            continue
+                        finally:
+                            storage.drop_store(store)
+                        results.add(key, figures)
+                        shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in figures.items())
+                        took = time.perf_counter() - started
+                        print(f"[{repeat + 1}/{args.repeats}] {name:9} {workload:5} {saver:8} {shown} ({took:.1f}s)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="graphckpt vs LangGraph benchmarks (issue 5)")
+    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, FLOOR")
+    parser.add_argument("--savers", default=",".join(ALL_SAVERS), help="comma list of memory, sqlite, postgres")
+    parser.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of graphckpt, langgraph")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats per figure; medians are reported")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (smoke test)")
+    parser.add_argument("--pg-dsn", default=storage.DEFAULT_DSN, help="PostgreSQL on loopback")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
+    args = parser.parse_args(argv)
+
+    def pick(value: str, allowed: list[str], what: str) -> list[str]:
+        chosen = [v.strip() for v in value.split(",") if v.strip()]
+        unknown = sorted(set(chosen) - set(allowed))
+        if unknown:
+            parser.error(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
+        return chosen
+
+    args.workloads = pick(args.workloads.upper(), ALL_WORKLOADS, "workloads")
+    args.savers = pick(args.savers, ALL_SAVERS, "savers")
+    args.engines = pick(args.engines, ALL_ENGINES, "engines")
+    if args.quick and "--repeats" not in " ".join(argv if argv is not None else sys.argv):
+        args.repeats = 1
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = report.Results()
+    if args.quick:
+        results.notes.append("--quick: tiny sizes for the smoke test; the figures mean nothing")
+    engines = load_engines(args.engines, results)
+
+    savers = list(args.savers)
+    if "postgres" in savers and (reason := storage.postgres_reachable(args.pg_dsn)):
+        print(f"NOTE: postgres skipped: {reason}", flush=True)
+        results.notes.append(f"postgres skipped: {reason}")
+        savers.remove("postgres")
+
+    run_all(args, engines, savers, results)
+
+    text = report.render(
+        results,
+        header=report.machine_note(args.pg_dsn if "postgres" in savers else None),
+        engines=list(engines),
+        command=shlex.join(["python", "bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print()
+    print("\n".join(report.targets_table(results)))
+    print()
+    print("\n".join(report.reference_table(results)))
+    print(f"\nwrote {args.out}")
+    if results.errors:
+        print(f"{len(results.errors)} run(s) failed: {', '.join(' '.join(k) for k in sorted(results.errors))}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
