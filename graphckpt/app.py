@@ -9,15 +9,25 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphckpt import ids
 from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.control import START, Send
 from graphckpt.diff import Diff, diff_values
-from graphckpt.engine import Head, Recorded, Run, TaskResult, decode_recorded, frontier_status, route, step_metadata
+from graphckpt.engine import (
+    SYNC_FACADE,
+    Head,
+    Recorded,
+    Run,
+    TaskResult,
+    decode_recorded,
+    frontier_status,
+    route,
+    step_metadata,
+)
 from graphckpt.errors import CheckpointNotFoundError, ThreadConflictError, ThreadNotFoundError, ThreadStateError
 from graphckpt.portal import Portal
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
@@ -29,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["App", "StreamMode"]
 
+T = TypeVar("T")
 StreamMode = Literal["updates", "values", "checkpoints"]
 _NO_ANSWER: Any = object()
 CheckpointSpec = Snapshot | CheckpointRef | tuple[str, str | None]
@@ -449,60 +460,76 @@ class App:
     def invoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
                tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
         """Sync :meth:`ainvoke`."""
-        return self._portal.call(self.ainvoke(input, thread_id=thread_id, recursion_limit=recursion_limit, tags=tags))
+        return self._sync(self.ainvoke(input, thread_id=thread_id, recursion_limit=recursion_limit, tags=tags))
 
     def resume(self, thread_id: str, answer: Any = _NO_ANSWER, *, recursion_limit: int | None = None,
                tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
         """Sync :meth:`aresume`."""
-        return self._portal.call(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
+        return self._sync(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
 
     def stream(self, input: Any, *, thread_id: str | None = None, mode: StreamMode = "updates",
                recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
                resume: bool = False) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
         return self._portal.iterate(
-            self.astream(
-                input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume
+            _iterate_as_sync_facade(
+                self.astream(
+                    input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume
+                )
             )
         )
 
     def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
         """Sync :meth:`aget_state`."""
-        return self._portal.call(self.aget_state(thread_id, checkpoint_id))
+        return self._sync(self.aget_state(thread_id, checkpoint_id))
 
     def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
                 filter: Mapping[str, Any] | None = None) -> list[Snapshot]:  # fmt: skip
         """Sync :meth:`ahistory`."""
-        return self._portal.call(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
+        return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
 
     def fork(self, thread_id: str, checkpoint_id: str, *, update: Mapping[str, Any] | None = None,
              new_thread_id: str | None = None, goto: str | Send | list[str | Send] | None = None,
              tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
         """Sync :meth:`afork`."""
-        return self._portal.call(
+        return self._sync(
             self.afork(thread_id, checkpoint_id, update=update, new_thread_id=new_thread_id, goto=goto, tags=tags)
         )
 
     def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """Sync :meth:`adiff`."""
-        return self._portal.call(self.adiff(a, b))
+        return self._sync(self.adiff(a, b))
 
     def threads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Sync :meth:`athreads`."""
-        return self._portal.call(self.athreads(status))
+        return self._sync(self.athreads(status))
 
     def delete_thread(self, thread_id: str) -> None:
         """Sync :meth:`adelete_thread`."""
-        self._portal.call(self.adelete_thread(thread_id))
+        self._sync(self.adelete_thread(thread_id))
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._portal.call(_as_sync_facade(coro))
 
     def close(self) -> None:
         """Close the saver and stop the background loop."""
         if self._portal._loop is not None:
-            self._portal.call(self.aclose())
+            self._sync(self.aclose())
         self._portal.close()
 
 
 _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
+
+
+async def _as_sync_facade(coro: Coroutine[Any, Any, T]) -> T:
+    SYNC_FACADE.set(True)  # this coroutine runs in its own task: the flag stays in its context
+    return await coro
+
+
+async def _iterate_as_sync_facade(agen: AsyncIterator[T]) -> AsyncIterator[T]:
+    SYNC_FACADE.set(True)  # set before the first item: the run's task is created in this context
+    async for item in agen:
+        yield item
 
 
 def _thread_info(r: ThreadRecord) -> ThreadInfo:

@@ -154,3 +154,40 @@ async def test_resume_done_thread_returns_head(saver: Saver) -> None:
     again = await app.aresume("d")
     assert again.checkpoint_id == done.checkpoint_id and again.status == "done"
     assert flaky.calls == Counter(a=1, b=1, c=1)
+
+
+async def test_finished_task_is_durable_while_a_sibling_still_runs(saver: Saver) -> None:
+    """Group commit: the fast task's result is recorded without waiting for the slow sibling."""
+    release = asyncio.Event()
+    recorded: list[str] = []
+
+    async def fast(s: S) -> dict[str, Any]:
+        return {"log": ["fast"]}
+
+    async def slow(s: S) -> dict[str, Any]:
+        await release.wait()
+        return {"log": ["slow"]}
+
+    g = StateGraph(S)
+    g.add_node("fast", fast)
+    g.add_node("slow", slow)
+    g.add_edge(START, "fast")
+    g.add_edge(START, "slow")
+    g.add_edge("fast", END)
+    g.add_edge("slow", END)
+    app = g.compile(saver=saver)
+    run = asyncio.ensure_future(app.ainvoke({}, thread_id="gc"))
+    try:
+        for _ in range(2000):  # bounded: up to ~2 s for the write to appear
+            head = await saver.get_thread("gc")
+            if head is not None:
+                writes = await saver.get_writes("gc", head.head_checkpoint_id)
+                recorded = [w.kind for w in writes]
+                if recorded:
+                    break
+            await asyncio.sleep(0.001)
+        assert recorded == ["result"]  # fast is durable; slow has not finished
+    finally:
+        release.set()
+        snap = await run
+    assert snap.values.log == ["fast", "slow"]
