@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import itertools
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphckpt import ids
-from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
+from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, TaskError, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.control import START, Send
 from graphckpt.diff import Diff, diff_values
@@ -30,7 +31,7 @@ from graphckpt.engine import (
 )
 from graphckpt.errors import CheckpointNotFoundError, ThreadConflictError, ThreadNotFoundError, ThreadStateError
 from graphckpt.portal import Portal
-from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import Blob, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 
@@ -292,13 +293,18 @@ class App:
                 rows = await self.saver.list_checkpoints(tid, limit=remaining, before_step=upper, filter=filter)
                 found += [cp for cp in rows if cp.step >= first]
             upper = min(upper, first)
-        items = [(cp, self.codec.decode_body(cp)) for cp in found]
-        values = await self.codec.load_values_many(self.saver, items)
+        if not found:
+            return []
+        old, new = self.codec.decode_body(found[-1]), self.codec.decode_body(found[0])
+        ranges = self.codec.history_ranges(found[-1], old, found[0], new)
+        fold = _LazyFold(self.codec, found, await self.saver.get_blobs(ranges) if ranges else [])
         return [
-            self._snapshot(
-                Head(cp, body, v), record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status, None
+            _make_snapshot(
+                cp,
+                record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status,
+                functools.partial(fold.load, i),
             )
-            for (cp, body), v in zip(items, values, strict=True)
+            for i, cp in enumerate(found)
         ]
 
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
@@ -413,24 +419,12 @@ class App:
                 for t, _i, p in recorded.open_interrupts()
             ]
             errors = tuple(recorded.errors.values())
-        parent = (
-            CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id)
-            if cp.parent_checkpoint_id
-            else None
-        )
-        return Snapshot(
-            thread_id=cp.thread_id,
-            checkpoint_id=cp.checkpoint_id,
-            parent=parent,
-            step=cp.step,
-            values=self.codec.state.make(head.values),
-            tasks=tuple(body.tasks),
-            status=status,
-            interrupts=tuple(interrupts),
+        make = self.codec.state.make
+        return _make_snapshot(
+            cp,
+            status,
+            lambda: (make(head.values), body.tasks, interrupts, body.schema_version),
             errors=errors,
-            metadata=cp.metadata,
-            created_at=dt.datetime.fromtimestamp(cp.created_at, dt.UTC),
-            schema_version=body.schema_version,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -519,6 +513,45 @@ class App:
 
 
 _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
+
+
+def _make_snapshot(
+    cp: StoredCheckpoint,
+    status: Status,
+    loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
+    errors: tuple[TaskError, ...] = (),
+) -> Snapshot:
+    parent = (
+        CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id) if cp.parent_checkpoint_id else None
+    )
+    return Snapshot(
+        thread_id=cp.thread_id,
+        checkpoint_id=cp.checkpoint_id,
+        parent=parent,
+        step=cp.step,
+        status=status,
+        metadata=cp.metadata,
+        created_at=dt.datetime.fromtimestamp(cp.created_at, dt.UTC),
+        loader=loader,
+        errors=errors,
+    )
+
+
+class _LazyFold:
+    """The values of a history page, decoded on the first access to any of them (the blobs are already fetched)."""
+
+    def __init__(self, codec: Codec, cps: list[StoredCheckpoint], blobs: list[Blob]) -> None:
+        self.codec, self.cps, self.blobs = codec, cps, blobs
+        self.bodies: list[Body] | None = None
+        self.values: list[dict[str, Any]] | None = None
+
+    def load(self, i: int) -> tuple[Any, Sequence[Task], Sequence[Interrupt], int]:
+        if self.values is None:
+            self.bodies = [self.codec.decode_body(cp) for cp in self.cps]
+            self.values = self.codec.fold_many(list(zip(self.cps, self.bodies, strict=True)), self.blobs)
+        assert self.bodies is not None
+        body = self.bodies[i]
+        return self.codec.state.make(self.values[i]), body.tasks, body.interrupts, body.schema_version
 
 
 async def _as_sync_facade(coro: Coroutine[Any, Any, T]) -> T:

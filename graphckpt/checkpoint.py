@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypedDict
 
@@ -98,26 +98,91 @@ class TaskError:
         return f"node {self.node!r} raised {self.type}: {self.message}"
 
 
-@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A checkpoint as a user sees it: the state after a super-step and what runs next."""
+    """A checkpoint as a user sees it: the state after a super-step and what runs next.
+
+    Read-only. ``values``, ``tasks`` and ``interrupts`` are decoded from the stored bytes on first access, so listing
+    a long history costs little until you look inside a checkpoint.
+    """
+
+    __slots__ = (
+        "_decoded",
+        "_extra_interrupts",
+        "_loader",
+        "checkpoint_id",
+        "created_at",
+        "errors",
+        "metadata",
+        "parent",
+        "status",
+        "step",
+        "thread_id",
+    )
 
     thread_id: str
     checkpoint_id: str
     parent: CheckpointRef | None
     """The previous checkpoint of this lineage (in another thread for a fork's first checkpoint)."""
     step: int
-    values: Any
-    """An instance of the state schema (a dict for TypedDict schemas)."""
-    tasks: tuple[Task, ...]
-    """The frontier: the tasks the next super-step runs."""
     status: Status
     """The thread's status if this is the head; for older checkpoints, the status it had when it was the head."""
-    interrupts: tuple[Interrupt, ...] = ()
-    errors: tuple[TaskError, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    created_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
-    schema_version: int = 1
+    errors: tuple[TaskError, ...]
+    """Why the thread failed (the head of a ``failed`` thread)."""
+    metadata: Mapping[str, Any]
+    """The audit record (see :class:`CheckpointMetadata`)."""
+    created_at: dt.datetime
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        checkpoint_id: str,
+        parent: CheckpointRef | None,
+        step: int,
+        status: Status,
+        metadata: Mapping[str, Any],
+        created_at: dt.datetime,
+        loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
+        errors: tuple[TaskError, ...] = (),
+        extra_interrupts: tuple[Interrupt, ...] = (),
+    ) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.parent = parent
+        self.step = step
+        self.status = status
+        self.metadata = metadata
+        self.created_at = created_at
+        self.errors = errors
+        self._loader = loader
+        self._extra_interrupts = extra_interrupts
+        self._decoded: tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int] | None = None
+
+    def _load(self) -> tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int]:
+        if self._decoded is None:
+            values, tasks, interrupts, version = self._loader()
+            self._decoded = (values, tuple(tasks), (*interrupts, *self._extra_interrupts), version)
+        return self._decoded
+
+    @property
+    def values(self) -> Any:
+        """An instance of the state schema (a dict for TypedDict schemas)."""
+        return self._load()[0]
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The frontier: the tasks the next super-step runs."""
+        return self._load()[1]
+
+    @property
+    def interrupts(self) -> tuple[Interrupt, ...]:
+        """Why the thread waits (for an ``interrupted`` thread)."""
+        return self._load()[2]
+
+    @property
+    def schema_version(self) -> int:
+        """The state schema version that wrote this checkpoint."""
+        return self._load()[3]
 
     @property
     def next(self) -> tuple[str, ...]:
@@ -127,6 +192,27 @@ class Snapshot:
     @property
     def ref(self) -> CheckpointRef:
         return CheckpointRef(self.thread_id, self.checkpoint_id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (self.ref, self.parent, self.step, self.status, self.errors, dict(self.metadata), self._load()) == (
+            other.ref,
+            other.parent,
+            other.step,
+            other.status,
+            other.errors,
+            dict(other.metadata),
+            other._load(),
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Snapshot(thread_id={self.thread_id!r}, checkpoint_id={self.checkpoint_id!r}, step={self.step}, "
+            f"status={self.status!r}, next={self.next!r}, values={self.values!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,6 +155,27 @@ class Codec:
                 spans[(r.thread_id, r.channel)] = (min(lo, r.min_step), max(hi, r.max_step))
         ranges = [BlobRange(t, c, lo, hi) for (t, c), (lo, hi) in spans.items()]
         blobs = await saver.get_blobs(ranges) if ranges else []
+        return self.fold_many(items, blobs)
+
+    def history_ranges(
+        self, oldest: StoredCheckpoint, old: Body, newest: StoredCheckpoint, new: Body
+    ) -> list[BlobRange]:
+        """Blob ranges covering every checkpoint of one lineage between ``oldest`` and ``newest``, found from those
+        two alone: a channel's snapshot step only grows along a lineage, so ``oldest`` holds the lowest bases."""
+        out: list[BlobRange] = []
+        for name in {**old.channels, **new.channels}:
+            lo = old.channels[name][0] if name in old.channels else oldest.step
+            upper = newest.step
+            for thread_id, first in new.lineage:
+                if max(lo, first) <= upper:
+                    out.append(BlobRange(thread_id, name, max(lo, first), upper))
+                upper = first - 1
+                if upper < lo:
+                    break
+        return out
+
+    def fold_many(self, items: Sequence[tuple[StoredCheckpoint, Body]], blobs: Sequence[Blob]) -> list[dict[str, Any]]:
+        """The values at each checkpoint of ``items`` (one lineage), from blobs that cover them all."""
         by_channel: dict[str, list[Blob]] = {}
         for blob in blobs:
             by_channel.setdefault(blob.channel, []).append(blob)
