@@ -1,0 +1,207 @@
+"""``graphckpt``: run, resume, inspect, fork and diff checkpointed graph threads from the shell.
+
+    graphckpt run myagent:app --input '{"request": "weather function"}' --thread t1
+    graphckpt resume t1                      # after a crash or a failure; --answer JSON after ctx.interrupt
+    graphckpt threads --status failed        # what needs recovery
+    graphckpt history t1 --tree              # checkpoints, and the forks branching off them
+    graphckpt show t1 --checkpoint 01a2...   # a checkpoint's state as JSON
+    graphckpt fork t1 01a2... --set verdict='"fix"' --new-thread t1-alt
+    graphckpt diff t1 t1-alt
+
+The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL.
+Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error; errors are one line
+on stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn, get_args
+
+from graphckpt.savers.base import Status
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db in the current directory) or a
+postgresql:// URL. `run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves.
+Exit status: 0 success, 1 runtime error, 2 usage error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors as one ``graphckpt: error: ...`` line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"graphckpt: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: global options and one subparser per command."""
+    from graphckpt import __version__
+
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--db", default=argparse.SUPPRESS, metavar="URL", help="SQLite path or postgresql:// URL (env GRAPHCKPT_DB)"
+    )
+    as_json = _Parser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print machine-readable JSON (stable keys)")
+
+    parser = _Parser(
+        prog="graphckpt",
+        description="Run, resume, inspect, fork and diff checkpointed graph threads.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--db", metavar="URL", help="SQLite path or postgresql:// URL (env GRAPHCKPT_DB)")
+    parser.add_argument("--version", action="version", version=f"graphckpt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str, description: str, *, db: bool = True, json: bool = True) -> Any:
+        parents = ([common] if db else []) + ([as_json] if json else [])
+        return sub.add_parser(name, help=help, description=description, parents=parents)
+
+    def running(p: Any) -> None:
+        p.add_argument("--recursion-limit", type=int, metavar="N", help="max super-steps of this run")
+        p.add_argument("-q", "--quiet", action="store_true", help="no per-step progress on stderr")
+
+    p = command(
+        "run",
+        "start a thread of a graph",
+        "Start a thread of the graph MODULE:ATTR (a StateGraph, a compiled App, or a zero-argument factory of one) "
+        "with --input, and run it until it is done, interrupted or failed. One line per super-step goes to stderr. "
+        "The app's saver is replaced by the CLI's database; MODULE:ATTR is recorded in the thread.",
+    )
+    p.add_argument("target", metavar="MODULE:ATTR", help="e.g. myagent.graph:app (the current directory is importable)")
+    p.add_argument("--input", default="{}", metavar="JSON", help="the input state update (JSON, or @FILE); default {}")
+    p.add_argument("--thread", metavar="ID", help="thread id (default: a new id)")
+    running(p)
+
+    p = command(
+        "resume",
+        "continue a thread from its last checkpoint",
+        "Continue a thread from its head: after a crash (running), a failure (failed: only unfinished tasks run "
+        "again) or an interrupt (--answer is what ctx.interrupt returns).",
+    )
+    p.add_argument("thread", metavar="ID")
+    p.add_argument("--answer", metavar="JSON", help="the answer to an open ctx.interrupt (JSON, or @FILE)")
+    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+    running(p)
+
+    p = command("threads", "list threads", "List threads, most recently updated first.")
+    p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
+
+    p = command(
+        "history",
+        "a thread's checkpoints",
+        "A thread's checkpoints oldest first (through fork points into the source thread): step, checkpoint id, "
+        "source, nodes that ran, next nodes, duration, tokens. Works without the graph code.",
+    )
+    p.add_argument("thread", metavar="ID")
+    p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
+    p.add_argument("--limit", type=int, metavar="N", help="only the newest N checkpoints")
+
+    values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
+    p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
+    p.add_argument("thread", metavar="ID")
+    p.add_argument("--checkpoint", metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage")
+    p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
+    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+
+    p = command(
+        "diff",
+        "compare two checkpoints' state",
+        "What differs between two checkpoints' state. Each side is THREAD (its head) or THREAD@CHECKPOINT.",
+    )
+    p.add_argument("a", metavar="A", help="THREAD or THREAD@CHECKPOINT")
+    p.add_argument("b", metavar="B", help="THREAD or THREAD@CHECKPOINT")
+    p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
+    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+
+    p = command(
+        "fork",
+        "branch a thread at a checkpoint",
+        "Make a new thread whose first checkpoint follows CHECKPOINT of thread ID, with --set updates applied "
+        "through the reducers. The source thread never changes. Run the branch with `graphckpt resume NEW`.",
+    )
+    p.add_argument("thread", metavar="ID")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint id (or a unique prefix)")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=JSON", help="state update, repeatable: --set verdict='\"fix\"'"
+    )
+    p.add_argument("--new-thread", metavar="ID", help="id of the new thread (default: a new id)")
+    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+
+    p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
+    p.add_argument("thread", metavar="ID")
+
+    p = command("graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False,
+                json=False)  # fmt: skip
+    p.add_argument("target", metavar="MODULE:ATTR")
+
+    p = command(
+        "demo",
+        "run the agent demo (offline)",
+        "Run examples/agent_task.py: a four-step agent task that fails at step 3, resumes without repeating "
+        "finished steps, forks, and diffs the branches. Extra arguments go to the demo.",
+        db=False,
+        json=False,
+    )
+    p.add_argument("demo_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    return parser
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"graphckpt: error: {' '.join(message.split())}\n")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``graphckpt`` command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        thread = getattr(args, "thread", None)
+        hint = f"; the thread keeps its last checkpoint: `graphckpt resume {thread}`" if thread else ""
+        return _fail(f"interrupted{hint}", 130)
+    except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS
+    from graphckpt.cli.session import CliError, Database, Session
+    from graphckpt.errors import CorruptCheckpointError, GraphckptError
+
+    debug = bool(os.environ.get("GRAPHCKPT_DEBUG"))
+    try:
+        if args.command in SYNC_COMMANDS:
+            return SYNC_COMMANDS[args.command](args)
+        handler = ASYNC_COMMANDS[args.command]
+
+        async def run() -> int:
+            def note(message: str) -> None:
+                sys.stderr.write(f"graphckpt: note: {message}\n")
+
+            async with Session(Database(args.db), note=note) as session:
+                result: int = await handler(args, session)
+                return result
+
+        return asyncio.run(run())
+    except CliError as exc:
+        if debug:
+            raise
+        return _fail(str(exc), exc.exit_code)
+    except GraphckptError as exc:
+        if debug:
+            raise
+        message = str(exc)
+        if isinstance(exc, CorruptCheckpointError) and hasattr(args, "raw") and not args.raw:
+            message += " (--raw reads the stored values without the graph code)"
+        return _fail(message, 1)

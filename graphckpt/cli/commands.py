@@ -1,0 +1,300 @@
+"""The ``graphckpt`` subcommands. Each takes the parsed arguments and a :class:`Session` and returns the exit status.
+
+Human output goes through :mod:`graphckpt.cli.render` (rich, imported on use); ``--json`` prints
+:mod:`graphckpt.cli.records` data. Progress and notes go to stderr, results to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from graphckpt import ids
+from graphckpt.app import App
+from graphckpt.checkpoint import Snapshot
+from graphckpt.cli import records
+from graphckpt.cli.session import CliError, Session, UsageError, load_target, parse_assignments, parse_json
+from graphckpt.errors import GraphckptError, ThreadNotFoundError
+
+__all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS"]
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _render() -> Any:
+    """The rich renderer, or a clear error when rich is missing."""
+    try:
+        from graphckpt.cli import render
+    except ImportError:
+        raise CliError("human-readable output needs rich: pip install 'graphckpt[cli]' (or pass --json)") from None
+    return render
+
+
+# -- run / resume ------------------------------------------------------------------------------------------------------
+
+
+async def cmd_run(args: argparse.Namespace, s: Session) -> int:
+    """Start a thread of graph ``MODULE:ATTR`` with ``--input`` and run it to the end (or an interrupt)."""
+    update = parse_json(args.input, "--input")
+    app = s.app(args.target, create=True)
+    thread_id = args.thread or ids.new_id()
+    record = await app.saver.get_thread(thread_id)
+    if record is not None and record.status != "done":
+        answer = " --answer JSON" if record.status == "interrupted" else ""
+        raise CliError(
+            f"thread {thread_id!r} is {record.status}; continue it with `graphckpt resume {thread_id}{answer}`"
+        )
+    stream = app.astream(
+        update, thread_id=thread_id, mode="checkpoints", recursion_limit=args.recursion_limit,
+        tags={"graph": args.target},
+    )  # fmt: skip
+    return await _drive(s, app, stream, thread_id, args, verb="running")
+
+
+async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
+    """Continue a thread from its head (after a crash, a failure or an interrupt)."""
+    answer = parse_json(args.answer, "--answer") if args.answer is not None else None
+    app, ref = await s.app_for(args.thread, args.graph, action="resume")
+    head = await app.aget_state(args.thread)
+    asks = [i for i in head.interrupts if i.when == "inside"]
+    if asks and args.answer is None:
+        raise CliError(
+            f"thread {args.thread!r} is waiting for an answer to {json.dumps(records.to_jsonable(asks[0].payload))} "
+            f"(node {asks[0].node!r}); give it with `graphckpt resume {args.thread} --answer JSON`"
+        )
+    record = await app.saver.get_thread(args.thread)
+    old = record.metadata.get("tags") if record is not None else None
+    tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
+    stream = app.astream(
+        answer, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
+        resume=True,
+    )  # fmt: skip
+    return await _drive(s, app, stream, args.thread, args, verb="resuming")
+
+
+async def _drive(
+    s: Session, app: App, stream: AsyncIterator[Any], thread_id: str, args: argparse.Namespace, *, verb: str
+) -> int:
+    """Consume the checkpoint stream with a live display, then print where the thread stands."""
+    display = None if args.json or args.quiet else _render().StepDisplay(thread_id)
+    seen: list[Snapshot] = []
+    try:
+        if display is None:
+            async for snap in stream:
+                seen.append(snap)
+        else:
+            with display.running(verb):
+                async for snap in stream:
+                    seen.append(snap)
+                    display.checkpoint(snap)
+    except GraphckptError as exc:
+        record = await app.saver.get_thread(thread_id)
+        if record is not None and record.status in ("failed", "running"):
+            raise CliError(
+                f"{exc}; its checkpoints are kept: fix the cause, then run `graphckpt resume {thread_id}`"
+            ) from exc
+        raise
+    final = await app.aget_state(thread_id)
+    used = sum(records.tokens(snap.metadata) for snap in seen)
+    if args.json:
+        _print_json({**records.snapshot_record(final, raw=False), "run": {"checkpoints": len(seen), "tokens": used}})
+        return 0
+    out = _render().console()
+    summary = f"thread {thread_id}: {final.status} at step {final.step} (checkpoint {final.checkpoint_id})"
+    summary += f"; {len(seen)} new checkpoint{'s' if len(seen) != 1 else ''}"
+    summary += f", {used:,} tokens" if used else ""
+    out.print(summary, markup=False)
+    waiting = [i for i in final.interrupts if i.when == "inside"]
+    for i in final.interrupts:
+        what = f"node {i.node!r} asks: {json.dumps(records.to_jsonable(i.payload))}" if i.when == "inside" else (
+            f"stopped {i.when} node {i.node!r}")  # fmt: skip
+        out.print(what, markup=False)
+    if final.status == "interrupted":
+        hint = " --answer JSON" if waiting else ""
+        out.print(f"continue with: graphckpt resume {thread_id}{hint}", markup=False)
+    return 0
+
+
+# -- reading -----------------------------------------------------------------------------------------------------------
+
+
+async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
+    """List threads, most recently updated first."""
+    infos = await s.reader().athreads(args.status)
+    if args.json:
+        _print_json([records.thread_record(i) for i in infos])
+        return 0
+    render = _render()
+    out = render.console()
+    if not infos:
+        out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.url}", markup=False)
+        return 0
+    out.print(render.threads_table(infos))
+    return 0
+
+
+async def cmd_history(args: argparse.Namespace, s: Session) -> int:
+    """A thread's checkpoints, oldest first (its lineage, through the fork points); ``--tree``: the fork tree."""
+    reader = s.reader()
+    if args.tree:
+        return await _history_tree(args, s)
+    snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit)))
+    if args.json:
+        _print_json([records.step_record(snap) for snap in snaps])
+        return 0
+    render = _render()
+    render.console().print(render.history_table(snaps, args.thread))
+    return 0
+
+
+async def _history_tree(args: argparse.Namespace, s: Session) -> int:
+    reader = s.reader()
+    infos = await reader.athreads()
+    by_id = {i.thread_id: i for i in infos}
+    if args.thread not in by_id:
+        raise ThreadNotFoundError(f"no thread {args.thread!r}")
+    root, seen = args.thread, {args.thread}
+    while (up := by_id[root].forked_from) is not None and up.thread_id in by_id and up.thread_id not in seen:
+        root = up.thread_id
+        seen.add(root)
+    family, todo = [], [root]
+    while todo:
+        tid = todo.pop()
+        family.append(tid)
+        todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
+                 i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
+    own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
+    tree = records.thread_trees([by_id[t] for t in family], own, root)
+    if args.json:
+        _print_json(tree)
+        return 0
+    render = _render()
+    render.console().print(render.history_tree([tree], args.thread))
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, s: Session) -> int:
+    """A checkpoint's state as JSON (the head unless ``--checkpoint``)."""
+    reader, raw = await s.values_reader([args.thread], args.graph, raw=args.raw)
+    checkpoint = await s.checkpoint_id(args.thread, args.checkpoint) if args.checkpoint else None
+    snap = await reader.aget_state(args.thread, checkpoint)
+    if args.json:
+        _print_json(records.snapshot_record(snap, raw=raw))
+        return 0
+    _render().print_snapshot(_render().console(), snap, raw=raw)
+    return 0
+
+
+def _split_spec(spec: str) -> tuple[str, str | None]:
+    thread, sep, checkpoint = spec.rpartition("@")
+    if not sep:
+        return spec, None
+    if not thread or not checkpoint:
+        raise UsageError(f"{spec!r} is not THREAD or THREAD@CHECKPOINT")
+    return thread, checkpoint
+
+
+async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
+    """What differs between the state of two checkpoints (each THREAD for its head, or THREAD@CHECKPOINT)."""
+    (ta, ca), (tb, cb) = _split_spec(args.a), _split_spec(args.b)
+    reader, raw = await s.values_reader([ta, tb], args.graph, raw=args.raw)
+    ca = await s.checkpoint_id(ta, ca) if ca else None
+    cb = await s.checkpoint_id(tb, cb) if cb else None
+    diff = await reader.adiff((ta, ca), (tb, cb))
+    if args.json:
+        _print_json(records.diff_record(diff, raw=raw))
+        return 0
+    _render().print_diff(_render().console(), diff)
+    return 0
+
+
+# -- writing -----------------------------------------------------------------------------------------------------------
+
+
+async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
+    """Branch a thread at a checkpoint into a new thread (the source never changes); ``resume`` runs the branch."""
+    update = parse_assignments(args.set or [])
+    app, ref = await s.app_for(args.thread, args.graph, action="fork")
+    checkpoint = await s.checkpoint_id(args.thread, args.checkpoint)
+    snap = await app.afork(
+        args.thread, checkpoint, update=update or None, new_thread_id=args.new_thread, tags={"graph": ref}
+    )
+    if args.json:
+        _print_json(records.snapshot_record(snap, raw=False))
+        return 0
+    out = _render().console()
+    out.print(
+        f"forked {args.thread}@{checkpoint} -> thread {snap.thread_id} (step {snap.step}, next: "
+        f"{', '.join(snap.next) or 'END'})",
+        markup=False,
+    )
+    out.print(f"run it with: graphckpt resume {snap.thread_id}", markup=False)
+    return 0
+
+
+async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
+    """Delete a thread (checkpoints its forks still need are kept)."""
+    await s.reader().saver.delete_thread(args.thread)
+    if args.json:
+        _print_json({"deleted": args.thread})
+    else:
+        print(f"deleted thread {args.thread}")
+    return 0
+
+
+# -- no database -------------------------------------------------------------------------------------------------------
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """Print the graph of ``MODULE:ATTR`` as mermaid text."""
+    target = load_target(args.target)
+    sys.stdout.write(target.to_mermaid())
+    return 0
+
+
+def demo_path() -> Path:
+    """Where the demo lives: ``examples/agent_task.py`` of the source tree this package runs from."""
+    return Path(__file__).resolve().parents[2] / "examples" / "agent_task.py"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the multi-step agent demo (fail, resume, fork, diff), offline unless a model endpoint is configured."""
+    path = demo_path()
+    if not path.is_file():
+        raise CliError(f"the demo is not here: {path} does not exist (it ships with the source checkout)")
+    spec = importlib.util.spec_from_file_location("graphckpt_demo_agent_task", path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"cannot load the demo from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    main = getattr(module, "main", None)
+    if not callable(main):
+        raise CliError(f"the demo {path} has no main()")
+    argv = list(args.demo_args)
+    if inspect.signature(main).parameters:
+        result = main(argv)
+    else:
+        sys.argv = [str(path), *argv]
+        result = main()
+    return result if isinstance(result, int) else 0
+
+
+ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
+    "run": cmd_run,
+    "resume": cmd_resume,
+    "threads": cmd_threads,
+    "history": cmd_history,
+    "show": cmd_show,
+    "diff": cmd_diff,
+    "fork": cmd_fork,
+    "delete": cmd_delete,
+}
+SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo}

@@ -1,0 +1,215 @@
+"""Plain-data views of the engine's records: what ``--json`` prints and what the tables show.
+
+Every function returns JSON-compatible data with stable keys, so scripts can rely on them.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import pathlib
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pydantic
+
+from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
+from graphckpt.diff import Diff, FieldChange
+
+__all__ = [
+    "change_record",
+    "diff_record",
+    "duration_ms",
+    "graph_of",
+    "ran_nodes",
+    "ref_text",
+    "snapshot_record",
+    "state_dict",
+    "step_record",
+    "thread_record",
+    "thread_trees",
+    "to_jsonable",
+    "tokens",
+]
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` as JSON-compatible data: models and dataclasses become dicts, sets sorted lists, times ISO text,
+    bytes base64 text; anything else unknown becomes its ``repr``."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [to_jsonable(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, pydantic.BaseModel):
+        return {k: to_jsonable(getattr(value, k, None)) for k in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, decimal.Decimal | uuid.UUID | pathlib.PurePath):
+        return str(value)
+    return repr(value)
+
+
+def state_dict(values: Any) -> dict[str, Any]:
+    """A snapshot's values (a model instance or a dict) as JSON-compatible data."""
+    out = to_jsonable(values)
+    return out if isinstance(out, dict) else {"value": out}
+
+
+def ref_text(ref: CheckpointRef | None) -> str | None:
+    """``thread@checkpoint`` or ``None``."""
+    return f"{ref.thread_id}@{ref.checkpoint_id}" if ref is not None else None
+
+
+def duration_ms(metadata: Mapping[str, Any]) -> float:
+    """Total node time of a step, in milliseconds."""
+    durations = metadata.get("durations_ms")
+    if not isinstance(durations, Mapping):
+        return 0.0
+    return float(sum(v for v in durations.values() if isinstance(v, int | float)))
+
+
+def tokens(metadata: Mapping[str, Any]) -> int:
+    """Prompt plus completion tokens reported by the nodes of a step."""
+    usage = metadata.get("usage")
+    if not isinstance(usage, Mapping):
+        return 0
+    total = 0
+    for node in usage.values():
+        if isinstance(node, Mapping):
+            total += sum(int(node.get(k, 0) or 0) for k in ("prompt_tokens", "completion_tokens"))
+    return total
+
+
+def ran_nodes(metadata: Mapping[str, Any]) -> list[str]:
+    """The nodes whose work a checkpoint holds (``input``/``fork`` for those sources)."""
+    source = metadata.get("source")
+    if source in ("input", "fork", "update"):
+        return [str(source)]
+    durations = metadata.get("durations_ms")
+    return [str(n) for n in durations] if isinstance(durations, Mapping) else []
+
+
+def graph_of(metadata: Mapping[str, Any]) -> str | None:
+    """The ``MODULE:ATTR`` graph reference the CLI records in a checkpoint's tags."""
+    tags = metadata.get("tags")
+    graph = tags.get("graph") if isinstance(tags, Mapping) else None
+    return graph if isinstance(graph, str) else None
+
+
+def thread_record(info: ThreadInfo) -> dict[str, Any]:
+    """A thread as ``threads --json`` prints it."""
+    return {
+        "thread_id": info.thread_id,
+        "status": info.status,
+        "step": info.step,
+        "head": info.head.checkpoint_id,
+        "created_at": info.created_at.isoformat(),
+        "updated_at": info.updated_at.isoformat(),
+        "forked_from": ref_text(info.forked_from),
+        "graph": graph_of(info.metadata),
+        "error": info.error,
+    }
+
+
+def step_record(snap: Snapshot) -> dict[str, Any]:
+    """A checkpoint as ``history --json`` prints it (no values)."""
+    usage = snap.metadata.get("usage")
+    return {
+        "thread_id": snap.thread_id,
+        "checkpoint_id": snap.checkpoint_id,
+        "step": snap.step,
+        "source": snap.metadata.get("source"),
+        "ran": ran_nodes(snap.metadata),
+        "next": list(snap.next),
+        "created_at": snap.created_at.isoformat(),
+        "duration_ms": round(duration_ms(snap.metadata), 3),
+        "tokens": tokens(snap.metadata),
+        "usage": to_jsonable(usage) if isinstance(usage, Mapping) else {},
+        "parent": ref_text(snap.parent),
+    }
+
+
+def snapshot_record(snap: Snapshot, *, raw: bool) -> dict[str, Any]:
+    """A checkpoint with its state, as ``show --json`` prints it. ``raw``: values were read without the graph."""
+    return {
+        "thread_id": snap.thread_id,
+        "checkpoint_id": snap.checkpoint_id,
+        "step": snap.step,
+        "status": snap.status,
+        "next": list(snap.next),
+        "interrupts": [{"node": i.node, "when": i.when, "payload": to_jsonable(i.payload)} for i in snap.interrupts],
+        "errors": [{"node": e.node, "type": e.type, "message": e.message} for e in snap.errors],
+        "parent": ref_text(snap.parent),
+        "created_at": snap.created_at.isoformat(),
+        "metadata": to_jsonable(snap.metadata),
+        "raw": raw,
+        "values": state_dict(snap.values),
+    }
+
+
+def change_record(change: FieldChange) -> dict[str, Any]:
+    """One changed field of a diff."""
+    out: dict[str, Any] = {"before": to_jsonable(change.before), "after": to_jsonable(change.after)}
+    if change.appended is not None:
+        out.update(common=change.common, appended=to_jsonable(change.appended), dropped=to_jsonable(change.dropped))
+    return out
+
+
+def diff_record(diff: Diff, *, raw: bool) -> dict[str, Any]:
+    """A diff as ``diff --json`` prints it."""
+    return {
+        "a": ref_text(diff.a),
+        "b": ref_text(diff.b),
+        "raw": raw,
+        "added": to_jsonable(diff.added),
+        "removed": to_jsonable(diff.removed),
+        "changed": {k: change_record(c) for k, c in diff.changed.items()},
+    }
+
+
+def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str) -> dict[str, Any]:
+    """The fork tree under thread ``root``: each thread with its own checkpoints (oldest first, from ``own``), and
+    every fork attached to the checkpoint it branched from (or to the thread, when that checkpoint is not shown)."""
+    children: dict[str, list[ThreadInfo]] = {}
+    for info in infos:
+        if info.forked_from is not None and info.thread_id != root:
+            children.setdefault(info.forked_from.thread_id, []).append(info)
+    by_id = {i.thread_id: i for i in infos}
+
+    def build(info: ThreadInfo, seen: frozenset[str]) -> dict[str, Any]:
+        node = {
+            **thread_record(info),
+            "checkpoints": [{**step_record(s), "forks": []} for s in own.get(info.thread_id, ())],
+            "forks": [],
+        }
+        at = {cp["checkpoint_id"]: cp for cp in node["checkpoints"]}
+        for child in sorted(children.get(info.thread_id, []), key=lambda i: i.created_at):
+            if child.thread_id in seen:
+                continue
+            sub = build(child, seen | {child.thread_id})
+            assert child.forked_from is not None
+            target = at.get(child.forked_from.checkpoint_id)
+            (target["forks"] if target is not None else node["forks"]).append(sub)
+        return node
+
+    return build(by_id[root], frozenset({root}))

@@ -1,0 +1,272 @@
+"""What every command needs: the database, the user's graph, JSON arguments, and one clear error per mistake.
+
+Graph references. ``run MODULE:ATTR`` records ``MODULE:ATTR`` in the thread's checkpoint tags (``tags={"graph": ...}``);
+``resume`` and ``fork`` find it there (``--graph`` overrides it). Reading commands decode values with that graph when
+it imports, and otherwise with :class:`~graphckpt.inspect.RawReader` (values as plain data): looking at a database
+never needs the code that wrote it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from graphckpt.app import App
+from graphckpt.checkpoint import Snapshot
+from graphckpt.diff import Diff
+from graphckpt.errors import CheckpointNotFoundError
+from graphckpt.graph import StateGraph
+from graphckpt.inspect import RawReader
+from graphckpt.savers.base import Saver
+
+__all__ = [
+    "DEFAULT_DB",
+    "CliError",
+    "Database",
+    "Reader",
+    "Session",
+    "UsageError",
+    "compile_with",
+    "load_target",
+    "parse_assignments",
+    "parse_json",
+]
+
+DEFAULT_DB = "graphckpt.db"
+
+
+class CliError(Exception):
+    """A mistake the user can fix, reported as one line and exit status 1 (runtime) or 2 (usage)."""
+
+    exit_code = 1
+
+
+class UsageError(CliError):
+    """The command line itself is wrong: bad JSON, bad ``MODULE:ATTR``, bad checkpoint spec."""
+
+    exit_code = 2
+
+
+class Reader(Protocol):
+    """What reading commands use: an :class:`App` or a :class:`RawReader`."""
+
+    async def aget_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot: ...
+
+    async def ahistory(
+        self, thread_id: str, *, limit: int | None = None, before: str | None = None
+    ) -> list[Snapshot]: ...
+
+    async def adiff(self, a: Snapshot | tuple[str, str | None], b: Snapshot | tuple[str, str | None]) -> Diff: ...
+
+
+# -- arguments ---------------------------------------------------------------------------------------------------------
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` as JSON; ``@path`` reads the file. Raises :class:`UsageError` naming ``what`` (e.g. ``--input``)."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot read {text[1:]!r}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
+def parse_assignments(items: Sequence[str], what: str = "--set") -> dict[str, Any]:
+    """``["key=JSON", ...]`` as a dict. A string value needs JSON quotes: ``verdict='"fix"'``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r}: expected KEY=JSON, e.g. {what} verdict='\"fix\"'")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise UsageError(
+                f"{what} {key}: {value!r} is not valid JSON (quote strings: {key}='\"{value}\"')"
+            ) from None
+    return out
+
+
+# -- the user's graph --------------------------------------------------------------------------------------------------
+
+
+def load_target(spec: str) -> App | StateGraph:
+    """Import ``MODULE:ATTR`` (``ATTR`` may be dotted): an :class:`App`, a :class:`StateGraph`, or a zero-argument
+    factory returning one. The current directory is importable, as with ``python -m``."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{spec!r} is not MODULE:ATTR (e.g. myagent.graph:app)")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may raise anything at import time
+        raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, App | StateGraph) and callable(obj):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise UsageError(f"{spec!r}: calling the factory failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, App | StateGraph):
+        raise UsageError(
+            f"{spec!r} is a {type(obj).__name__}, not a StateGraph, an App, or a zero-argument factory of one"
+        )
+    return obj
+
+
+def compile_with(target: App | StateGraph, saver: Saver) -> App:
+    """The app bound to the CLI's saver: a graph is compiled with it; an app is recompiled with the same options."""
+    if isinstance(target, StateGraph):
+        return target.compile(saver=saver)
+    return target.graph.compile(
+        saver=saver,
+        interrupt_before=target.interrupt_before,
+        interrupt_after=target.interrupt_after,
+        recursion_limit=target.recursion_limit,
+        snapshot_every=target.codec.snapshot_every,
+    )
+
+
+# -- the database ------------------------------------------------------------------------------------------------------
+
+
+class Database:
+    """Where checkpoints live: a SQLite path (default ``graphckpt.db``) or a ``postgresql://`` URL."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url or os.environ.get("GRAPHCKPT_DB") or DEFAULT_DB
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.url.startswith(("postgresql://", "postgres://"))
+
+    @property
+    def path(self) -> str:
+        return self.url.removeprefix("sqlite:///") if self.url.startswith("sqlite:///") else self.url
+
+    def saver(self, *, create: bool) -> Saver:
+        """A new, unopened saver. ``create=False``: a missing SQLite file is an error (reading never creates one)."""
+        if self.is_postgres:
+            try:
+                from graphckpt.savers.postgres import PostgresSaver
+            except ImportError:
+                raise CliError("a postgresql:// database needs: pip install 'graphckpt[postgres]'") from None
+            return PostgresSaver(self.url)
+        from graphckpt.savers.sqlite import SqliteSaver
+
+        path = self.path
+        if path != ":memory:":
+            if Path(path).is_dir():
+                raise CliError(f"database {path!r} is a directory, not a SQLite file")
+            if not create and not Path(path).exists():
+                raise CliError(
+                    f"no database at {path!r} (choose one with --db or GRAPHCKPT_DB; `graphckpt run` creates it)"
+                )
+        return SqliteSaver(path)
+
+
+class Session:
+    """The savers, reader and apps one command opens; ``async with`` closes them all."""
+
+    def __init__(self, db: Database, *, note: Any = None) -> None:
+        self.db = db
+        self._note = note
+        self._savers: list[Saver] = []
+        self._reader: RawReader | None = None
+        self._apps: dict[str, App] = {}
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for saver in reversed(self._savers):
+            await saver.aclose()
+
+    def note(self, message: str) -> None:
+        """A one-line remark on stderr (not an error)."""
+        if self._note is not None:
+            self._note(message)
+
+    def _saver(self, *, create: bool = False) -> Saver:
+        saver = self.db.saver(create=create)
+        self._savers.append(saver)
+        return saver
+
+    def reader(self) -> RawReader:
+        """The schema-free reader (metadata, frontiers, and values as plain data)."""
+        if self._reader is None:
+            self._reader = RawReader(self._saver())
+        return self._reader
+
+    def app(self, ref: str, *, create: bool = False) -> App:
+        """The app of graph ``ref`` bound to this database."""
+        if ref not in self._apps:
+            self._apps[ref] = compile_with(load_target(ref), self._saver(create=create))
+        return self._apps[ref]
+
+    async def graph_ref(self, thread_id: str, override: str | None) -> str | None:
+        """``override``, else the graph recorded in the thread's lineage (raises if the thread does not exist)."""
+        recorded = await self.reader().atag(thread_id, "graph")
+        if override:
+            return override
+        return recorded if isinstance(recorded, str) else None
+
+    async def app_for(self, thread_id: str, override: str | None, *, action: str) -> tuple[App, str]:
+        """The app that can ``action`` (resume, fork) ``thread_id``: it needs the graph code."""
+        ref = await self.graph_ref(thread_id, override)
+        if ref is None:
+            raise UsageError(
+                f"cannot {action} thread {thread_id!r}: it records no graph (it was not started by `graphckpt run`); "
+                "pass --graph MODULE:ATTR"
+            )
+        try:
+            return self.app(ref), ref
+        except CliError as exc:
+            if override:
+                raise
+            raise UsageError(f"cannot {action} thread {thread_id!r} with its recorded graph: {exc}; "
+                             "pass --graph MODULE:ATTR") from None  # fmt: skip
+
+    async def values_reader(self, thread_ids: Sequence[str], override: str | None, *, raw: bool) -> tuple[Reader, bool]:
+        """A reader for the values of these threads: their graph's app when it imports, else the raw reader.
+        Returns ``(reader, is_raw)``."""
+        if raw:
+            return self.reader(), True
+        refs = {await self.graph_ref(t, override) for t in thread_ids}
+        ref = refs.pop() if len(refs) == 1 else None
+        if ref is None:
+            why = "they record different graphs" if len(refs) > 0 else "no graph is recorded"
+            self.note(f"values are read without the graph code ({why}): models are shown as plain data")
+            return self.reader(), True
+        try:
+            return self.app(ref), False
+        except CliError as exc:
+            self.note(f"values are read without the graph code ({exc}): models are shown as plain data")
+            return self.reader(), True
+
+    async def checkpoint_id(self, thread_id: str, spec: str) -> str:
+        """The id of the checkpoint of ``thread_id``'s lineage that ``spec`` names: a full id or a unique prefix."""
+        history = await self.reader().ahistory(thread_id)
+        if any(s.checkpoint_id == spec for s in history):
+            return spec
+        found = [s.checkpoint_id for s in history if s.checkpoint_id.startswith(spec)]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {spec!r} in its lineage")
+        raise UsageError(f"checkpoint prefix {spec!r} is ambiguous in thread {thread_id!r} ({len(found)} match)")

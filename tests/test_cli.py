@@ -1,0 +1,308 @@
+"""The ``graphckpt`` command, driven as a real subprocess against a SQLite file and a small graph module.
+
+Each test runs ``python -m graphckpt.cli`` with ``GRAPHCKPT_DB`` pointing at a temporary database and the test graph
+module (written to ``tmp_path``) on ``PYTHONPATH``. Output is checked as a user (or a script, with ``--json``) sees it:
+exit status 0 on success, 1 on runtime errors, 2 on usage errors, and errors as one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GRAPH_MODULE = '''
+"""analyze -> write -> review (-> write again while verdict is "fix"); env vars switch on a failure or a question."""
+import os
+from typing import Annotated
+
+from pydantic import BaseModel
+
+from graphckpt import END, START, StateGraph, append
+
+
+class Note(BaseModel):
+    author: str
+    text: str
+
+
+class Task(BaseModel):
+    request: str
+    notes: Annotated[list[Note], append] = []
+    verdict: str | None = None
+    drafts: int = 0
+
+
+def analyze(state, ctx):
+    ctx.report_usage("offline-model", prompt_tokens=100, completion_tokens=20)
+    return {"notes": [Note(author="analyze", text=f"plan for {state.request}")]}
+
+
+def write(state, ctx):
+    if os.environ.get("CLI_GRAPH_FAIL") == "write":
+        raise RuntimeError("simulated failure in write")
+    ctx.report_usage("offline-model", prompt_tokens=200, completion_tokens=80)
+    return {"notes": [Note(author="write", text=f"draft {state.drafts + 1}")], "drafts": state.drafts + 1}
+
+
+def review(state, ctx):
+    if os.environ.get("CLI_GRAPH_ASK"):
+        return {"verdict": ctx.interrupt({"question": "approve?"})}
+    return {"verdict": "fix" if state.verdict == "fix" and state.drafts < 2 else "ok"}
+
+
+graph = StateGraph(Task)
+graph.add_node("analyze", analyze)
+graph.add_node("write", write)
+graph.add_node("review", review)
+graph.add_edge(START, "analyze")
+graph.add_edge("analyze", "write")
+graph.add_edge("write", "review")
+graph.add_conditional_edges("review", lambda s: "write" if s.verdict == "fix" else END)
+app = graph.compile(recursion_limit=20)
+
+
+def make_app():
+    return graph.compile()
+
+
+not_a_graph = 42
+'''
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def make_cli(tmp_path: Path) -> Any:
+    """``cli(*args, env={...})`` runs ``graphckpt`` in ``tmp_path`` with its own database."""
+    (tmp_path / "cli_graph.py").write_text(textwrap.dedent(GRAPH_MODULE))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CLI_GRAPH_", "GRAPHCKPT_"))}
+    base.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=str(tmp_path), COLUMNS="200")
+    base.pop("NO_COLOR", None)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Result:
+        proc = subprocess.run(
+            [sys.executable, "-m", "graphckpt.cli", *args],
+            cwd=tmp_path,
+            env={**base, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Any:
+    """A CLI with an empty database of its own."""
+    return make_cli(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A CLI whose database holds thread ``t1`` (done), shared by tests that do not write."""
+    tmp_path = tmp_path_factory.mktemp("seeded")
+    run = make_cli(tmp_path)
+    ok(run("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    (tmp_path / "notes.txt").write_text("this is not a database\n" * 100)
+    return run
+
+
+def ok(result: Result) -> Result:
+    assert result.code == 0, result.err
+    assert "Traceback" not in result.err
+    return result
+
+
+def user_error(result: Result, code: int, *needles: str) -> None:
+    """The expected exit status and one ``graphckpt: error:`` line, last on stderr (after any progress lines of
+    ``run``/``resume``), with no traceback."""
+    assert result.code == code, (result.out, result.err)
+    assert "Traceback" not in result.err
+    lines = result.err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("graphckpt: error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.err
+    for needle in needles:
+        assert needle in errors[0]
+
+
+def test_run_then_read_everything(cli: Any) -> None:
+    run = ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1"))
+    assert "thread t1: done at step 3" in run.out
+    assert "400 tokens" in run.out
+    assert "analyze" in run.err and "-> END" in run.err  # one progress line per step, on stderr
+
+    threads = ok(cli("threads", "--json")).json()
+    assert [(t["thread_id"], t["status"], t["step"], t["graph"]) for t in threads] == [
+        ("t1", "done", 3, "cli_graph:app")
+    ]
+    assert set(threads[0]) == {
+        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error"
+    }  # fmt: skip
+
+    history = ok(cli("history", "t1", "--json")).json()
+    assert [(h["step"], h["source"], h["ran"], h["next"], h["tokens"]) for h in history] == [
+        (0, "input", ["input"], ["analyze"], 0),
+        (1, "loop", ["analyze"], ["write"], 120),
+        (2, "loop", ["write"], ["review"], 280),
+        (3, "loop", ["review"], [], 0),
+    ]
+    table = ok(cli("history", "t1")).out
+    for column in ("step", "checkpoint", "source", "next", "duration", "tokens"):
+        assert column in table
+    assert history[1]["checkpoint_id"] in table and "END" in table
+
+    shown = ok(cli("show", "t1", "--json")).json()
+    assert shown["raw"] is False and shown["status"] == "done"
+    assert shown["values"] == {
+        "request": "weather",
+        "notes": [{"author": "analyze", "text": "plan for weather"}, {"author": "write", "text": "draft 1"}],
+        "verdict": "ok",
+        "drafts": 1,
+    }
+    older = ok(cli("show", "t1", "--checkpoint", history[1]["checkpoint_id"][:20], "--json")).json()
+    assert older["step"] == 1 and older["values"]["drafts"] == 0
+    human = ok(cli("show", "t1")).out
+    assert "step 3" in human and '"request": "weather"' in human
+
+
+def test_failure_then_resume(cli: Any) -> None:
+    fail = {"CLI_GRAPH_FAIL": "write"}
+    failed = cli("run", "cli_graph:graph", "--input", '{"request": "x"}', "--thread", "t2", env=fail)
+    user_error(failed, 1, "node 'write' failed", "simulated failure in write", "graphckpt resume t2")
+    assert "analyze" in failed.err.splitlines()[1]  # the progress of the steps that did finish
+    threads = ok(cli("threads", "--status", "failed", "--json")).json()
+    assert [t["thread_id"] for t in threads] == ["t2"] and "simulated failure" in threads[0]["error"]
+    assert ok(cli("threads", "--status", "done", "--json")).json() == []
+    again = cli("run", "cli_graph:graph", "--input", '{"request": "x"}', "--thread", "t2")
+    user_error(again, 1, "is failed", "graphckpt resume t2")
+
+    resumed = ok(cli("resume", "t2", "--json")).json()  # the graph is found in the thread's tags
+    assert resumed["status"] == "done" and resumed["run"]["checkpoints"] == 2
+    assert resumed["run"]["tokens"] == 280  # analyze is not run again
+    assert ok(cli("threads", "--json")).json()[0]["graph"] == "cli_graph:graph"
+
+
+def test_interrupt_and_answer(cli: Any) -> None:
+    ask = {"CLI_GRAPH_ASK": "1"}
+    run = ok(cli("run", "cli_graph:make_app", "--input", '{"request": "q"}', "--thread", "t3", "-q", env=ask))
+    assert "interrupted" in run.out and '"approve?"' in run.out and "--answer JSON" in run.out
+    assert run.err == ""  # --quiet
+    user_error(cli("resume", "t3", env=ask), 1, "waiting for an answer", "--answer JSON")
+    done = ok(cli("resume", "t3", "--answer", '"approved"', "--json", env=ask)).json()
+    assert done["status"] == "done" and done["values"]["verdict"] == "approved"
+
+
+def test_fork_tree_and_diff(cli: Any) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    after_write = ok(cli("history", "t1", "--json")).json()[2]["checkpoint_id"]
+    fork = ok(cli("fork", "t1", after_write, "--set", 'verdict="fix"', "--new-thread", "alt"))
+    assert "-> thread alt" in fork.out and "graphckpt resume alt" in fork.out
+    ok(cli("resume", "alt", "-q"))
+    forked = ok(cli("fork", "t1", after_write[:20], "--new-thread", "alt2", "--json")).json()
+    assert forked["thread_id"] == "alt2" and forked["next"] == ["review"]
+
+    history = ok(cli("history", "alt", "--json")).json()
+    assert [h["thread_id"] for h in history] == ["t1"] * 3 + ["alt"] * 4  # the lineage crosses the fork point
+    tree = ok(cli("history", "alt", "--tree", "--json")).json()
+    assert tree["thread_id"] == "t1"
+    branch_point = tree["checkpoints"][2]
+    assert branch_point["checkpoint_id"] == after_write
+    assert [f["thread_id"] for f in branch_point["forks"]] == ["alt", "alt2"]
+    assert [c["step"] for c in branch_point["forks"][0]["checkpoints"]] == [3, 4, 5, 6]
+    drawn = ok(cli("history", "alt", "--tree")).out
+    assert drawn.index("t1") < drawn.index("alt") < drawn.index("alt2")
+    assert "├──" in drawn or "+--" in drawn
+
+    diff = ok(cli("diff", "t1", "alt", "--json")).json()
+    assert diff["added"] == {} and diff["removed"] == {}
+    assert diff["changed"]["drafts"] == {"before": 1, "after": 2}
+    assert diff["changed"]["notes"]["appended"] == [{"author": "write", "text": "draft 2"}]
+    assert "~ drafts: 1 -> 2" in ok(cli("diff", "t1", f"alt@{history[-1]['checkpoint_id']}")).out
+    same = ok(cli("diff", f"t1@{after_write}", "alt2")).out
+    assert "(no differences)" in same
+
+
+def test_reading_without_the_graph_code(cli: Any, tmp_path: Path) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    (tmp_path / "cli_graph.py").unlink()  # the code that wrote the database is gone
+    assert ok(cli("threads", "--json")).json()[0]["thread_id"] == "t1"
+    assert len(ok(cli("history", "t1", "--json")).json()) == 4
+    shown = ok(cli("show", "t1", "--json"))
+    assert "read without the graph code" in shown.err
+    values = shown.json()["values"]
+    assert shown.json()["raw"] is True
+    assert values["notes"][1] == {"author": "write", "text": "draft 1"}  # a model, as plain data
+    assert ok(cli("diff", "t1", "t1", "--json")).json()["changed"] == {}
+    user_error(cli("resume", "t1"), 2, "cannot resume thread 't1'", "--graph")
+
+
+def test_graph_delete_and_help(cli: Any) -> None:
+    mermaid = ok(cli("graph", "cli_graph:graph")).out
+    assert mermaid.startswith("flowchart TD") and '["analyze"]' in mermaid
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "gone", "-q"))
+    assert ok(cli("delete", "gone")).out.strip() == "deleted thread gone"
+    assert ok(cli("threads", "--json")).json() == []
+    assert "no threads" in ok(cli("threads")).out
+    assert "fork" in ok(cli("--help")).out
+    assert "--set KEY=JSON" in ok(cli("fork", "--help")).out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["show", "nope"], 1, "no thread 'nope'"),
+        (["history", "nope", "--tree"], 1, "no thread 'nope'"),
+        (["show", "t1", "--checkpoint", "ffff"], 1, "no checkpoint 'ffff'"),
+        (["fork", "t1", "ffff"], 1, "no checkpoint 'ffff'"),
+        (["diff", "t1@", "t1"], 2, "THREAD@CHECKPOINT"),
+        (["run", "cli_graph:app", "--input", "{bad"], 2, "--input is not valid JSON"),
+        (["resume", "t1", "--answer", "nope"], 2, "--answer is not valid JSON"),
+        (["fork", "t1", "x", "--set", "verdict=fix"], 2, "not valid JSON"),
+        (["run", "cli_graph:missing"], 2, "has no attribute 'missing'"),
+        (["run", "cli_graph:not_a_graph"], 2, "not a StateGraph"),
+        (["run", "no_such_module:app"], 2, "cannot import 'no_such_module'"),
+        (["run", "no-colon"], 2, "MODULE:ATTR"),
+        (["run", "cli_graph:app", "--input", '{"request": 5}'], 1, "'request'"),
+        (["threads", "--status", "weird"], 2, "invalid choice"),
+        (["frobnicate"], 2, "invalid choice"),
+        (["--db", "/no/such/dir/x.db", "threads"], 1, "no database"),
+        (["--db", "/no/such/dir/x.db", "run", "cli_graph:app", "--input", '{"request": "x"}'], 1, "does not exist"),
+        (["threads", "--db", "notes.txt"], 1, "not a database"),
+        (["threads", "--db", "postgresql://nobody@127.0.0.1:9/x"], 1, "PostgreSQL"),
+    ],
+)
+def test_user_errors_are_one_line(seeded: Any, args: list[str], code: int, needle: str) -> None:
+    user_error(seeded(*args), code, needle)
+
+
+def test_no_color_and_plain_tables(cli: Any) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    green = "\x1b[32m"  # the colour of status "done"
+    assert green in ok(cli("threads", env={"FORCE_COLOR": "1"})).out
+    plain = ok(cli("threads", env={"NO_COLOR": "1", "FORCE_COLOR": "1"})).out
+    assert green not in plain and "t1" in plain and "done" in plain and "│" in plain
+    assert "\x1b[" not in ok(cli("history", "t1")).out  # not a terminal: no escape codes
+
+
+def test_demo_reports_missing_example_or_runs(cli: Any) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_task.py"
+    if example.is_file():
+        pytest.skip("the demo exists; it has its own tests")
+    user_error(cli("demo"), 1, "agent_task.py")
