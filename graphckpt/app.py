@@ -257,14 +257,19 @@ class App:
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
-    async def aget_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
+    async def aget_state(
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+    ) -> Snapshot:
         """The head of ``thread_id`` (with its current status, open interrupts and errors), or any checkpoint of
-        its lineage by id (read-only time travel)."""
-        record = await self._thread(thread_id)
-        if checkpoint_id is None or checkpoint_id == record.head_checkpoint_id:
+        its lineage by id or by step (read-only time travel): one indexed read for the checkpoint."""
+        if checkpoint_id is None and step is None:
+            record = await self._thread(thread_id)
             head, recorded = await self._load_head(thread_id, record)
             return self._snapshot(head, record.status, recorded)
-        cp = await self._find(thread_id, checkpoint_id)
+        cp, found = await self._find(thread_id, checkpoint_id, step)
+        if found is not None and cp.checkpoint_id == found.head_checkpoint_id:
+            head, recorded = await self._load_head(thread_id, found)
+            return self._snapshot(head, found.status, recorded)
         body = self.codec.decode_body(cp)
         return self._snapshot(Head(cp, body, await self.codec.load_values(self.saver, cp, body)), cp.status, None)
 
@@ -283,7 +288,7 @@ class App:
         lineage = self.codec.decode_body(head_cp).lineage
         upper = record.head_step + 1
         if before is not None:
-            upper = (await self._find(thread_id, before)).step
+            upper = (await self._find(thread_id, before))[0].step
         found: list[StoredCheckpoint] = []
         for tid, first in lineage:
             if upper > first:
@@ -328,21 +333,21 @@ class App:
     async def afork(
         self,
         thread_id: str,
-        checkpoint_id: str,
+        checkpoint_id: str | None = None,
         *,
+        step: int | None = None,
         update: Mapping[str, Any] | None = None,
         new_thread_id: str | None = None,
         goto: str | Send | list[str | Send] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> Snapshot:
-        """Branch: a new thread whose first checkpoint has ``checkpoint_id`` (of ``thread_id``'s lineage) as parent.
+        """Branch: a new thread whose first checkpoint has ``checkpoint_id`` (of ``thread_id``'s lineage, or the
+        one at ``step``) as parent.
 
         ``update`` is applied through the reducers; the frontier is the one of that checkpoint unless ``goto``
         re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch."""
-        src_cp = await self._find(thread_id, checkpoint_id)
+        src_cp, _ = await self._find(thread_id, checkpoint_id, step)
         new_thread_id = new_thread_id or ids.new_id()
-        if await self.saver.get_thread(new_thread_id) is not None:
-            raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists")
         src_body = self.codec.decode_body(src_cp)
         src_values = await self.codec.load_values(self.saver, src_cp, src_body)
         validated = self.codec.state.validate_update(update, node="fork")
@@ -367,7 +372,10 @@ class App:
             new_thread_id, cid, src_cp.thread_id, src_cp.checkpoint_id, step, ids.now(), status, metadata,
             self.codec.encode_body(body), blobs,
         )  # fmt: skip
-        await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())
+        try:
+            await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())
+        except ThreadConflictError:
+            raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists") from None
         return self._snapshot(Head(cp, body, values), status, None)
 
     async def adelete_thread(self, thread_id: str) -> None:
@@ -395,18 +403,29 @@ class App:
         writes = await self.saver.get_writes(thread_id, cp.checkpoint_id)
         return Head(cp, body, values), decode_recorded(self.codec, cp, writes, body.tasks)
 
-    async def _find(self, thread_id: str, checkpoint_id: str) -> StoredCheckpoint:
-        """A checkpoint of ``thread_id``'s lineage: its own, or an ancestor's up to the fork point."""
-        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id)
+    async def _find(
+        self, thread_id: str, checkpoint_id: str | None, step: int | None = None
+    ) -> tuple[StoredCheckpoint, ThreadRecord | None]:
+        """A checkpoint of ``thread_id``'s lineage, by id or step: its own, or an ancestor's up to the fork point.
+        Also returns the thread's row when it was read on the way."""
+        if checkpoint_id is None and step is None:
+            raise ValueError("give a checkpoint_id or a step")
+        cp, record = await asyncio.gather(
+            self.saver.get_checkpoint(thread_id, checkpoint_id, step=step), self.saver.get_thread(thread_id)
+        )
         if cp is not None:
-            return cp
-        record = await self._thread(thread_id)
+            return cp, record
+        if record is None:
+            raise ThreadNotFoundError(f"no thread {thread_id!r}")
         lineage = self.codec.decode_body(await self._checkpoint(thread_id, record.head_checkpoint_id)).lineage
         for (_, upper_first), (tid, _first) in itertools.pairwise(lineage):
-            cp = await self.saver.get_checkpoint(tid, checkpoint_id)
+            if step is not None and step >= upper_first:
+                break
+            cp = await self.saver.get_checkpoint(tid, checkpoint_id, step=step)
             if cp is not None and cp.step < upper_first:
-                return cp
-        raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r} in its lineage")
+                return cp, record
+        what = f"checkpoint {checkpoint_id!r}" if checkpoint_id is not None else f"checkpoint at step {step}"
+        raise CheckpointNotFoundError(f"thread {thread_id!r} has no {what} in its lineage")
 
     def _snapshot(self, head: Head, status: Status, recorded: Recorded | None) -> Snapshot:
         cp, body = head.cp, head.body
@@ -473,21 +492,24 @@ class App:
             )
         )
 
-    def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
+    def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None) -> Snapshot:
         """Sync :meth:`aget_state`."""
-        return self._sync(self.aget_state(thread_id, checkpoint_id))
+        return self._sync(self.aget_state(thread_id, checkpoint_id, step=step))
 
     def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
                 filter: Mapping[str, Any] | None = None) -> list[Snapshot]:  # fmt: skip
         """Sync :meth:`ahistory`."""
         return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
 
-    def fork(self, thread_id: str, checkpoint_id: str, *, update: Mapping[str, Any] | None = None,
-             new_thread_id: str | None = None, goto: str | Send | list[str | Send] | None = None,
+    def fork(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
+             update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,
+             goto: str | Send | list[str | Send] | None = None,
              tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
         """Sync :meth:`afork`."""
         return self._sync(
-            self.afork(thread_id, checkpoint_id, update=update, new_thread_id=new_thread_id, goto=goto, tags=tags)
+            self.afork(
+                thread_id, checkpoint_id, step=step, update=update, new_thread_id=new_thread_id, goto=goto, tags=tags
+            )
         )
 
     def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:

@@ -136,3 +136,15 @@ async def test_diff_reports_added_changed_and_appended(saver: Saver) -> None:
     assert "appended" in str(growth)
     same = await app.adiff(("a", None), await app.aget_state("a"))
     assert not same and "no differences" in str(same)
+
+
+async def test_checkpoint_found_by_step_across_a_fork(saver: Saver) -> None:
+    app = app_for(saver)
+    await app.ainvoke({"instruction": "v1"}, thread_id="src")
+    await app.afork("src", step=1, update={"instruction": "v2"}, new_thread_id="alt")
+    await app.aresume("alt")
+    assert (await app.aget_state("alt", step=1)).thread_id == "src"  # the ancestor's checkpoint
+    assert (await app.aget_state("alt", step=3)).values.steps == ["plan(v1)", "build(v2)"]
+    assert (await app.aget_state("src", step=2)).values.steps == ["plan(v1)", "build(v1)"]
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at step 99"):
+        await app.aget_state("alt", step=99)
