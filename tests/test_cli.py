@@ -264,6 +264,19 @@ def test_graph_delete_and_help(cli: Any) -> None:
     assert "--set KEY=JSON" in ok(cli("fork", "--help")).out
 
 
+def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    assert "exported thread t1" in ok(cli("export", "t1", "-o", "t1.jsonl")).err
+    other = ["--db", str(tmp_path / "other.db")]
+    assert ok(cli("import", "t1.jsonl", "--json", *other)).json() == {"imported": "t1"}
+    copied = ok(cli("show", "t1", "--json", *other)).json()
+    assert copied["values"] == ok(cli("show", "t1", "--json")).json()["values"]
+    assert ok(cli("export", "t1")).out.splitlines()[0].startswith("{")
+    user_error(cli("import", "missing.jsonl"), 2, "cannot read 'missing.jsonl'")
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    user_error(cli("import", "junk.jsonl"), 1, "not a graphckpt record")
+
+
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
@@ -282,6 +295,7 @@ def test_graph_delete_and_help(cli: Any) -> None:
         (["run", "cli_graph:app", "--input", '{"request": 5}'], 1, "'request'"),
         (["threads", "--status", "weird"], 2, "invalid choice"),
         (["frobnicate"], 2, "invalid choice"),
+        (["threads", "--bogus"], 2, "unrecognized arguments: --bogus"),
         (["--db", "/no/such/dir/x.db", "threads"], 1, "no database"),
         (["--db", "/no/such/dir/x.db", "run", "cli_graph:app", "--input", '{"request": "x"}'], 1, "does not exist"),
         (["threads", "--db", "notes.txt"], 1, "not a database"),
@@ -301,8 +315,10 @@ def test_no_color_and_plain_tables(cli: Any) -> None:
     assert "\x1b[" not in ok(cli("history", "t1")).out  # not a terminal: no escape codes
 
 
-def test_demo_reports_missing_example_or_runs(cli: Any) -> None:
+def test_demo_is_loaded_from_the_source_tree(cli: Any) -> None:
     example = Path(__file__).resolve().parents[1] / "examples" / "agent_task.py"
-    if example.is_file():
-        pytest.skip("the demo exists; it has its own tests")
-    user_error(cli("demo"), 1, "agent_task.py")
+    if not example.is_file():
+        user_error(cli("demo"), 1, "agent_task.py")
+        return
+    shown = ok(cli("demo", "--", "--help"))  # arguments after `demo` go to the demo's own parser
+    assert "agent_task" in shown.out and "--online" in shown.out

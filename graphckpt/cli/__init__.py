@@ -7,6 +7,7 @@
     graphckpt show t1 --checkpoint 01a2...   # a checkpoint's state as JSON
     graphckpt fork t1 01a2... --set verdict='"fix"' --new-thread t1-alt
     graphckpt diff t1 t1-alt
+    graphckpt export t1 -o t1.jsonl && graphckpt --db other.db import t1.jsonl
 
 The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL.
 Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error; errors are one line
@@ -139,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
     p.add_argument("thread", metavar="ID")
 
+    p = command(
+        "export",
+        "write a thread as JSON lines",
+        "Write a thread, with the ancestor checkpoints its lineage needs, as JSON lines (stored bytes unchanged, so "
+        "no graph code is needed). Load it into any database with `graphckpt import`.",
+        json=False,
+    )
+    p.add_argument("thread", metavar="ID")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`; "
+                "existing checkpoints are never overwritten.")  # fmt: skip
+    p.add_argument("file", metavar="FILE", help="the export (- for stdin)")
+
     p = command("graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False,
                 json=False)  # fmt: skip
     p.add_argument("target", metavar="MODULE:ATTR")
@@ -147,11 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         "run the agent demo (offline)",
         "Run examples/agent_task.py: a four-step agent task that fails at step 3, resumes without repeating "
-        "finished steps, forks, and diffs the branches. Extra arguments go to the demo.",
+        "finished steps, forks, and diffs the branches. Other arguments go to the demo (`graphckpt demo -- --help`).",
         db=False,
         json=False,
     )
-    p.add_argument("demo_args", nargs=argparse.REMAINDER, metavar="ARGS")
     return parser
 
 
@@ -162,7 +176,11 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``graphckpt`` command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "demo":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.demo_args = [a for a in extra if a != "--"]
     try:
         return _dispatch(args)
     except KeyboardInterrupt:

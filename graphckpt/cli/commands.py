@@ -7,6 +7,7 @@ Human output goes through :mod:`graphckpt.cli.render` (rich, imported on use); `
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import inspect
 import json
@@ -250,6 +251,47 @@ async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
     return 0
 
 
+async def cmd_export(args: argparse.Namespace, s: Session) -> int:
+    """Write a thread and the ancestor checkpoints its lineage needs as JSON lines (stdout or ``-o FILE``)."""
+    from graphckpt.transfer import export_thread
+
+    saver = s.saver()
+    if args.output in (None, "-"):
+        async for line in export_thread(saver, args.thread):
+            sys.stdout.write(line if line.endswith("\n") else line + "\n")
+        return 0
+    path = Path(args.output)
+    tmp = path.with_name(path.name + ".part")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            async for line in export_thread(saver, args.thread):
+                f.write(line if line.endswith("\n") else line + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"exported thread {args.thread} to {path}", file=sys.stderr)
+    return 0
+
+
+async def cmd_import(args: argparse.Namespace, s: Session) -> int:
+    """Store a thread exported by ``graphckpt export`` (from FILE, or stdin for ``-``); nothing is overwritten."""
+    from graphckpt.transfer import import_thread
+
+    try:
+        path = Path(args.file)
+        text = await asyncio.to_thread(sys.stdin.read if args.file == "-" else lambda: path.read_text("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file!r}: {exc.strerror or exc}") from None
+    thread_id = await import_thread(s.saver(create=True), text.splitlines())
+    if args.json:
+        _print_json({"imported": thread_id})
+    else:
+        print(f"imported thread {thread_id}")
+    return 0
+
+
 # -- no database -------------------------------------------------------------------------------------------------------
 
 
@@ -296,5 +338,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "diff": cmd_diff,
     "fork": cmd_fork,
     "delete": cmd_delete,
+    "export": cmd_export,
+    "import": cmd_import,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo}

@@ -202,7 +202,8 @@ class Session:
         if self._note is not None:
             self._note(message)
 
-    def _saver(self, *, create: bool = False) -> Saver:
+    def saver(self, *, create: bool = False) -> Saver:
+        """A saver of this database, closed with the session."""
         saver = self.db.saver(create=create)
         self._savers.append(saver)
         return saver
@@ -210,13 +211,13 @@ class Session:
     def reader(self) -> RawReader:
         """The schema-free reader (metadata, frontiers, and values as plain data)."""
         if self._reader is None:
-            self._reader = RawReader(self._saver())
+            self._reader = RawReader(self.saver())
         return self._reader
 
     def app(self, ref: str, *, create: bool = False) -> App:
         """The app of graph ``ref`` bound to this database."""
         if ref not in self._apps:
-            self._apps[ref] = compile_with(load_target(ref), self._saver(create=create))
+            self._apps[ref] = compile_with(load_target(ref), self.saver(create=create))
         return self._apps[ref]
 
     async def graph_ref(self, thread_id: str, override: str | None) -> str | None:
