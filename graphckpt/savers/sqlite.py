@@ -21,7 +21,8 @@ run as one function on the saver's own writer thread, holding a plain :mod:`sqli
 per call, however many statements it runs (aiosqlite would cost one hop per statement). The compare-and-set is an
 ``UPDATE ... WHERE head_checkpoint_id = ? AND run_id = ?`` whose rowcount is checked inside that transaction.
 ``BEGIN IMMEDIATE`` takes the write lock first, so writers in other processes wait for each other up to
-``busy_timeout`` seconds, then :class:`~graphckpt.errors.SaverError` names the file. Reads go through an
+``busy_timeout`` seconds, then :class:`~graphckpt.errors.SaverError` names the file. A write whose caller is
+cancelled still commits or rolls back as a whole on the writer thread. Reads go through an
 :mod:`aiosqlite` connection (one hop per query) and, thanks to WAL, never wait for a writer.
 
 Durability (``synchronous``):
@@ -43,6 +44,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -219,7 +221,11 @@ class SqliteSaver(Saver):
         try:
             self._conn = await self._submit(self._connect)
             if self.path != ":memory:":
-                self._reader = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+                reader = aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+                worker = getattr(reader, "_thread", None)  # aiosqlite's worker thread is not a daemon: a saver
+                if isinstance(worker, threading.Thread):  # left open would hang interpreter exit (tested)
+                    worker.daemon = True
+                self._reader = await reader
                 await self._reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
             await self._release()
@@ -234,15 +240,18 @@ class SqliteSaver(Saver):
             await self._release()
 
     async def _release(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            await reader.close()
-        executor, conn = self._executor, self._conn
-        self._executor = self._conn = None
-        if executor is not None:
-            if conn is not None:
-                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-            executor.shutdown(wait=True)
+        reader, executor, conn = self._reader, self._executor, self._conn
+        self._reader = self._executor = self._conn = None
+        try:
+            if reader is not None:
+                await reader.close()
+        finally:
+            if executor is not None:
+                try:
+                    if conn is not None:
+                        await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+                finally:
+                    executor.shutdown(wait=True)
 
     def __del__(self) -> None:
         super().__del__()  # warns with ResourceWarning when still open

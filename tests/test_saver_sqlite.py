@@ -1,0 +1,247 @@
+"""``SqliteSaver``: the shared conformance suite, plus what only a file-backed, multi-process SQLite saver promises:
+the durability setting is applied, WAL is on, a held write lock turns into a clear ``SaverError``, data survives
+close and reopen, and several processes writing one file lose nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sqlite3
+import sys
+import textwrap
+import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from graphckpt.errors import SaverError, SerializationError, ThreadConflictError
+from graphckpt.ids import new_id
+from graphckpt.savers.base import BlobRange
+from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt.testing import SaverConformance, make_checkpoint
+
+
+class TestSqliteSaver(SaverConformance):
+    @pytest.fixture
+    async def saver(self, tmp_path: Path) -> AsyncIterator[SqliteSaver]:
+        async with SqliteSaver(tmp_path / "c.db") as s:
+            yield s
+
+
+async def _writer_pragma(saver: SqliteSaver, name: str) -> object:
+    """A pragma as the saver's own writer connection sees it (white box: pragmas are per connection)."""
+    await saver.setup()
+    conn = saver._conn
+    assert conn is not None
+    return await saver._submit(lambda: conn.execute(f"PRAGMA {name}").fetchone()[0])
+
+
+@pytest.mark.parametrize(("mode", "value"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
+async def test_synchronous_setting_is_applied(tmp_path: Path, mode: str, value: int) -> None:
+    async with SqliteSaver(tmp_path / "c.db", synchronous=mode) as saver:  # type: ignore[arg-type]
+        assert await _writer_pragma(saver, "synchronous") == value
+
+
+async def test_default_is_full_durability_in_wal_mode(tmp_path: Path) -> None:
+    async with SqliteSaver(tmp_path / "c.db") as saver:
+        assert await _writer_pragma(saver, "synchronous") == 2
+        assert await _writer_pragma(saver, "journal_mode") == "wal"
+    with sqlite3.connect(tmp_path / "c.db") as other:  # WAL is persistent: any connection sees it
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+    other.close()
+
+
+def test_invalid_options_are_refused_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        SqliteSaver(tmp_path / "c.db", synchronous="EXTRA")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SqliteSaver(tmp_path / "c.db", busy_timeout=-1)
+
+
+async def test_missing_directory_is_a_clear_saver_error(tmp_path: Path) -> None:
+    path = tmp_path / "nope" / "c.db"
+    saver = SqliteSaver(path)
+    with pytest.raises(SaverError, match="does not exist") as info:
+        await saver.get_thread("t")
+    assert str(path) in str(info.value)
+    await saver.aclose()
+
+
+async def test_data_survives_close_and_reopen_and_the_file_is_intact(tmp_path: Path) -> None:
+    path, run = tmp_path / "c.db", new_id()
+    a = make_checkpoint("t", 0, metadata={"source": "input", "tags": ["x"]}, channels={"x": b"\x00a"})
+    b = make_checkpoint("t", 1, parent=a, status="done", channels={"x": b"\xffb"})
+    async with SqliteSaver(path) as saver:
+        await saver.commit(a, expected_head=None, run_id=run)
+        await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)
+    async with SqliteSaver(path) as saver:
+        thread = await saver.get_thread("t")
+        assert thread is not None and (thread.head_checkpoint_id, thread.status) == (b.checkpoint_id, "done")
+        assert [cp.checkpoint_id for cp in await saver.list_checkpoints("t")] == [b.checkpoint_id, a.checkpoint_id]
+        assert [blob.data for blob in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"\x00a", b"\xffb"]
+        assert await _writer_pragma(saver, "integrity_check") == "ok"
+
+
+async def test_filter_keys_and_values_are_data(tmp_path: Path) -> None:
+    """Keys a JSON path could not express (quotes, backslashes, non-ASCII) and values full of SQL stay data."""
+    meta = {'a"b': 1, "a\\b": 2, "é": "ü", "x'); DROP TABLE threads; --": "'; --", "nested": {"b": [1, None], "a": 1}}
+    async with SqliteSaver(tmp_path / "c.db") as saver:
+        cp = make_checkpoint("t", 0, metadata=meta)
+        await saver.commit(cp, expected_head=None, run_id=new_id())
+        for key, value in meta.items():
+            got = await saver.list_checkpoints("t", filter={key: value})
+            assert [c.checkpoint_id for c in got] == [cp.checkpoint_id], key
+        assert await saver.list_checkpoints("t", filter={"nested": {"a": 1, "b": [1]}}) == []
+        assert await saver.list_checkpoints("t", filter={'a"b': 1.0}) != []  # numbers compare as numbers
+        assert await saver.get_thread("t") is not None
+
+
+async def test_metadata_that_is_not_json_is_refused_before_writing(tmp_path: Path) -> None:
+    async with SqliteSaver(tmp_path / "c.db") as saver:
+        with pytest.raises(SerializationError, match="metadata"):
+            await saver.commit(make_checkpoint("t", 0, metadata={"bad": {1, 2}}), expected_head=None, run_id="r")
+        assert await saver.get_thread("t") is None
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    saver = SqliteSaver(path)
+    with pytest.raises(SaverError, match="schema version 99"):
+        await saver.setup()
+    await saver.aclose()
+
+
+async def test_in_memory_database_works(tmp_path: Path) -> None:
+    async with SqliteSaver(":memory:") as saver:
+        cp = make_checkpoint("t", 0, channels={"x": b"1"})
+        await saver.commit(cp, expected_head=None, run_id="r")
+        got = await saver.get_checkpoint("t")
+        assert got is not None and got.checkpoint_id == cp.checkpoint_id
+        assert len(await saver.get_blobs([BlobRange("t", "x", 0, 0)])) == 1
+
+
+async def test_saver_collected_while_open_warns(tmp_path: Path) -> None:
+    saver = SqliteSaver(tmp_path / "c.db")
+    await saver.setup()
+    with warnings.catch_warnings(record=True) as caught:  # aiosqlite warns about its own connection too
+        warnings.simplefilter("always")
+        del saver
+        gc.collect()
+    ours = [w for w in caught if issubclass(w.category, ResourceWarning) and "SqliteSaver" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in caught]
+
+
+async def test_a_process_that_never_closes_its_saver_still_exits(tmp_path: Path) -> None:
+    """Like a script with a module-level app that never calls close(): it must exit, not hang on a saver thread."""
+    script = textwrap.dedent(f"""
+        import asyncio
+        from graphckpt.savers.sqlite import SqliteSaver
+        from graphckpt.testing import make_checkpoint
+        saver = SqliteSaver({str(tmp_path / "c.db")!r})
+        asyncio.run(saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r"))
+        asyncio.run(saver.get_thread("t"))
+    """)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+
+
+_LOCKER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()  # hold the write lock until the test closes our stdin
+conn.execute("ROLLBACK")
+"""
+
+
+@pytest.mark.slow
+async def test_busy_timeout_expiry_is_a_saver_error_naming_the_file(tmp_path: Path) -> None:
+    path, run = tmp_path / "c.db", new_id()
+    async with SqliteSaver(path, busy_timeout=0.2) as saver:
+        a = make_checkpoint("t", 0)
+        await saver.commit(a, expected_head=None, run_id=run)
+        locker = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _LOCKER, str(path), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert locker.stdin is not None and locker.stdout is not None
+        try:
+            assert await locker.stdout.readline() == b"locked\n"
+            b = make_checkpoint("t", 1, parent=a)
+            with pytest.raises(SaverError) as info:
+                await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)
+            message = str(info.value)
+            assert str(path) in message and "busy_timeout=0.2" in message
+            assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+            assert (await saver.get_thread("t")) is not None  # in WAL mode readers do not wait for a writer
+        finally:
+            locker.stdin.close()
+            assert await asyncio.wait_for(locker.wait(), 10) == 0
+        await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)  # the lock is gone: it goes through
+        head = await saver.get_checkpoint("t")
+        assert head is not None and head.checkpoint_id == b.checkpoint_id
+
+
+_WORKER = """
+import asyncio, sys
+from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt.testing import make_checkpoint
+
+async def main(path, worker):
+    async with SqliteSaver(path, busy_timeout=30) as saver:
+        parents = {}
+        for step in range(10):
+            for n in range(5):
+                thread_id = f"w{worker}-t{n}"
+                cp = make_checkpoint(thread_id, step, parent=parents.get(thread_id), channels={"x": b"%d" % step})
+                head = parents[thread_id].checkpoint_id if thread_id in parents else None
+                await saver.commit(cp, expected_head=head, run_id=f"run-{worker}")
+                parents[thread_id] = cp
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+@pytest.mark.slow
+async def test_four_processes_writing_one_file_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    workers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", textwrap.dedent(_WORKER), str(path), str(i), stderr=asyncio.subprocess.PIPE
+        )
+        for i in range(4)
+    ]
+    for worker in workers:
+        _, err = await asyncio.wait_for(worker.communicate(), 120)
+        assert worker.returncode == 0, err.decode()
+    async with SqliteSaver(path) as saver:
+        threads = await saver.list_threads()
+        assert sorted(t.thread_id for t in threads) == sorted(f"w{w}-t{n}" for w in range(4) for n in range(5))
+        assert {t.head_step for t in threads} == {9}
+        total = 0
+        for t in threads:
+            steps = [cp.step for cp in await saver.list_checkpoints(t.thread_id)]
+            assert steps == list(range(9, -1, -1))
+            total += len(steps)
+            assert len(await saver.get_blobs([BlobRange(t.thread_id, "x", 0, 9)])) == 10
+        assert total == 200
+        assert await _writer_pragma(saver, "integrity_check") == "ok"
+
+
+async def test_duplicate_step_from_another_connection_is_a_conflict(tmp_path: Path) -> None:
+    """Two savers on one file act like two processes: the compare-and-set holds across connections."""
+    path, run = tmp_path / "c.db", new_id()
+    async with SqliteSaver(path) as one, SqliteSaver(path) as two:
+        a = make_checkpoint("t", 0)
+        await one.commit(a, expected_head=None, run_id=run)
+        await one.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id=run)
+        with pytest.raises(ThreadConflictError):
+            await two.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id=run)
+        with pytest.raises(ThreadConflictError):
+            await two.commit(make_checkpoint("t", 0), expected_head=None, run_id=run)
