@@ -152,6 +152,8 @@ class App:
     ) -> Snapshot:
         record = await self._thread(thread_id)
         head, recorded = await self._load_head(thread_id, record)
+        if tags is None:
+            tags = head.cp.metadata.get("tags")  # a resumed run keeps the tags of the run it continues
         open_interrupts = [
             (t.id, i, p) for t in head.body.tasks for (tid, i), p in recorded.interrupts.items()
             if tid == t.id and (tid, i) not in recorded.answers
@@ -172,6 +174,10 @@ class App:
         await self.saver.claim(
             thread_id, expected_head=head.cp.checkpoint_id, expected_run_id=record.run_id, run_id=run_id
         )
+        # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
+        # our read and the claim; from the claim on nobody else can write against this head: read them again.
+        writes = await self.saver.get_writes(thread_id, head.cp.checkpoint_id)
+        recorded = decode_recorded(self.codec, head.cp, writes, head.body.tasks)
         if open_interrupts:
             task_id, index, _ = open_interrupts[0]
             data = self.codec.serde.dumps(answer)
@@ -215,10 +221,11 @@ class App:
         recursion_limit: int | None = None,
         tags: Mapping[str, Any] | None = None,
         resume: bool = False,
+        answer: Any = _NO_ANSWER,
     ) -> AsyncIterator[Any]:
-        """Run like :meth:`ainvoke` (or :meth:`aresume` when ``resume=True``; then ``input`` is the answer or
-        ``None``) and yield after every committed checkpoint: ``updates``: ``{node: update}`` of the step;
-        ``values``: the state; ``checkpoints``: the :class:`Snapshot`."""
+        """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
+        ``answer``, when given, answers the open interrupt) and yield after every committed checkpoint:
+        ``updates``: ``{node: update}`` of the step; ``values``: the state; ``checkpoints``: the :class:`Snapshot`."""
         if mode not in ("updates", "values", "checkpoints"):
             raise ValueError(f"stream mode must be 'updates', 'values' or 'checkpoints', not {mode!r}")
         queue: asyncio.Queue[tuple[Head, list[TaskResult]] | None] = asyncio.Queue()
@@ -229,7 +236,6 @@ class App:
         if resume:
             if thread_id is None:
                 raise ValueError("astream(resume=True) needs thread_id")
-            answer = _NO_ANSWER if input is None else input
             coro = self._resume(thread_id, answer, recursion_limit, tags, on_commit)
         else:
             coro = self._start(input, thread_id, recursion_limit, tags, on_commit)
@@ -482,12 +488,18 @@ class App:
 
     def stream(self, input: Any, *, thread_id: str | None = None, mode: StreamMode = "updates",
                recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
-               resume: bool = False) -> Iterator[Any]:  # fmt: skip
+               resume: bool = False, answer: Any = _NO_ANSWER) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
         return self._portal.iterate(
             _iterate_as_sync_facade(
                 self.astream(
-                    input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags, resume=resume
+                    input,
+                    thread_id=thread_id,
+                    mode=mode,
+                    recursion_limit=recursion_limit,
+                    tags=tags,
+                    resume=resume,
+                    answer=answer,
                 )
             )
         )

@@ -74,9 +74,10 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     record = await app.saver.get_thread(args.thread)
     old = record.metadata.get("tags") if record is not None else None
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
+    given = {"answer": answer} if args.answer is not None else {}
     stream = app.astream(
-        answer, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
-        resume=True,
+        None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
+        resume=True, **given,
     )  # fmt: skip
     return await _drive(s, app, stream, args.thread, args, verb="resuming")
 
@@ -316,6 +317,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if spec is None or spec.loader is None:
         raise CliError(f"cannot load the demo from {path}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name while it executes
     spec.loader.exec_module(module)
     main = getattr(module, "main", None)
     if not callable(main):
