@@ -7,14 +7,13 @@ same coroutine on a long-lived background loop (:class:`~graphckpt.portal.Portal
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import itertools
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphckpt import ids
-from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, TaskError, ThreadInfo
+from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.control import START, Send
 from graphckpt.diff import Diff, diff_values
@@ -31,9 +30,10 @@ from graphckpt.engine import (
 )
 from graphckpt.errors import CheckpointNotFoundError, ThreadConflictError, ThreadNotFoundError, ThreadStateError
 from graphckpt.portal import Portal
-from graphckpt.savers.base import Blob, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
+from graphckpt.views import LazyFold, as_dict, make_snapshot, thread_info
 
 if TYPE_CHECKING:
     from graphckpt.graph import StateGraph
@@ -308,9 +308,9 @@ class App:
             return []
         old, new = self.codec.decode_body(found[-1]), self.codec.decode_body(found[0])
         ranges = self.codec.history_ranges(found[-1], old, found[0], new)
-        fold = _LazyFold(self.codec, found, await self.saver.get_blobs(ranges) if ranges else [])
+        fold = LazyFold(self.codec, found, await self.saver.get_blobs(ranges) if ranges else [])
         return [
-            _make_snapshot(
+            make_snapshot(
                 cp,
                 record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status,
                 functools.partial(fold.load, i),
@@ -320,13 +320,13 @@ class App:
 
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Every thread, most recently updated first; only those with ``status`` when given."""
-        return [_thread_info(r) for r in await self.saver.list_threads(status=status)]
+        return [thread_info(r) for r in await self.saver.list_threads(status=status)]
 
     async def adiff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """What differs between two checkpoints' values. Each side is a :class:`Snapshot` or
         ``(thread_id, checkpoint_id)`` (``None`` for the head)."""
         sa, sb = await self._resolve(a), await self._resolve(b)
-        return diff_values(sa.ref, _as_dict(sa.values), sb.ref, _as_dict(sb.values))
+        return diff_values(sa.ref, as_dict(sa.values), sb.ref, as_dict(sb.values))
 
     async def _resolve(self, spec: CheckpointSpec) -> Snapshot:
         if isinstance(spec, Snapshot):
@@ -445,7 +445,7 @@ class App:
             ]
             errors = tuple(recorded.errors.values())
         make = self.codec.state.make
-        return _make_snapshot(
+        return make_snapshot(
             cp,
             status,
             lambda: (make(head.values), body.tasks, interrupts, body.schema_version),
@@ -549,45 +549,6 @@ class App:
 _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
 
 
-def _make_snapshot(
-    cp: StoredCheckpoint,
-    status: Status,
-    loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
-    errors: tuple[TaskError, ...] = (),
-) -> Snapshot:
-    parent = (
-        CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id) if cp.parent_checkpoint_id else None
-    )
-    return Snapshot(
-        thread_id=cp.thread_id,
-        checkpoint_id=cp.checkpoint_id,
-        parent=parent,
-        step=cp.step,
-        status=status,
-        metadata=cp.metadata,
-        created_at=dt.datetime.fromtimestamp(cp.created_at, dt.UTC),
-        loader=loader,
-        errors=errors,
-    )
-
-
-class _LazyFold:
-    """The values of a history page, decoded on the first access to any of them (the blobs are already fetched)."""
-
-    def __init__(self, codec: Codec, cps: list[StoredCheckpoint], blobs: list[Blob]) -> None:
-        self.codec, self.cps, self.blobs = codec, cps, blobs
-        self.bodies: list[Body] | None = None
-        self.values: list[dict[str, Any]] | None = None
-
-    def load(self, i: int) -> tuple[Any, Sequence[Task], Sequence[Interrupt], int]:
-        if self.values is None:
-            self.bodies = [self.codec.decode_body(cp) for cp in self.cps]
-            self.values = self.codec.fold_many(list(zip(self.cps, self.bodies, strict=True)), self.blobs)
-        assert self.bodies is not None
-        body = self.bodies[i]
-        return self.codec.state.make(self.values[i]), body.tasks, body.interrupts, body.schema_version
-
-
 async def _as_sync_facade(coro: Coroutine[Any, Any, T]) -> T:
     SYNC_FACADE.set(True)  # this coroutine runs in its own task: the flag stays in its context
     return await coro
@@ -597,25 +558,3 @@ async def _iterate_as_sync_facade(agen: AsyncIterator[T]) -> AsyncIterator[T]:
     SYNC_FACADE.set(True)  # set before the first item: the run's task is created in this context
     async for item in agen:
         yield item
-
-
-def _thread_info(r: ThreadRecord) -> ThreadInfo:
-    return ThreadInfo(
-        thread_id=r.thread_id,
-        status=r.status,
-        head=CheckpointRef(r.thread_id, r.head_checkpoint_id),
-        step=r.head_step,
-        created_at=dt.datetime.fromtimestamp(r.created_at, dt.UTC),
-        updated_at=dt.datetime.fromtimestamp(r.updated_at, dt.UTC),
-        forked_from=CheckpointRef(r.parent_thread_id, r.parent_checkpoint_id)
-        if r.parent_thread_id and r.parent_checkpoint_id
-        else None,
-        error=r.error,
-        metadata=r.metadata,
-    )
-
-
-def _as_dict(values: Any) -> dict[str, Any]:
-    if isinstance(values, Mapping):
-        return dict(values)
-    return {k: getattr(values, k) for k in type(values).model_fields}
