@@ -8,6 +8,7 @@ fresh schema, dropped afterwards. If the server is unreachable the tests skip, o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import os
@@ -22,7 +23,7 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, ThreadConflictError
 from graphckpt.ids import new_id
-from graphckpt.savers.base import BlobRange
+from graphckpt.savers.base import Blob, BlobRange
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
 
@@ -158,7 +159,7 @@ async def test_other_server_errors_are_saver_errors_and_commits_stay_atomic(pg_d
         with pytest.raises(SaverError, match="get_blobs") as info:
             await saver.get_blobs([BlobRange("t", "x", 0, 1)])
         assert isinstance(info.value.__cause__, psycopg.errors.UndefinedTable)
-        # the head moves in the first pipelined statement, the blob insert fails in the second: all rolled back
+        # the head moves first in graphckpt_commit, the blob insert fails after it: all rolled back
         child = make_checkpoint("t", 1, parent=first, channels={"x": b"1"})
         with pytest.raises(SaverError, match="commit"):
             await saver.commit(child, expected_head=first.checkpoint_id, run_id="r")
@@ -200,3 +201,81 @@ async def test_garbage_collected_while_open_warns(pg_dsn: str, pg_schema: str) -
 def test_import_graphckpt_does_not_import_psycopg() -> None:
     code = "import sys, graphckpt, graphckpt.savers; sys.exit('psycopg' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+async def test_commit_is_one_server_side_compare_and_set(pg_dsn: str, pg_schema: str) -> None:
+    """``graphckpt_commit`` moves the head only from the expected head and owner, and writes nothing otherwise."""
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        first = make_checkpoint("t", 0)
+        await saver.commit(first, expected_head=None, run_id="r")
+        commit = sql.Identifier(pg_schema, "graphckpt_commit")
+        call = sql.SQL(
+            "SELECT won, head FROM {}('t', {}, 't', {}, 1, 0.5, 'running', '{{}}', '\\x00', 1.0, {}, {}, "
+            "ARRAY['t'], ARRAY['x'], ARRAY[1]::bigint[], ARRAY[0]::smallint[], ARRAY['\\x01'::bytea])"
+        )
+        wrong_head = call.format(commit, "c1", first.checkpoint_id, "r", "nope")
+        wrong_run = call.format(commit, "c1", first.checkpoint_id, "other", first.checkpoint_id)
+        assert _query(pg_dsn, wrong_head) == [(False, first.checkpoint_id)]
+        assert _query(pg_dsn, wrong_run) == [(False, first.checkpoint_id)]
+        assert await saver.get_checkpoint("t", "c1") is None
+        assert await saver.get_blobs([BlobRange("t", "x", 1, 1)]) == []
+        right = call.format(commit, "c1", first.checkpoint_id, "r", first.checkpoint_id)
+        assert _query(pg_dsn, right) == [(True, None)]
+        thread = await saver.get_thread("t")
+        assert thread is not None and thread.head_checkpoint_id == "c1" and thread.head_step == 1
+        [blob] = await saver.get_blobs([BlobRange("t", "x", 1, 1)])
+        assert (blob.kind, blob.data) == ("snapshot", b"\x01")
+
+
+async def test_large_blobs_are_compressed_when_it_pays_and_read_back_exactly(pg_dsn: str, pg_schema: str) -> None:
+    compressible, random_bytes, small = b"x" * 4000 + b"\x00end", os.urandom(4000), b"y" * 100
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        first = make_checkpoint("t", 0, channels={"a": compressible, "b": random_bytes, "c": small})
+        second = dataclasses.replace(
+            make_checkpoint("t", 1, parent=first), blobs=[Blob("t", "a", 1, "delta", compressible)]
+        )
+        await saver.commit(first, expected_head=None, run_id="r")
+        await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
+        blobs = await saver.get_blobs([BlobRange("t", ch, 0, 1) for ch in "abc"])
+        assert [(b.channel, b.step, b.kind, b.data) for b in blobs] == [
+            ("a", 0, "snapshot", compressible),
+            ("a", 1, "delta", compressible),
+            ("b", 0, "snapshot", random_bytes),
+            ("c", 0, "snapshot", small),
+        ]
+    stored = _query(
+        pg_dsn,
+        sql.SQL("SELECT channel, step, kind, length(data) FROM {} ORDER BY channel, step").format(
+            sql.Identifier(pg_schema, "blobs")
+        ),
+    )
+    assert [(ch, step, kind) for ch, step, kind, _ in stored] == [("a", 0, 2), ("a", 1, 3), ("b", 0, 0), ("c", 0, 0)]
+    lengths = {(ch, step): n for ch, step, _, n in stored}
+    assert lengths[("a", 0)] < 200 and lengths[("b", 0)] == 4000 and lengths[("c", 0)] == 100
+
+
+async def test_a_broken_dedicated_connection_is_replaced(pg_dsn: str, pg_schema: str) -> None:
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        first = make_checkpoint("t", 0)
+        await saver.commit(first, expected_head=None, run_id="r")
+        assert saver._conn is not None
+        pid = saver._conn.info.backend_pid
+        _query(pg_dsn, sql.SQL("SELECT pg_terminate_backend({})").format(pid))
+        await asyncio.sleep(0.1)
+        with contextlib.suppress(SaverError):  # the call that finds it broken may fail; the saver recovers
+            await saver.get_thread("t")
+        second = make_checkpoint("t", 1, parent=first)
+        await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
+        thread = await saver.get_thread("t")
+        assert thread is not None and thread.head_checkpoint_id == second.checkpoint_id
+        assert saver._conn is not None and saver._conn.info.backend_pid != pid
+
+
+async def test_overlapping_calls_use_the_pool_and_all_succeed(pg_dsn: str, pg_schema: str) -> None:
+    async with PostgresSaver(pg_dsn, schema=pg_schema, pool_max=3) as saver:
+        cps = [make_checkpoint(f"t{i}", 0, channels={"x": bytes([i]) * 300}) for i in range(8)]
+        await asyncio.gather(*(saver.commit(cp, expected_head=None, run_id="r") for cp in cps))
+        threads = await asyncio.gather(*(saver.get_thread(f"t{i}") for i in range(8)))
+        assert [t.head_checkpoint_id for t in threads if t is not None] == [cp.checkpoint_id for cp in cps]
+        blobs = await saver.get_blobs([BlobRange(f"t{i}", "x", 0, 0) for i in range(8)])
+        assert sorted(b.data for b in blobs) == sorted(bytes([i]) * 300 for i in range(8))

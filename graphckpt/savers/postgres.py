@@ -3,12 +3,13 @@
 Storage layout (in ``schema`` when given, else the connection's ``search_path``)::
 
     threads      (thread_id PK, head_checkpoint_id, head_step, status, run_id, created_at, updated_at,
-                  parent_thread_id, parent_checkpoint_id, error, metadata jsonb, deleted)
+                  parent_thread_id, parent_checkpoint_id, error, metadata json, deleted)
     checkpoints  (thread_id, checkpoint_id) PK, (thread_id, step) UNIQUE; parent ids, created_at, status,
-                  metadata jsonb, body bytea
-    blobs        (thread_id, channel, step) PK; kind, data bytea
+                  metadata json, body bytea
+    blobs        (thread_id, channel, step) PK; kind smallint, data bytea
     writes       (thread_id, checkpoint_id, task_id, kind, idx) PK; data bytea
-    graphckpt_migrations (version PK, applied_at)
+    graphckpt_migrations (version, applied_at)
+    graphckpt_commit(...)  PL/pgSQL: the whole of ``commit`` as one server-side call
 
 Id columns use ``COLLATE "C"`` so that SQL ordering equals Python's string ordering. Times are seconds since the
 epoch from :func:`graphckpt.ids.now` (patchable in tests). A deleted thread whose rows a fork still needs keeps its
@@ -19,24 +20,39 @@ entry with the next version. :meth:`PostgresSaver.setup` applies the missing ver
 ``pg_advisory_xact_lock`` keyed by the schema, recording each in ``graphckpt_migrations``, so concurrent set-ups
 from many processes are safe and idempotent.
 
-Round trips: ``commit`` pipelines two statements, the head compare-and-set and one statement writing the checkpoint,
-its blobs and the deletion of the parent's pending writes (only if the head is now that checkpoint), in the implicit
-transaction that lasts until the pipeline's Sync: one network round trip, all or nothing. The second statement takes
-a fresh snapshot after the first holds the thread row lock, so it sees every pending write committed before.
-``put_writes`` and ``claim`` are one statement each.
+Round trips: ``commit`` is one prepared statement, ``SELECT * FROM graphckpt_commit(...)``: the function moves the head
+by compare-and-set and, only if that won, inserts the checkpoint and its blobs and deletes the parent's pending writes.
+One statement in autocommit mode is one transaction and one network round trip, all or nothing. Each statement of
+the (volatile) PL/pgSQL function takes a fresh snapshot, so the deletion runs after the thread row lock is held and
+sees every pending write committed before it. ``put_writes``, ``claim`` and every read are one statement each.
+
+Connections: one dedicated connection serves every call while it is free (no pool check-out on the hot path; its
+statements are prepared on first use); calls that overlap a busy dedicated connection take one from the pool, so
+concurrent commits still run in parallel (and share WAL flushes on the server).
+
+Storage: ``blobs.kind`` is a small integer (``0`` snapshot, ``1`` delta, ``+2`` when ``data`` is zlib-compressed by the
+saver). PostgreSQL only compresses values of rows above ~2 KiB, so blobs of ``_COMPRESS_MIN`` bytes and more are
+compressed here when that saves at least an eighth; the saver still never interprets them. ``threads.updated_at`` is
+not indexed, so moving the head is a HOT update (no index entries per step); ``list_threads`` sorts instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import os
+import struct
+import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, LiteralString, cast
+from typing import Any, Literal, LiteralString, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.adapt import Dumper, Loader
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Format
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -55,52 +71,194 @@ from graphckpt.savers.base import (
 
 __all__ = ["PostgresSaver"]
 
+_KIND_CODE: dict[str, int] = {"snapshot": 0, "delta": 1}
+_KIND_NAME: tuple[Literal["snapshot", "delta"], ...] = ("snapshot", "delta")
+_ZLIB = 2
+"""Added to ``blobs.kind`` when the saver stored ``data`` zlib-compressed."""
+
+
+class _Packed(bytes):
+    """A parameter already in PostgreSQL's binary format: sent as it is (psycopg's generic list adaptation inspects
+    every element on every call; these arrays are built in one pass instead)."""
+
+    __slots__ = ()
+    oid = 0
+
+
+class _TextArray(_Packed):
+    __slots__ = ()
+    oid = 1009
+
+
+class _Int8Array(_Packed):
+    __slots__ = ()
+    oid = 1016
+
+
+class _Int2Array(_Packed):
+    __slots__ = ()
+    oid = 1005
+
+
+class _ByteaArray(_Packed):
+    __slots__ = ()
+    oid = 1001
+
+
+class _JsonText(_Packed):
+    """Compact JSON text; the binary format of ``json`` is its text."""
+
+    __slots__ = ()
+    oid = 114
+
+
+class _PackedDumper(Dumper):
+    format = Format.BINARY
+
+    def __init__(self, cls: type, context: Any = None) -> None:
+        super().__init__(cls, context)
+        self.oid = cast(type[_Packed], cls).oid
+
+    def dump(self, obj: Any) -> bytes:
+        return cast(bytes, obj)
+
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+class _JsonLoader(Loader):
+    """``json`` in binary format (its text) without ``json.loads``'s byte-encoding detection: half the cost per
+    row, which is most of ``list_checkpoints``. The server validated the text; we wrote it compactly."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> Any:
+        text = str(data, "utf-8")
+        try:
+            value, end = _raw_decode(text)
+        except ValueError:
+            return json.loads(text)  # leading whitespace: not written by this saver, but valid
+        return value if end == len(text) else json.loads(text)
+
+
+def _register_adapters(conn: psycopg.AsyncConnection[Any]) -> None:
+    for cls in (_TextArray, _Int8Array, _Int2Array, _ByteaArray, _JsonText):
+        conn.adapters.register_dumper(cls, _PackedDumper)
+    conn.adapters.register_loader("json", _JsonLoader)
+
+
+_I4 = struct.Struct("!i")
+_ELEM_I8 = struct.Struct("!iq")
+_ELEM_I2 = struct.Struct("!ih")
+
+
+def _array(oid: int, elements: list[bytes]) -> bytes:
+    """A one-dimensional array without NULLs in binary format; ``elements`` are encoded (length-prefixed) already."""
+    if not elements:
+        return struct.pack("!iii", 0, 0, oid)
+    return struct.pack("!iiiii", 1, 0, oid, len(elements), 1) + b"".join(elements)
+
+
+def _bytes_elements(values: Sequence[bytes]) -> list[bytes]:
+    return [_I4.pack(len(v)) + v for v in values]
+
+
+_compact_json = functools.partial(json.dumps, separators=(",", ":"))
+_COMPRESS_MIN = 128
+"""Blobs shorter than this are stored as they are."""
+
 _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     (
         1,
+        # Edited in place once, before any release (performance work of issue 5: no updated_at index, smallint blob
+        # kinds, column order without alignment padding, the graphckpt_commit function). From now on: append only.
         (
             """CREATE TABLE {threads} (
-                thread_id text COLLATE "C" PRIMARY KEY,
-                head_checkpoint_id text COLLATE "C" NOT NULL,
                 head_step bigint NOT NULL,
-                status text NOT NULL CHECK (status IN ('running', 'interrupted', 'failed', 'done')),
-                run_id text COLLATE "C" NOT NULL,
                 created_at double precision NOT NULL,
                 updated_at double precision NOT NULL,
+                deleted boolean NOT NULL DEFAULT false,
+                thread_id text COLLATE "C" PRIMARY KEY,
+                head_checkpoint_id text COLLATE "C" NOT NULL,
+                status text NOT NULL CHECK (status IN ('running', 'interrupted', 'failed', 'done')),
+                run_id text COLLATE "C" NOT NULL,
                 parent_thread_id text COLLATE "C",
                 parent_checkpoint_id text COLLATE "C",
                 error text,
-                metadata jsonb NOT NULL,
-                deleted boolean NOT NULL DEFAULT false)""",
-            "CREATE INDEX ON {threads} (updated_at DESC, thread_id DESC) WHERE NOT deleted",
+                metadata json NOT NULL) WITH (fillfactor = 80)""",
             "CREATE INDEX ON {threads} (parent_thread_id) WHERE parent_thread_id IS NOT NULL",
             """CREATE TABLE {checkpoints} (
+                step bigint NOT NULL,
+                created_at double precision NOT NULL,
                 thread_id text COLLATE "C" NOT NULL,
                 checkpoint_id text COLLATE "C" NOT NULL,
                 parent_thread_id text COLLATE "C",
                 parent_checkpoint_id text COLLATE "C",
-                step bigint NOT NULL,
-                created_at double precision NOT NULL,
                 status text NOT NULL,
-                metadata jsonb NOT NULL,
+                metadata json NOT NULL,
                 body bytea NOT NULL,
                 PRIMARY KEY (thread_id, checkpoint_id),
                 UNIQUE (thread_id, step))""",
             """CREATE TABLE {blobs} (
+                step bigint NOT NULL,
+                kind smallint NOT NULL CHECK (kind BETWEEN 0 AND 3),
                 thread_id text COLLATE "C" NOT NULL,
                 channel text COLLATE "C" NOT NULL,
-                step bigint NOT NULL,
-                kind text NOT NULL CHECK (kind IN ('snapshot', 'delta')),
                 data bytea NOT NULL,
                 PRIMARY KEY (thread_id, channel, step))""",
+            # Compressed by the saver when worth it: the server need not try again.
+            "ALTER TABLE {blobs} ALTER COLUMN data SET STORAGE EXTERNAL",
             """CREATE TABLE {writes} (
+                idx integer NOT NULL,
                 thread_id text COLLATE "C" NOT NULL,
                 checkpoint_id text COLLATE "C" NOT NULL,
                 task_id text COLLATE "C" NOT NULL,
                 kind text COLLATE "C" NOT NULL,
-                idx integer NOT NULL,
                 data bytea NOT NULL,
                 PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))""",
+            # The whole commit in one call. Volatile: every statement takes a fresh snapshot, so the DELETE (run
+            # after the UPDATE holds the thread row lock) sees every pending write committed before.
+            """CREATE FUNCTION {graphckpt_commit}(
+                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
+                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
+                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
+                OUT won boolean, OUT head text)
+            LANGUAGE plpgsql VOLATILE AS $fn$
+            BEGIN
+                IF p_expected IS NULL THEN
+                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
+                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
+                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
+                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
+                    ON CONFLICT (thread_id) DO NOTHING;
+                    won := FOUND;
+                ELSE
+                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
+                        error = NULL, metadata = p_meta, updated_at = p_now
+                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
+                    won := FOUND;
+                    IF NOT won THEN
+                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
+                        WHERE t.thread_id = p_tid AND NOT t.deleted;
+                    END IF;
+                END IF;
+                IF NOT won THEN
+                    RETURN;
+                END IF;
+                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
+                    parent_checkpoint_id, status, metadata, body)
+                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);
+                -- One prepared INSERT per blob is cheaper than INSERT ... SELECT FROM unnest() for the few blobs
+                -- of a step.
+                FOR i IN 1..cardinality(p_b_ch) LOOP
+                    INSERT INTO {blobs} (step, kind, thread_id, channel, data)
+                    VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
+                END LOOP;
+                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
+                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
+                END IF;
+            END
+            $fn$""",
         ),
     ),
 )
@@ -113,39 +271,11 @@ _THREAD_COLS: LiteralString = (
 _CP_COLS: LiteralString = (
     "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
 )
-_IS_HEAD: LiteralString = "SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s"
-
 _SQL: dict[str, LiteralString] = {
-    "advance": """WITH u AS (
-        UPDATE {threads} SET head_checkpoint_id = %(cp)s, head_step = %(step)s, status = %(status)s, error = NULL,
-            metadata = %(meta)s, updated_at = %(now)s
-        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(run)s AND NOT deleted
-        RETURNING 1)
-        SELECT (SELECT count(*) FROM u), (SELECT head_checkpoint_id FROM {threads}
-                                          WHERE thread_id = %(tid)s AND NOT deleted)""",
-    "create": """WITH u AS (
-        INSERT INTO {threads} ("""
-    + _THREAD_COLS
-    + """) VALUES (%(tid)s, %(cp)s, %(step)s, %(status)s, %(run)s,
-            %(now)s, %(now)s, %(fork_tid)s, %(fork_cp)s, NULL, %(meta)s)
-        ON CONFLICT (thread_id) DO NOTHING RETURNING 1)
-        SELECT (SELECT count(*) FROM u), NULL::text""",
-    # Runs after the head statement, in the same transaction but with a fresh snapshot: it writes only when the head
-    # is now our checkpoint (our compare-and-set won), and sees every pending write committed before we took the lock.
-    "store": """WITH g AS ("""
-    + _IS_HEAD
-    + """), c AS (
-        INSERT INTO {checkpoints} ("""
-    + _CP_COLS
-    + """) SELECT %(tid)s, %(cp)s, %(ptid)s, %(pcp)s, %(step)s, %(created)s, %(status)s, %(meta)s, %(body)s
-        WHERE EXISTS (SELECT 1 FROM g)
-    ), b AS (
-        INSERT INTO {blobs} (thread_id, channel, step, kind, data)
-        SELECT * FROM unnest(%(b_tid)s::text[], %(b_ch)s::text[], %(b_step)s::bigint[], %(b_kind)s::text[],
-                             %(b_data)s::bytea[])
-        WHERE EXISTS (SELECT 1 FROM g)
-    )
-    DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id = %(same_parent)s AND EXISTS (SELECT 1 FROM g)""",
+    # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
+    # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
+    "commit": """SELECT won, head FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
+        %b, %b, %b, %b, %b)""",
     "claim": """WITH u AS (
         UPDATE {threads} SET run_id = %(run)s, status = 'running', updated_at = %(now)s
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
@@ -186,15 +316,15 @@ _SQL: dict[str, LiteralString] = {
     + _CP_COLS
     + """ FROM {checkpoints} WHERE (thread_id, checkpoint_id) =
         (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    # Containment narrows; the NOT EXISTS makes it JSON equality per top-level key (containment alone would let
-    # {"tags": ["a"]} match ["a", "b"]). Keys and values stay one bound jsonb parameter.
+    # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
+    # converted only when a filter is given). Keys and values stay one bound jsonb parameter.
     "list_cps": "SELECT "
     + _CP_COLS
     + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
         AND (%(before)s::bigint IS NULL OR step < %(before)s::bigint)
-        AND (%(filter)s::jsonb IS NULL OR (c.metadata @> %(filter)s::jsonb AND NOT EXISTS (
+        AND (%(filter)s::jsonb IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
-            WHERE c.metadata -> f.key IS DISTINCT FROM f.value)))
+            WHERE c.metadata::jsonb -> f.key IS DISTINCT FROM f.value))
         ORDER BY step DESC LIMIT %(limit)s::bigint""",
     "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
         SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
@@ -206,7 +336,8 @@ _SQL: dict[str, LiteralString] = {
 
 
 class PostgresSaver(Saver):
-    """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL through an ``AsyncConnectionPool``.
+    """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
+    ``AsyncConnectionPool`` for calls that overlap it.
 
     ``dsn`` is a libpq connection string or URL; ``schema`` (created if missing) holds the tables, else the
     connection's ``search_path`` decides. The pool holds ``pool_min`` to ``pool_max`` connections. Nothing connects
@@ -219,6 +350,9 @@ class PostgresSaver(Saver):
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        """The dedicated connection; ``None`` after it broke (the next call reconnects it)."""
+        self._conn_lock: asyncio.Lock | None = None
         self._queries: dict[str, bytes] = {}
         self._lock: asyncio.Lock | None = None
         self._where, self._password = _describe(dsn)
@@ -238,35 +372,53 @@ class PostgresSaver(Saver):
 
     async def _open_pool(self) -> None:
         with self._errors("connect and set up"):
-            # A direct first connection reports an unreachable server at once (a pool would retry in background).
-            async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+            # A direct first connection reports an unreachable server at once (a pool would retry in background);
+            # it stays open as the dedicated connection.
+            conn = await self._connect()
+            try:
                 await self._migrate(conn)
                 self._queries = {name: self._compose(text).as_bytes(conn) for name, text in _SQL.items()}
-            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                self._dsn,
-                min_size=self._pool_min,
-                max_size=self._pool_max,
-                kwargs={"autocommit": True},
-                open=False,
-                name="graphckpt",
-            )
-            await pool.open()
+                pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                    self._dsn,
+                    min_size=self._pool_min,
+                    max_size=self._pool_max,
+                    kwargs={"autocommit": True, "client_encoding": "UTF8"},
+                    configure=_configure,
+                    open=False,
+                    name="graphckpt",
+                )
+                await pool.open()
+            except BaseException:
+                await conn.close()
+                raise
+        self._conn, self._conn_lock = conn, asyncio.Lock()
         self._pool = pool
         self._open = True
 
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        # prepare_threshold=0: every statement is prepared on its first use.
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn, autocommit=True, prepare_threshold=0, client_encoding="UTF8"
+        )
+        _register_adapters(conn)
+        return conn
+
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
+        conn, self._conn = self._conn, None
         self._open = False
-        self._lock = None  # a later reopen may run on another event loop
-        if pool is not None:
-            with self._errors("close"):
+        self._lock = self._conn_lock = None  # a later reopen may run on another event loop
+        with self._errors("close"):
+            if conn is not None:
+                await conn.close()
+            if pool is not None:
                 await pool.close()
 
     def _compose(self, text: LiteralString) -> sql.Composed:
         def name(table: str) -> sql.Identifier:
             return sql.Identifier(self._schema, table) if self._schema else sql.Identifier(table)
 
-        tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations")
+        tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit")
         return sql.SQL(text).format(**{t: name(t) for t in tables})
 
     async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -275,9 +427,10 @@ class PostgresSaver(Saver):
             if self._schema:
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
             migrations = self._compose("{graphckpt_migrations}")
+            # No primary key (an index would cost 16 KiB): the advisory lock already makes each version unique.
             await conn.execute(
                 sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"
+                    "CREATE TABLE IF NOT EXISTS {} (version integer NOT NULL, applied_at timestamptz NOT NULL)"
                 ).format(migrations)
             )
             cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
@@ -293,10 +446,29 @@ class PostgresSaver(Saver):
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        await self.setup()
+        """The dedicated connection when it is free, else one from the pool."""
+        if self._pool is None:
+            await self.setup()
+        lock = self._conn_lock
+        if lock is not None and not lock.locked():
+            async with lock:  # free: taken without yielding to the loop
+                conn = self._conn
+                if conn is None or conn.closed:
+                    conn = self._conn = await self._connect()
+                try:
+                    yield conn
+                finally:
+                    self._drop_if_broken(conn)
+            return
         assert self._pool is not None
         async with self._pool.connection() as conn:
             yield conn
+
+    def _drop_if_broken(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if (conn.broken or conn.closed) and self._conn is conn:
+            self._conn = None  # the next call reconnects
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -304,56 +476,60 @@ class PostgresSaver(Saver):
         try:
             yield
         except psycopg.Error as exc:
-            message = str(exc).strip() or type(exc).__name__
-            if self._password:
-                message = message.replace(self._password, "***")
-            raise SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}") from exc
+            raise self._saver_error(action, exc) from exc
 
-    async def _fetch(self, action: str, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        with self._errors(action):
+    def _saver_error(self, action: str, exc: psycopg.Error) -> SaverError:
+        message = str(exc).strip() or type(exc).__name__
+        if self._password:
+            message = message.replace(self._password, "***")
+        return SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}")
+
+    async def _fetch(self, action: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """One prepared statement, rows as tuples in binary format."""
+        try:
             async with self._connection() as conn:
-                cur = await conn.execute(self._queries[query], params)
+                cur = await conn.execute(self._queries[query], params, binary=True)
                 return await cur.fetchall()
+        except psycopg.Error as exc:
+            raise self._saver_error(action, exc) from exc
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
         cp = checkpoint
-        is_fork = cp.parent_thread_id is not None and cp.parent_thread_id != cp.thread_id
-        same_parent = cp.parent_checkpoint_id if cp.parent_thread_id == cp.thread_id else None
-        params: dict[str, Any] = {
-            "tid": cp.thread_id,
-            "cp": cp.checkpoint_id,
-            "ptid": cp.parent_thread_id,
-            "pcp": cp.parent_checkpoint_id,
-            "step": cp.step,
-            "created": cp.created_at,
-            "status": cp.status,
-            "meta": Jsonb(dict(cp.metadata)),
-            "body": cp.body,
-            "now": ids.now(),
-            "run": run_id,
-            "expected": expected_head,
-            "fork_tid": cp.parent_thread_id if is_fork else None,
-            "fork_cp": cp.parent_checkpoint_id,
-            "same_parent": same_parent,
-            "b_tid": [b.thread_id for b in cp.blobs],
-            "b_ch": [b.channel for b in cp.blobs],
-            "b_step": [b.step for b in cp.blobs],
-            "b_kind": [b.kind for b in cp.blobs],
-            "b_data": [b.data for b in cp.blobs],
-        }
-        head_query = "create" if expected_head is None else "advance"
+        blobs = cp.blobs
+        datas, kinds = [], []
+        for b in blobs:
+            data, kind = b.data, _KIND_CODE[b.kind]
+            if len(data) >= _COMPRESS_MIN:
+                packed = zlib.compress(data, 1)
+                if len(packed) <= len(data) - (len(data) >> 3):
+                    data, kind = packed, kind | _ZLIB
+            datas.append(data)
+            kinds.append(kind)
+        params = (
+            cp.thread_id,
+            cp.checkpoint_id,
+            cp.parent_thread_id,
+            cp.parent_checkpoint_id,
+            cp.step,
+            cp.created_at,
+            cp.status,
+            _JsonText(_compact_json(dict(cp.metadata)).encode()),
+            cp.body,
+            ids.now(),
+            run_id,
+            expected_head,
+            _TextArray(_array(25, _bytes_elements([b.thread_id.encode() for b in blobs]))),
+            _TextArray(_array(25, _bytes_elements([b.channel.encode() for b in blobs]))),
+            _Int8Array(_array(20, [_ELEM_I8.pack(8, b.step) for b in blobs])),
+            _Int2Array(_array(21, [_ELEM_I2.pack(2, k) for k in kinds])),
+            _ByteaArray(_array(17, _bytes_elements(datas))),
+        )
         try:
-            with self._errors(f"commit of checkpoint {cp.checkpoint_id!r} to thread {cp.thread_id!r}"):
-                async with self._connection() as conn:
-                    # Both statements go out together and run in the implicit transaction that lasts until the
-                    # pipeline's Sync: committed together, or rolled back together on any error. One round trip.
-                    # (``conn.transaction()`` here would cost extra syncs.)
-                    async with conn.pipeline():
-                        head = await conn.execute(self._queries[head_query], params)
-                        await conn.execute(self._queries["store"], params)
-                    row = await head.fetchone()
+            [(won, current)] = await self._fetch(
+                f"commit of checkpoint {cp.checkpoint_id!r} to thread {cp.thread_id!r}", "commit", params
+            )
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise ThreadConflictError(
@@ -361,8 +537,6 @@ class PostgresSaver(Saver):
                     f"{cp.step}"
                 ) from exc.__cause__
             raise
-        assert row is not None
-        won, current = row
         if won:
             return
         if expected_head is None:
@@ -468,7 +642,7 @@ class PostgresSaver(Saver):
             "filter": Jsonb(dict(filter)) if filter else None,
         }
         rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
-        return [_checkpoint(row) for row in rows]
+        return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
         if not ranges:
@@ -480,12 +654,16 @@ class PostgresSaver(Saver):
             "hi": [r.max_step for r in ranges],
         }
         rows = await self._fetch("get_blobs", "get_blobs", params)
-        return [Blob(thread_id=t, channel=c, step=s, kind=k, data=bytes(d)) for t, c, s, k, d in rows]
+        return [Blob(t, c, s, _KIND_NAME[k & 1], zlib.decompress(d) if k & _ZLIB else d) for t, c, s, k, d in rows]
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
         rows = await self._fetch(f"get_writes of thread {thread_id!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    _register_adapters(conn)
 
 
 def _thread(row: tuple[Any, ...]) -> ThreadRecord:
