@@ -11,6 +11,8 @@ Nothing here imports LangGraph or graphckpt: the W5 child process imports only t
 from __future__ import annotations
 
 import dataclasses
+import random
+import string
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -69,10 +71,14 @@ QUICK = Sizes(
 )
 
 
+_ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
+
+
 def message(n: int, size: int = MESSAGE_BYTES) -> str:
-    """The deterministic ``size``-byte message appended at step ``n``."""
+    """The deterministic ``size``-byte message appended at step ``n``: printable characters drawn at random (seeded
+    by ``n``), so storage figures measure overhead, not how well a repeated character compresses."""
     head = f"msg {n:08d} "
-    return head + "x" * (size - len(head))
+    return head + "".join(random.Random(n).choices(_ALPHABET, k=size - len(head)))
 
 
 # --- loop graph (W1, W4, W7): one node "step" looping on itself -----------------------------------------------------
