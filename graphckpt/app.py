@@ -139,7 +139,7 @@ class App:
         metadata["writes"] = {"input": list(update)}
         cp = StoredCheckpoint(
             thread_id, cid, thread_id if parent else None, parent, step, ids.now(), status, metadata,
-            self.codec.encode_body(body), blobs,
+            self.codec.encode_body(body, cid), blobs,
         )  # fmt: skip
         await self.saver.commit(cp, expected_head=expected, run_id=run_id)
         head = Head(cp, body, values)
@@ -376,7 +376,7 @@ class App:
         metadata["forked_from"] = {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}
         cp = StoredCheckpoint(
             new_thread_id, cid, src_cp.thread_id, src_cp.checkpoint_id, step, ids.now(), status, metadata,
-            self.codec.encode_body(body), blobs,
+            self.codec.encode_body(body, cid), blobs,
         )  # fmt: skip
         try:
             await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())

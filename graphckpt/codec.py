@@ -59,18 +59,27 @@ class Codec:
 
     # -- writing -----------------------------------------------------------------------------------------------------
 
-    def encode_body(self, body: Body) -> bytes:
-        return self.serde.dumps(
-            {
-                "f": _FORMAT,
-                "sv": body.schema_version,
-                "tasks": [[t.id, t.node, t.has_payload, t.payload] for t in body.tasks],
-                "ch": {k: list(v) for k, v in body.channels.items()},
-                "lin": [list(seg) for seg in body.lineage],
-                "intr": [[i.node, i.when, i.payload, i.task_id] for i in body.interrupts],
-                "bar": body.barriers,
-            }
-        )
+    def encode_body(self, body: Body, checkpoint_id: str) -> bytes:
+        """Compact: a task's id is left out when it is the usual ``<checkpoint_id>.<index>``; empty parts are
+        left out."""
+        tasks = []
+        for i, t in enumerate(body.tasks):
+            entry: list[Any] = [t.node, t.payload] if t.has_payload else [t.node]
+            if t.id != f"{checkpoint_id}.{i}":
+                entry = [t.node, t.has_payload, t.payload, t.id]
+            tasks.append(entry)
+        raw: dict[str, Any] = {
+            "f": _FORMAT,
+            "sv": body.schema_version,
+            "t": tasks,
+            "ch": {k: list(v) for k, v in body.channels.items()},
+            "lin": [list(seg) for seg in body.lineage],
+        }
+        if body.interrupts:
+            raw["i"] = [[i.node, i.when, i.payload, i.task_id] for i in body.interrupts]
+        if body.barriers:
+            raw["b"] = body.barriers
+        return self.serde.dumps(raw)
 
     def channel_blobs(
         self,
@@ -111,12 +120,21 @@ class Codec:
         try:
             if raw["f"] != _FORMAT:
                 raise ValueError(f"unknown body format {raw['f']!r}")
+            tasks = []
+            for i, entry in enumerate(raw["t"]):
+                if len(entry) == 1:
+                    tasks.append(Task(f"{cp.checkpoint_id}.{i}", str(entry[0])))
+                elif len(entry) == 2:
+                    tasks.append(Task(f"{cp.checkpoint_id}.{i}", str(entry[0]), entry[1], True))
+                else:
+                    node, has_payload, payload, task_id = entry
+                    tasks.append(Task(str(task_id), str(node), payload, bool(has_payload)))
             return Body(
-                tasks=[Task(str(i), str(n), payload=p, has_payload=bool(h)) for i, n, h, p in raw["tasks"]],
+                tasks=tasks,
                 channels={str(k): (int(v[0]), int(v[1])) for k, v in raw["ch"].items()},
                 lineage=[(str(t), int(s)) for t, s in raw["lin"]],
-                interrupts=[Interrupt(str(n), w, payload=p, task_id=t) for n, w, p, t in raw["intr"]],
-                barriers={str(k): [str(x) for x in v] for k, v in raw["bar"].items()},
+                interrupts=[Interrupt(str(n), w, payload=p, task_id=t) for n, w, p, t in raw.get("i", ())],
+                barriers={str(k): [str(x) for x in v] for k, v in raw.get("b", {}).items()},
                 schema_version=int(raw["sv"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -365,7 +365,7 @@ class Run:
             created_at=ids.now(),
             status=status,
             metadata=step_metadata("loop", step, results, self.tags),
-            body=self.codec.encode_body(body),
+            body=self.codec.encode_body(body, checkpoint_id),
             blobs=blobs,
         )
         await self.saver.commit(cp, expected_head=self.head.cp.checkpoint_id, run_id=self.run_id)
