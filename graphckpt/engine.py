@@ -135,7 +135,7 @@ class Run:
         self.on_commit = on_commit
         self.thread_id = head.cp.thread_id
         self.loop = asyncio.get_running_loop()
-        self._queue: list[StoredWrite] = []
+        self._queue: list[TaskResult] = []
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
         self._full: set[str] = set()
@@ -219,7 +219,7 @@ class Run:
                 continue
             result = TaskResult(task, update, goto, (time.perf_counter() - started) * 1000, usage)
             if record:
-                self._enqueue(StoredWrite(task.id, "result", 0, self._encode_result(result)))
+                self._enqueue(result)
             return result
 
     async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool = False) -> Any:
@@ -270,9 +270,9 @@ class Run:
 
     # -- group commit of pending results ----------------------------------------------------------------------
 
-    def _enqueue(self, write: StoredWrite) -> None:
+    def _enqueue(self, result: TaskResult) -> None:
         """Queue a finished task's result; it is written within ``WRITE_LINGER`` seconds if siblings still run."""
-        self._queue.append(write)
+        self._queue.append(result)  # encoded only if it is written before the step commits
         if self._flush_timer is None and (self._flusher is None or self._flusher.done()):
             self._flush_timer = self.loop.call_later(WRITE_LINGER, self._start_flush)
 
@@ -283,7 +283,8 @@ class Run:
 
     async def _flush(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue, []
+            batch = [StoredWrite(r.task.id, "result", 0, self._encode_result(r)) for r in self._queue]
+            self._queue = []
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
                 self._flush_timer = None
