@@ -34,7 +34,9 @@ from graphckpt.errors import (
     NodeError,
     NodeTimeoutError,
     RecursionLimitError,
+    SaverError,
     SerializationError,
+    ThreadConflictError,
 )
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite
 
@@ -173,7 +175,13 @@ class Run:
         if len(todo) == 1:
             outcomes = [await self.run_task(todo[0], record=False)]
         else:
-            outcomes = list(await asyncio.gather(*(self.run_task(t, record=True) for t in todo)))
+            running = [asyncio.ensure_future(self.run_task(t, record=True)) for t in todo]
+            try:
+                outcomes = list(await asyncio.gather(*running))
+            except BaseException:  # the saver failed or the run was cancelled: stop the siblings too
+                for future in running:
+                    future.cancel()
+                raise
         if self._flush_timer is not None:
             self._flush_timer.cancel()  # every task finished inside the linger: the commit records them all
             self._flush_timer = None
@@ -194,10 +202,10 @@ class Run:
         spec = self.graph.nodes.get(task.node)
         if spec is None:
             return _Failed(task, InvalidUpdateError(f"task {task.id} names unknown node {task.node!r}"))
-        state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
         attempt = 0
         while True:
             attempt += 1
+            state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
             ctx = Context(self, task, attempt, usage)
             started = time.perf_counter()
@@ -208,6 +216,8 @@ class Run:
                 return _Interrupted(task, intr.payload, intr.index)
             except (InvalidUpdateError, SerializationError) as exc:
                 return _Failed(task, exc)
+            except (ThreadConflictError, SaverError):
+                raise  # the thread moved to another owner, or storage failed: nothing to retry or record here
             except Exception as exc:
                 policy = spec.retry
                 if policy is None or not policy.should_retry(exc, attempt):

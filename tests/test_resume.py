@@ -191,3 +191,26 @@ async def test_finished_task_is_durable_while_a_sibling_still_runs(saver: Saver)
         release.set()
         snap = await run
     assert snap.values.log == ["fast", "slow"]
+
+
+async def test_storage_failure_during_a_journal_write_is_not_retried() -> None:
+    from graphckpt import RetryPolicy, SaverError
+    from graphckpt.savers.memory import MemorySaver
+
+    class Broken(MemorySaver):
+        async def put_writes(self, *args: Any, **kwargs: Any) -> None:
+            raise SaverError("disk full")
+
+    calls: list[int] = []
+
+    async def node(s: S, ctx: Context) -> dict[str, Any]:
+        await ctx.aeffect(lambda: calls.append(1))
+        return {}
+
+    g = StateGraph(S)
+    g.add_node("n", node, retry=RetryPolicy(max_attempts=5, initial_interval=0))
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    with pytest.raises(SaverError, match="disk full"):
+        await g.compile(saver=Broken()).ainvoke({}, thread_id="t")
+    assert calls == [1]  # the effect ran once; the storage error was not treated as a node failure to retry
