@@ -5,10 +5,14 @@ close and reopen, and several processes writing one file lose nothing."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
+import json
+import pickle
 import sqlite3
 import sys
 import textwrap
+import threading
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -245,3 +249,135 @@ async def test_duplicate_step_from_another_connection_is_a_conflict(tmp_path: Pa
             await two.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id=run)
         with pytest.raises(ThreadConflictError):
             await two.commit(make_checkpoint("t", 0), expected_head=None, run_id=run)
+
+
+class TestSqliteSaverOnThreads(SaverConformance):
+    """The same suite with every write on the writer thread and every read on the reader thread."""
+
+    @pytest.fixture
+    async def saver(self, tmp_path: Path) -> AsyncIterator[SqliteSaver]:
+        async with SqliteSaver(tmp_path / "c.db", commit_inline=False, read_inline=False) as s:
+            yield s
+
+
+class _ThreadRecordingSaver(SqliteSaver):
+    """Records the thread each write transaction's body ran on (through the ``_write`` hook crash_child uses)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.body_threads: list[int] = []
+
+    async def _write(self, body):  # type: ignore[no-untyped-def]
+        def recording(conn: sqlite3.Connection) -> object:
+            assert conn.in_transaction
+            self.body_threads.append(threading.get_ident())
+            return body(conn)
+
+        return await super()._write(recording)
+
+
+async def test_commit_runs_inline_on_the_calling_thread_when_the_lock_is_free(tmp_path: Path) -> None:
+    run = new_id()
+    async with _ThreadRecordingSaver(tmp_path / "c.db") as saver:
+        a = make_checkpoint("t", 0)
+        await saver.commit(a, expected_head=None, run_id=run)
+        await saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id=run)
+        assert saver.body_threads == [threading.get_ident()] * 2
+    async with _ThreadRecordingSaver(tmp_path / "c.db", commit_inline=False) as saver:
+        await saver.commit(make_checkpoint("u", 0), expected_head=None, run_id=run)
+        assert len(saver.body_threads) == 1 and saver.body_threads[0] != threading.get_ident()
+
+
+async def test_inline_commit_falls_back_to_the_writer_thread_when_another_process_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    """While another process holds the write lock the commit waits on the writer thread (up to busy_timeout), never
+    on the event loop: reads still answer; when the lock is released the commit goes through."""
+    path, run = tmp_path / "c.db", new_id()
+    async with _ThreadRecordingSaver(path, busy_timeout=30) as saver:
+        a = make_checkpoint("t", 0)
+        await saver.commit(a, expected_head=None, run_id=run)
+        locker = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _LOCKER, str(path), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert locker.stdin is not None and locker.stdout is not None
+        b = make_checkpoint("t", 1, parent=a)
+        try:
+            assert await asyncio.wait_for(locker.stdout.readline(), 30) == b"locked\n"
+            task = asyncio.create_task(saver.commit(b, expected_head=a.checkpoint_id, run_id=run))
+            await asyncio.sleep(0)  # the task's first step: the inline attempt, BUSY at once, hand-off to the thread
+            assert not task.done()
+            thread = await saver.get_thread("t")  # the loop is free while the commit waits for the lock
+            assert thread is not None and thread.head_checkpoint_id == a.checkpoint_id
+            assert not task.done()  # it cannot commit while the other process holds the lock
+        finally:
+            locker.stdin.close()
+            assert await asyncio.wait_for(locker.wait(), 30) == 0
+        await asyncio.wait_for(task, 30)
+        head = await saver.get_checkpoint("t")
+        assert head is not None and head.checkpoint_id == b.checkpoint_id
+        assert saver.body_threads[0] == threading.get_ident()  # the first commit ran inline
+        assert saver.body_threads[1:] == [saver.body_threads[1]] and saver.body_threads[1] != threading.get_ident()
+        c = make_checkpoint("t", 2, parent=b)  # with the lock free again, back to the inline path
+        await saver.commit(c, expected_head=b.checkpoint_id, run_id=run)
+        assert saver.body_threads[-1] == threading.get_ident()
+
+
+async def test_inline_connection_in_use_sends_writes_and_reads_to_threads(tmp_path: Path) -> None:
+    """Another thread using the inline connection (white box: its lock held) is never waited for on the loop."""
+    run = new_id()
+    async with _ThreadRecordingSaver(tmp_path / "c.db") as saver:
+        a = make_checkpoint("t", 0, metadata={"k": 1}, channels={"x": b"1"})
+        await saver.commit(a, expected_head=None, run_id=run)
+        with saver._inline_lock:
+            b = make_checkpoint("t", 1, parent=a, channels={"x": b"2"})
+            await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)
+            assert saver.body_threads[-1] != threading.get_ident()
+            thread = await saver.get_thread("t")
+            assert thread is not None and thread.head_checkpoint_id == b.checkpoint_id
+            assert [cp.step for cp in await saver.list_checkpoints("t", filter={"k": 1})] == [0]
+            assert [blob.data for blob in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"1", b"2"]
+        with pytest.raises(ThreadConflictError):  # the compare-and-set holds on the inline path too
+            await saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id=run)
+
+
+async def test_in_memory_database_with_its_one_connection_busy(tmp_path: Path) -> None:
+    async with SqliteSaver(":memory:") as saver:
+        a = make_checkpoint("t", 0, channels={"x": b"1"})
+        await saver.commit(a, expected_head=None, run_id="r")
+        with saver._inline_lock:  # the writer thread waits for the lock: release it from the loop meanwhile
+            task = asyncio.create_task(saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id,
+                                                    run_id="r"))  # fmt: skip
+            await asyncio.sleep(0)
+            assert not task.done()
+        await asyncio.wait_for(task, 30)
+        assert [cp.step for cp in await saver.list_checkpoints("t")] == [1, 0]
+
+
+@pytest.mark.parametrize("mode", ["FULL", "NORMAL"])
+async def test_every_connection_has_the_durability_setting_and_new_files_the_page_size(
+    tmp_path: Path, mode: str
+) -> None:
+    async with SqliteSaver(tmp_path / "c.db", synchronous=mode) as saver:  # type: ignore[arg-type]
+        await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
+        assert saver._inline is not None
+        assert saver._inline.execute("PRAGMA synchronous").fetchone()[0] == {"FULL": 2, "NORMAL": 1}[mode]
+        assert await _writer_pragma(saver, "page_size") == 8192
+
+
+async def test_metadata_is_a_lazy_read_only_mapping_equal_to_the_stored_dict(tmp_path: Path) -> None:
+    meta = {"source": "loop", "step": 3, "tags": {"a": [1, None]}, "é": True}
+    async with SqliteSaver(tmp_path / "c.db") as saver:
+        await saver.commit(make_checkpoint("t", 0, metadata=meta), expected_head=None, run_id="r")
+        (listed,) = await saver.list_checkpoints("t")
+        head, thread = await saver.get_checkpoint("t"), await saver.get_thread("t")
+        assert head is not None and thread is not None
+        for got in (listed.metadata, head.metadata, thread.metadata):
+            assert got == meta and meta == got and dict(got) == meta
+            assert got.get("step") == 3 and got.get("nope") is None and "tags" in got and len(got) == 4
+            assert sorted(got) == sorted(meta) and json.loads(json.dumps(dict(got))) == meta
+            assert pickle.loads(pickle.dumps(got)) == meta and copy.deepcopy(got) == meta
+            assert got != {**meta, "step": 4}
+            with pytest.raises(TypeError):
+                got["step"] = 4  # type: ignore[index]
+        assert listed == head  # whole checkpoints compare equal
