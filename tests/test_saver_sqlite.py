@@ -140,13 +140,15 @@ async def test_saver_collected_while_open_warns(tmp_path: Path) -> None:
     assert len(ours) == 1, [str(w.message) for w in caught]
 
 
-async def test_a_process_that_never_closes_its_saver_still_exits(tmp_path: Path) -> None:
-    """Like a script with a module-level app that never calls close(): it must exit, not hang on a saver thread."""
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "threads"])
+async def test_a_process_that_never_closes_its_saver_still_exits(tmp_path: Path, inline: bool) -> None:
+    """Like a script with a module-level app that never calls close(): it must exit, not hang on a saver thread
+    (with ``inline=False`` the reads go through the aiosqlite reader, whose thread must not block exit either)."""
     script = textwrap.dedent(f"""
         import asyncio
         from graphckpt.savers.sqlite import SqliteSaver
         from graphckpt.testing import make_checkpoint
-        saver = SqliteSaver({str(tmp_path / "c.db")!r})
+        saver = SqliteSaver({str(tmp_path / "c.db")!r}, commit_inline={inline}, read_inline={inline})
         asyncio.run(saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r"))
         asyncio.run(saver.get_thread("t"))
     """)

@@ -42,8 +42,8 @@ one thread hop per write.
 Reads (``read_inline``, default ``True``) likewise run on the calling thread, on the same inline connection, when it
 is free: an indexed read costs a few microseconds there against ~0.1 ms for a hop, and building a long history's
 Python objects holds the GIL wherever it runs. Thanks to WAL a read never waits for a writer. A read that finds the
-inline connection busy, or gets ``SQLITE_BUSY``, or all reads with ``read_inline=False``, run on a separate reader
-thread with its own read-only connection (started on first use), so reads never queue behind writes.
+inline connection busy, or gets ``SQLITE_BUSY``, or all reads with ``read_inline=False``, go to an :mod:`aiosqlite`
+connection (read-only, opened on first use, on its own thread), so reads never queue behind writes.
 
 Metadata is parsed lazily: each row's metadata is a read-only mapping that decodes its JSON text on first access,
 so listing a long history does not parse what nobody reads.
@@ -73,6 +73,8 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import starmap
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
+
+import aiosqlite
 
 from graphckpt import ids
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError, ThreadNotFoundError
@@ -279,8 +281,7 @@ class SqliteSaver(Saver):
         self._inline: sqlite3.Connection | None = None  # busy timeout 0; used under _inline_lock, on any thread
         self._conn_lock = threading.Lock()
         self._inline_lock = threading.Lock()  # the same lock as _conn_lock for ":memory:" (one connection)
-        self._read_executor: ThreadPoolExecutor | None = None  # started on first use
-        self._reader: sqlite3.Connection | None = None  # used only on the reader thread
+        self._reader: aiosqlite.Connection | None = None  # opened on the first read that cannot run inline
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -318,16 +319,12 @@ class SqliteSaver(Saver):
 
     async def _release(self) -> None:
         executor, conn, inline = self._executor, self._conn, self._inline
-        read_executor, reader = self._read_executor, self._reader
-        self._executor = self._conn = self._inline = self._read_executor = self._reader = None
+        reader = self._reader
+        self._executor = self._conn = self._inline = self._reader = None
         loop = asyncio.get_running_loop()
         try:
-            if read_executor is not None:
-                try:
-                    if reader is not None:
-                        await loop.run_in_executor(read_executor, reader.close)
-                finally:
-                    read_executor.shutdown(wait=True)
+            if reader is not None:
+                await reader.close()
             if inline is not None and inline is not conn:
                 with self._inline_lock:  # not while a read or write on another thread still uses it
                     inline.close()
@@ -341,10 +338,9 @@ class SqliteSaver(Saver):
 
     def __del__(self) -> None:
         super().__del__()  # warns with ResourceWarning when still open
-        for name in ("_executor", "_read_executor"):
-            executor = getattr(self, name, None)
-            if executor is not None:
-                executor.shutdown(wait=False)  # its thread exits; the sqlite3 connection closes when collected
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)  # its thread exits; the sqlite3 connection closes when collected
 
     def _connection(self, *, timeout: float, read_only: bool = False) -> sqlite3.Connection:
         """A connection with this saver's pragmas. ``check_same_thread=False``: each one is used by one thread at a
@@ -460,27 +456,35 @@ class SqliteSaver(Saver):
         return await self._fetch_on_thread(sql, params)
 
     async def _fetch_on_thread(self, sql: str, params: Sequence[Any]) -> list[_Row]:
-        executor: ThreadPoolExecutor | None
-        if self.path == ":memory:":  # one connection: its lock is taken on the writer thread
-            executor = self._executor
-        else:
-            if self._read_executor is None:
-                self._read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphckpt-sqlite-read")
-            executor = self._read_executor
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, self._fetch_here, sql, params)
+            if self.path == ":memory:":  # one connection: its lock is taken on the writer thread
+                return await asyncio.get_running_loop().run_in_executor(self._executor, self._fetch_here, sql, params)
+            if self._reader is None:
+                self._reader = await self._open_reader()
+            return cast(list[_Row], list(await self._reader.execute_fetchall(sql, params)))
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
 
+    async def _open_reader(self) -> aiosqlite.Connection:
+        """The aiosqlite connection for reads that cannot run inline (one thread hop per query)."""
+        pending = aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+        worker = getattr(pending, "_thread", None)  # aiosqlite's worker thread is not a daemon: a saver left
+        if isinstance(worker, threading.Thread):  # open would hang interpreter exit (tested)
+            worker.daemon = True
+        reader = await pending
+        try:
+            await reader.execute(f"PRAGMA synchronous = {self.synchronous}")
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await reader.close()
+            raise
+        return reader
+
     def _fetch_here(self, sql: str, params: Sequence[Any]) -> list[_Row]:
-        """Run on the reader thread (the writer thread for ``":memory:"``)."""
-        if self.path == ":memory:":
-            assert self._conn is not None
-            with self._conn_lock:
-                return self._conn.execute(sql, params).fetchall()
-        if self._reader is None:
-            self._reader = self._connection(timeout=self.busy_timeout, read_only=True)
-        return self._reader.execute(sql, params).fetchall()
+        """Run on the writer thread, for ``":memory:"`` (one connection shared by everything)."""
+        assert self._conn is not None
+        with self._conn_lock:
+            return self._conn.execute(sql, params).fetchall()
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
