@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphckpt import ids
@@ -133,7 +133,11 @@ class App:
         tasks, barriers = route(self.graph, values, [start], base.body.barriers, cid, self.codec)
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
         channels = dict(base.body.channels)
-        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels)
+        full: list[str] = []
+        if base.body.schema_version != self.graph.version:  # migrated on load: store it again in this version
+            full = [name for name in values if name in self.codec.state.channels]
+            channels = {k: v for k, v in channels.items() if k in self.codec.state.channels}
+        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, full=full)
         body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version)
         metadata = step_metadata("input", step, [], dict(tags) if tags else None)
         metadata["writes"] = {"input": list(update)}
@@ -354,21 +358,35 @@ class App:
         re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch."""
         src_cp, _ = await self._find(thread_id, checkpoint_id, step)
         new_thread_id = new_thread_id or ids.new_id()
-        src_body = self.codec.decode_body(src_cp)
-        src_values = await self.codec.load_values(self.saver, src_cp, src_body)
         validated = self.codec.state.validate_update(update, node="fork")
-        values, writes = self.codec.state.apply(src_values, [validated])
+        src_body = self.codec.decode_body(src_cp)
+        ranges = self.codec.ranges(src_cp.step, src_body)
+        src_blobs = await self.saver.get_blobs(ranges) if ranges else []
+        channels = dict(src_body.channels)
+        full: list[str] = []
+        state = self.codec.state
+        if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
+            # the source's values are needed now: to fold the update, or to store them again in this version
+            values, writes = state.apply(self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated])
+            if src_body.schema_version != self.graph.version:
+                full = [name for name in values if name in state.channels]
+                channels = {name: base for name, base in channels.items() if name in state.channels}
+            fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
+        else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
+            values, writes = dict(validated), {k: [v] for k, v in validated.items()}
+            fork_values = functools.cache(
+                lambda: {**self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], **validated}
+            )
         cid, step = ids.new_id(), src_cp.step + 1
         if goto is None:
             tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
         else:
             targets = goto if isinstance(goto, list) else [goto]
             tasks, _ = route(
-                self.graph, values, [TaskResult(Task("fork", "fork"), {}, list(targets))], {}, cid, self.codec
+                self.graph, {}, [TaskResult(Task("fork", "__fork__"), {}, list(targets))], {}, cid, self.codec
             )
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
-        channels = dict(src_body.channels)
-        blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels)
+        blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels, full=full)
         body = Body(tasks, channels, [(new_thread_id, step), *src_body.lineage], interrupts, src_body.barriers,
                     self.graph.version)  # fmt: skip
         metadata = step_metadata("fork", step, [], dict(tags) if tags else None)
@@ -382,7 +400,8 @@ class App:
             await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())
         except ThreadConflictError:
             raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists") from None
-        return self._snapshot(Head(cp, body, values), status, None)
+        make = state.make
+        return make_snapshot(cp, status, lambda: (make(fork_values()), body.tasks, interrupts, body.schema_version))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread. Checkpoints its forks still need are kept (see the saver spec)."""

@@ -218,13 +218,15 @@ class Codec:
                         raise self._corrupt(cp, f"channel {name!r} has no snapshot at step {base}")
                     value, first = self._blob(cp, found[j], decoded), j + 1
                 channel = self.state.channels.get(name)
-                for blob in found[first : bisect.bisect_right(at, cp.step)]:
-                    if channel is None:  # a field the schema dropped: it is dropped below, deltas unread
-                        break
-                    delta = self._blob(cp, blob, decoded)
-                    if blob.kind != "delta" or not isinstance(delta, list):
-                        raise self._corrupt(cp, f"channel {name!r} has an unexpected blob at step {blob.step}")
-                    value = channel.fold(value, delta)
+                pending = found[first : bisect.bisect_right(at, cp.step)]
+                if pending and channel is not None:  # (a field the schema dropped is dropped below: deltas unread)
+                    writes: list[Any] = []
+                    for blob in pending:
+                        delta = self._blob(cp, blob, decoded)
+                        if blob.kind != "delta" or not isinstance(delta, list):
+                            raise self._corrupt(cp, f"channel {name!r} has an unexpected blob at step {blob.step}")
+                        writes += delta
+                    value = channel.fold(value, writes)  # one fold for all the deltas: one copy of the value
                 cache[name] = (base, cp.step, value)
                 stored[name] = value
             out[i] = self.upgrade(cp, body, stored)

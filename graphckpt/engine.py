@@ -141,6 +141,11 @@ class Run:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
         self._full: set[str] = set()
+        if head.body.schema_version != codec.version:
+            # the head was written by an older schema and migrated on load: the next checkpoint stores every
+            # channel again, in this version, instead of deltas on top of the old blobs
+            self._full = {name for name in head.values if name in codec.state.channels}
+            head.body.channels = {k: v for k, v in head.body.channels.items() if k in codec.state.channels}
 
     @property
     def step(self) -> int:

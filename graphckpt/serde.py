@@ -14,11 +14,12 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import enum
+import functools
 import pathlib
 import types
 import typing
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
@@ -58,6 +59,7 @@ class Serializer:
 
     def __init__(self, registered: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
+        self._hooks: dict[int, Callable[[int, bytes], Any]] = {}  # ext_hook per nesting depth, made once
         self._names: dict[type, str] = {}
         for tp in registered:
             self.register(tp)
@@ -137,10 +139,9 @@ class Serializer:
     def _loads(self, data: bytes, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise CorruptCheckpointError("stored value nests too deeply")
-
-        def hook(code: int, payload: bytes) -> Any:
-            return self._ext(code, payload, depth + 1)
-
+        hook = self._hooks.get(depth)
+        if hook is None:
+            hook = self._hooks[depth] = functools.partial(self._ext, depth=depth + 1)
         return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
 
     def _ext(self, code: int, payload: bytes, depth: int) -> Any:

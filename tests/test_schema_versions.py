@@ -65,6 +65,11 @@ async def test_migrations_run_in_order(saver: Saver) -> None:
     snap = await app.aget_state("t")
     assert snap.values == V3(notes=[], total=40)
     assert (await app.aresume("t")).values.total == 40
+    reloaded = await app.aget_state("t")  # the first checkpoint written by v3 stored every channel again
+    assert reloaded.values == V3(notes=["worked"], total=40) and reloaded.schema_version == 3
+    fork = await app.afork("t", step=0, update={"notes": ["forked"]}, new_thread_id="f")  # a v1 source
+    assert fork.values == V3(notes=["forked"], total=40)
+    assert (await app.aget_state("f")).values == V3(notes=["forked"], total=40)
 
 
 async def test_value_that_still_does_not_validate_names_the_field(saver: Saver) -> None:
