@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypedDict
 
-from graphckpt.savers.base import Status
+from graphckpt.savers.base import Status, StoredCheckpoint
 
 __all__ = [
     "CheckpointMetadata",
@@ -105,63 +105,59 @@ class Snapshot:
     a long history costs little until you look inside a checkpoint.
     """
 
-    __slots__ = (
-        "_decoded",
-        "_extra_interrupts",
-        "_loader",
-        "checkpoint_id",
-        "created_at",
-        "errors",
-        "metadata",
-        "parent",
-        "status",
-        "step",
-        "thread_id",
-    )
+    __slots__ = ("_cp", "_decoded", "_loader", "errors", "status")
 
-    thread_id: str
-    checkpoint_id: str
-    parent: CheckpointRef | None
-    """The previous checkpoint of this lineage (in another thread for a fork's first checkpoint)."""
-    step: int
     status: Status
     """The thread's status if this is the head; for older checkpoints, the status it had when it was the head."""
     errors: tuple[TaskError, ...]
     """Why the thread failed (the head of a ``failed`` thread)."""
-    metadata: Mapping[str, Any]
-    """The audit record (see :class:`CheckpointMetadata`)."""
-    created_at: dt.datetime
 
     def __init__(
         self,
-        *,
-        thread_id: str,
-        checkpoint_id: str,
-        parent: CheckpointRef | None,
-        step: int,
+        stored: StoredCheckpoint,
         status: Status,
-        metadata: Mapping[str, Any],
-        created_at: dt.datetime,
         loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
         errors: tuple[TaskError, ...] = (),
-        extra_interrupts: tuple[Interrupt, ...] = (),
     ) -> None:
-        self.thread_id = thread_id
-        self.checkpoint_id = checkpoint_id
-        self.parent = parent
-        self.step = step
+        self._cp = stored
         self.status = status
-        self.metadata = metadata
-        self.created_at = created_at
         self.errors = errors
         self._loader = loader
-        self._extra_interrupts = extra_interrupts
         self._decoded: tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int] | None = None
+
+    @property
+    def thread_id(self) -> str:
+        return self._cp.thread_id
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self._cp.checkpoint_id
+
+    @property
+    def step(self) -> int:
+        return self._cp.step
+
+    @property
+    def parent(self) -> CheckpointRef | None:
+        """The previous checkpoint of this lineage (in another thread for a fork's first checkpoint)."""
+        cp = self._cp
+        if cp.parent_checkpoint_id is None:
+            return None
+        return CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id)
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The audit record (see :class:`CheckpointMetadata`)."""
+        return self._cp.metadata
+
+    @property
+    def created_at(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self._cp.created_at, dt.UTC)
 
     def _load(self) -> tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int]:
         if self._decoded is None:
             values, tasks, interrupts, version = self._loader()
-            self._decoded = (values, tuple(tasks), (*interrupts, *self._extra_interrupts), version)
+            self._decoded = (values, tuple(tasks), tuple(interrupts), version)
         return self._decoded
 
     @property

@@ -19,20 +19,7 @@ def make_snapshot(
     loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
     errors: tuple[TaskError, ...] = (),
 ) -> Snapshot:
-    parent = (
-        CheckpointRef(cp.parent_thread_id or cp.thread_id, cp.parent_checkpoint_id) if cp.parent_checkpoint_id else None
-    )
-    return Snapshot(
-        thread_id=cp.thread_id,
-        checkpoint_id=cp.checkpoint_id,
-        parent=parent,
-        step=cp.step,
-        status=status,
-        metadata=cp.metadata,
-        created_at=dt.datetime.fromtimestamp(cp.created_at, dt.UTC),
-        loader=loader,
-        errors=errors,
-    )
+    return Snapshot(cp, status, loader, errors)
 
 
 class LazyFold:
