@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import itertools
+import threading
+import typing
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -21,6 +24,7 @@ from graphckpt.engine import (
     SYNC_FACADE,
     Head,
     Recorded,
+    RouteError,
     Run,
     TaskResult,
     decode_recorded,
@@ -28,7 +32,14 @@ from graphckpt.engine import (
     route,
     step_metadata,
 )
-from graphckpt.errors import CheckpointNotFoundError, ThreadConflictError, ThreadNotFoundError, ThreadStateError
+from graphckpt.errors import (
+    CheckpointNotFoundError,
+    InvalidUpdateError,
+    NodeError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+    ThreadStateError,
+)
 from graphckpt.portal import Portal
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.savers.memory import MemorySaver
@@ -65,13 +76,16 @@ class App:
         self.interrupt_after = interrupt_after
         self.recursion_limit = recursion_limit
         serde = Serializer()
-        for channel in graph.state.channels.values():
-            for tp in types_in(channel.annotation):
+        for annotation in [c.annotation for c in graph.state.channels.values()] + _input_annotations(graph):
+            for tp in types_in(annotation):
                 serde.register(tp)
         self.codec = Codec(
             graph.state, serde, version=graph.version, snapshot_every=snapshot_every, migrations=graph.migrations
         )
         self._portal = Portal()
+        self._sync_lock = threading.Lock()
+        self._sync_calls = 0  # sync calls in flight (see engine.SYNC_FACADE)
+        self._node_ms: dict[str, float] = {}  # sync nodes' average duration, shared by this app's runs
 
     # -- running ----------------------------------------------------------------------------------------------------
 
@@ -109,7 +123,10 @@ class App:
         tags: Mapping[str, Any] | None,
         on_commit: Any,
     ) -> Snapshot:
-        thread_id = thread_id or ids.new_id()
+        if thread_id is None:
+            thread_id = ids.new_id()
+        elif not isinstance(thread_id, str) or not thread_id:
+            raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
         update = self.codec.state.validate_update(input, node="input")
         record = await self.saver.get_thread(thread_id)
         run_id = ids.new_id()
@@ -121,7 +138,6 @@ class App:
             base, _ = await self._load_head(thread_id, record)
             values, writes = self.codec.state.apply(base.values, [update])
             step, parent, expected = base.cp.step + 1, base.cp.checkpoint_id, base.cp.checkpoint_id
-            await self.saver.claim(thread_id, expected_head=expected, expected_run_id=record.run_id, run_id=run_id)
         else:
             raise ThreadStateError(
                 f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
@@ -130,7 +146,17 @@ class App:
         self.codec.state.check_required(values, node="input")
         cid = ids.new_id()
         start = TaskResult(Task("input", START), update)
-        tasks, barriers = route(self.graph, values, [start], base.body.barriers, cid, self.codec)
+        try:
+            tasks, barriers = route(self.graph, values, [start], base.body.barriers, cid, self.codec)
+        except RouteError as exc:  # nothing was written: the thread is as it was
+            if isinstance(exc.cause, InvalidUpdateError):
+                raise exc.cause from None
+            raise NodeError(
+                f"thread {thread_id!r}: the router after START raised {type(exc.cause).__name__}: {exc.cause}",
+                thread_id=thread_id,
+                node=START,
+                step=step,
+            ) from exc.cause
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
         channels = dict(base.body.channels)
         full: list[str] = []
@@ -145,6 +171,9 @@ class App:
             thread_id, cid, thread_id if parent else None, parent, step, ids.now(), status, metadata,
             self.codec.encode_body(body, cid), blobs,
         )  # fmt: skip
+        if record is not None:  # a new turn on a done thread: take it over only now that the checkpoint is ready
+            await self.saver.claim(thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id,
+                                   run_id=run_id)  # fmt: skip
         await self.saver.commit(cp, expected_head=expected, run_id=run_id)
         head = Head(cp, body, values)
         if on_commit is not None:
@@ -165,7 +194,13 @@ class App:
         if record.status == "done" or not head.body.tasks:
             if answer is not _NO_ANSWER:
                 raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
-            return self._snapshot(head, record.status, recorded)
+            if record.status != "done":  # e.g. a crash after a new turn claimed the thread, before its first commit
+                run_id = ids.new_id()
+                await self.saver.claim(
+                    thread_id, expected_head=head.cp.checkpoint_id, expected_run_id=record.run_id, run_id=run_id
+                )
+                await self.saver.put_writes(thread_id, head.cp.checkpoint_id, [], run_id=run_id, status="done")
+            return self._snapshot(head, "done", recorded)
         if open_interrupts and answer is _NO_ANSWER:
             raise ThreadStateError(
                 f"thread {thread_id!r} is waiting for an answer to {open_interrupts[0][2]!r} "
@@ -209,7 +244,7 @@ class App:
             self.graph, self.codec, self.saver, head=head, recorded=recorded, run_id=run_id,
             interrupt_before=self.interrupt_before, interrupt_after=self.interrupt_after,
             recursion_limit=recursion_limit or self.recursion_limit, tags=dict(tags) if tags else None,
-            on_commit=on_commit,
+            on_commit=on_commit, node_ms=self._node_ms,
         )  # fmt: skip
         status = await run.execute()
         return self._snapshot(run.head, status, run.recorded)
@@ -382,9 +417,12 @@ class App:
             tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
         else:
             targets = goto if isinstance(goto, list) else [goto]
-            tasks, _ = route(
-                self.graph, {}, [TaskResult(Task("fork", "__fork__"), {}, list(targets))], {}, cid, self.codec
-            )
+            try:
+                tasks, _ = route(
+                    self.graph, {}, [TaskResult(Task("fork", "__fork__"), {}, list(targets))], {}, cid, self.codec
+                )
+            except RouteError as exc:
+                raise InvalidUpdateError(f"fork of thread {thread_id!r}: goto {goto!r}: {exc.cause}") from None
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
         blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels, full=full)
         body = Body(tasks, channels, [(new_thread_id, step), *src_body.lineage], interrupts, src_body.barriers,
@@ -438,10 +476,10 @@ class App:
         cp, record = await asyncio.gather(
             self.saver.get_checkpoint(thread_id, checkpoint_id, step=step), self.saver.get_thread(thread_id)
         )
+        if record is None:  # (a deleted thread may keep rows that a fork needs: they are read through the fork)
+            raise ThreadNotFoundError(f"no thread {thread_id!r}")
         if cp is not None:
             return cp, record
-        if record is None:
-            raise ThreadNotFoundError(f"no thread {thread_id!r}")
         lineage = self.codec.decode_body(await self._checkpoint(thread_id, record.head_checkpoint_id)).lineage
         for (_, upper_first), (tid, _first) in itertools.pairwise(lineage):
             if step is not None and step >= upper_first:
@@ -462,7 +500,7 @@ class App:
                 Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t)
                 for t, _i, p in recorded.open_interrupts()
             ]
-            errors = tuple(recorded.errors.values())
+            errors = tuple(recorded.errors.values()) if status == "failed" else ()
         make = self.codec.state.make
         return make_snapshot(
             cp,
@@ -509,17 +547,15 @@ class App:
                recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
                resume: bool = False, answer: Any = _NO_ANSWER) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
-        return self._portal.iterate(
-            _iterate_as_sync_facade(
-                self.astream(
-                    input,
-                    thread_id=thread_id,
-                    mode=mode,
-                    recursion_limit=recursion_limit,
-                    tags=tags,
-                    resume=resume,
-                    answer=answer,
-                )
+        return self._sync_iter(
+            self.astream(
+                input,
+                thread_id=thread_id,
+                mode=mode,
+                recursion_limit=recursion_limit,
+                tags=tags,
+                resume=resume,
+                answer=answer,
             )
         )
 
@@ -556,24 +592,58 @@ class App:
         self._sync(self.adelete_thread(thread_id))
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._portal.call(_as_sync_facade(coro))
+        with self._sync_lock:
+            self._sync_calls += 1
+        try:
+            return self._portal.call(_as_sync_facade(coro, self._only_sync_call))
+        finally:
+            with self._sync_lock:
+                self._sync_calls -= 1
+
+    def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        with self._sync_lock:
+            self._sync_calls += 1  # a stream in flight: other sync calls must not block the loop meanwhile
+        try:
+            yield from self._portal.iterate(agen)
+        finally:
+            with self._sync_lock:
+                self._sync_calls -= 1
+
+    def _only_sync_call(self) -> bool:
+        return self._sync_calls == 1
 
     def close(self) -> None:
-        """Close the saver and stop the background loop."""
+        """Close the saver and stop the background loop. (After async use only, prefer ``await app.aclose()``.)"""
         if self._portal._loop is not None:
             self._sync(self.aclose())
-        self._portal.close()
+            self._portal.close()
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.aclose())
+            return
+        raise RuntimeError("App.close() blocks; on a running event loop use `await app.aclose()`")
 
 
 _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
 
 
-async def _as_sync_facade(coro: Coroutine[Any, Any, T]) -> T:
-    SYNC_FACADE.set(True)  # this coroutine runs in its own task: the flag stays in its context
+async def _as_sync_facade(coro: Coroutine[Any, Any, T], only_caller: Callable[[], bool]) -> T:
+    SYNC_FACADE.set(only_caller)  # this coroutine runs in its own task: the setting stays in its context
     return await coro
 
 
-async def _iterate_as_sync_facade(agen: AsyncIterator[T]) -> AsyncIterator[T]:
-    SYNC_FACADE.set(True)  # set before the first item: the run's task is created in this context
-    async for item in agen:
-        yield item
+def _input_annotations(graph: StateGraph) -> list[Any]:
+    """The annotation of each node's first parameter: the types a ``Send`` payload to it may carry are registered
+    with the serializer like the state's own (a model named nowhere cannot be stored)."""
+    found: list[Any] = []
+    for spec in graph.nodes.values():
+        try:
+            params = list(inspect.signature(spec.fn).parameters.values())
+            hints = typing.get_type_hints(spec.fn)
+        except Exception:
+            continue  # builtins, partials of C functions, unresolvable forward references: nothing to register
+        if params and params[0].name in hints:
+            found.append(hints[params[0].name])
+    return found

@@ -109,7 +109,7 @@ class Codec:
                     data, kind = self.serde.dumps(list(writes[name])), "delta"
                     channels[name] = (base[0], base[1] + 1)
             except SerializationError as exc:
-                raise SerializationError(f"state field {name!r}: {exc}") from None
+                raise SerializationError(f"state field {name!r}: {exc}", field=name) from None
             blobs.append(Blob(thread_id, name, step, kind, data))  # type: ignore[arg-type]
         return blobs
 

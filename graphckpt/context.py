@@ -50,6 +50,7 @@ class Context:
         self._effects = 0
         self._interrupts = 0
         self._usage = usage
+        self._abandoned = False
         self.attempt = attempt
         """1 for the first attempt, 2 for the first retry, ..."""
 
@@ -85,9 +86,11 @@ class Context:
         index = self._effects
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
+            self._check_alive()
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
+            self._check_alive()
             await self._journal.record_effect(self._task, index, value)
         self._effects = index + 1
         return value
@@ -103,13 +106,27 @@ class Context:
         index = self._effects
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
+            self._check_alive()
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 raise GraphckptError(f"node {self.node!r}: ctx.effect() got an async function; use ctx.aeffect()")
+            self._check_alive()
             fut = asyncio.run_coroutine_threadsafe(self._record(index, value), loop)
             fut.result()
         self._effects = index + 1
         return value
+
+    def abandon(self) -> None:
+        """Called by the engine when this attempt timed out or was cancelled while its code may still be running
+        (a sync node in a worker thread cannot be stopped): from now on its effects neither run nor are recorded,
+        so an effect can never run after its task failed, nor twice across a retry."""
+        self._abandoned = True
+
+    def _check_alive(self) -> None:
+        if self._abandoned:
+            raise GraphckptError(
+                f"node {self.node!r}: this attempt was abandoned (timed out or cancelled); its effects do not run"
+            )
 
     async def _record(self, index: int, value: Any) -> None:
         await self._journal.record_effect(self._task, index, value)

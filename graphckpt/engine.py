@@ -16,6 +16,7 @@ the error or interrupt are recorded against the head, and the thread becomes ``f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -43,7 +44,17 @@ from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite
 if TYPE_CHECKING:
     from graphckpt.graph import NodeSpec, StateGraph
 
-__all__ = ["Head", "Recorded", "Run", "TaskResult", "decode_recorded", "frontier_status", "route", "step_metadata"]
+__all__ = [
+    "Head",
+    "Recorded",
+    "RouteError",
+    "Run",
+    "TaskResult",
+    "decode_recorded",
+    "frontier_status",
+    "route",
+    "step_metadata",
+]
 
 logger = logging.getLogger("graphckpt")
 
@@ -53,12 +64,19 @@ all that finished are recorded in one transaction. When every task finishes insi
 recorded at all: the super-step's commit holds the results. A long-running sibling delays a finished task's
 durability by at most this much."""
 
-SYNC_FACADE: contextvars.ContextVar[bool] = contextvars.ContextVar("graphckpt_sync_facade", default=False)
-"""True while a run was started through the sync API. Then a super-step whose only task is a sync node without
-``ctx`` and without ``timeout`` calls it directly on the portal loop instead of hopping to a worker thread (about
-0.05 ms per step): the caller is blocked anyway, like a plain function call. Sync nodes that take ``ctx`` (they may
-block on ``ctx.effect``), have a timeout, or run beside other tasks always run in worker threads, and runs started
-through the async API never block their event loop."""
+SYNC_FACADE: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "graphckpt_sync_facade", default=None
+)
+"""Set while a run was started through the sync API: a check that says whether this is the only sync call in flight
+on its app. Then a super-step whose only task is a *fast* sync node (measured under ``INLINE_MAX_MS`` on average)
+without ``ctx`` and without ``timeout`` calls the node directly on the portal loop instead of hopping to a worker
+thread (~0.05 ms a step), as a plain function call: the caller is blocked anyway and nothing else runs on that loop.
+The node sees no running event loop (so it may call ``asyncio.run``). Everything else (slow or unmeasured nodes,
+sync nodes that take ``ctx`` or have a timeout, tasks beside other tasks, and any task while another sync call or a
+stream is in flight) runs in worker threads, and runs started through the async API never block their loop."""
+
+INLINE_MAX_MS = 0.5
+"""A sync node whose calls took less than this (milliseconds, moving average) may run inline (see SYNC_FACADE)."""
 
 
 @dataclass(slots=True)
@@ -128,6 +146,7 @@ class Run:
         recursion_limit: int,
         tags: dict[str, Any] | None = None,
         on_commit: OnCommit | None = None,
+        node_ms: dict[str, float] | None = None,
     ) -> None:
         self.graph, self.codec, self.saver = graph, codec, saver
         self.head, self.recorded, self.run_id = head, recorded, run_id
@@ -135,6 +154,7 @@ class Run:
         self.recursion_limit = recursion_limit
         self.tags = tags
         self.on_commit = on_commit
+        self.node_ms = {} if node_ms is None else node_ms  # sync nodes' moving-average duration (see SYNC_FACADE)
         self.thread_id = head.cp.thread_id
         self.loop = asyncio.get_running_loop()
         self._queue: list[TaskResult] = []
@@ -146,6 +166,13 @@ class Run:
             # channel again, in this version, instead of deltas on top of the old blobs
             self._full = {name for name in head.values if name in codec.state.channels}
             head.body.channels = {k: v for k, v in head.body.channels.items() if k in codec.state.channels}
+
+    def _may_inline(self, spec: NodeSpec) -> bool:
+        average = self.node_ms.get(spec.name)
+        if average is None or average >= INLINE_MAX_MS or self.on_commit is not None:
+            return False
+        only_caller = SYNC_FACADE.get()
+        return only_caller is not None and only_caller()
 
     @property
     def step(self) -> int:
@@ -232,26 +259,37 @@ class Run:
                 )
                 await asyncio.sleep(policy.wait(attempt))
                 continue
-            result = TaskResult(task, update, goto, (time.perf_counter() - started) * 1000, usage)
+            took = (time.perf_counter() - started) * 1000
+            if not spec.is_async:
+                average = self.node_ms.get(spec.name)
+                self.node_ms[spec.name] = took if average is None else 0.8 * average + 0.2 * took
+            result = TaskResult(task, update, goto, took, usage)
             if record:
                 self._enqueue(result)
             return result
 
     async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool = False) -> Any:
         args = (state, ctx) if spec.takes_ctx else (state,)
-        if alone and not spec.is_async and not spec.takes_ctx and spec.timeout is None and SYNC_FACADE.get():
-            return spec.fn(*args)  # the only task, called through the sync API: no thread hop (see SYNC_FACADE)
+        if alone and not spec.is_async and not spec.takes_ctx and spec.timeout is None and self._may_inline(spec):
+            return _call_as_plain_function(spec.fn, *args)
         if spec.is_async:
             coro = spec.fn(*args)
         else:
             call = functools.partial(contextvars.copy_context().run, spec.fn, *args)
             coro = self.loop.run_in_executor(None, call)
-        if spec.timeout is None:
-            return await coro
+        started = time.monotonic()
         try:
+            if spec.timeout is None:
+                return await coro
             return await asyncio.wait_for(coro, spec.timeout)
         except TimeoutError:
+            if spec.timeout is None or time.monotonic() - started < spec.timeout:
+                raise  # the node's own TimeoutError, not ours
+            ctx.abandon()
             raise NodeTimeoutError(f"node {spec.name!r} ran longer than its timeout of {spec.timeout} s") from None
+        except asyncio.CancelledError:
+            ctx.abandon()
+            raise
 
     def _normalize(self, node: str, out: Any) -> tuple[dict[str, Any], list[str | Send]]:
         if isinstance(out, Command):
@@ -298,7 +336,10 @@ class Run:
 
     async def _flush(self) -> None:
         while self._queue:
-            batch = [StoredWrite(r.task.id, "result", 0, self._encode_result(r)) for r in self._queue]
+            try:
+                batch = [StoredWrite(r.task.id, "result", 0, self._encode_result(r)) for r in self._queue]
+            except SerializationError:
+                return  # not storable: the step's commit finds the same value and fails the node that wrote it
             self._queue = []
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
@@ -319,9 +360,13 @@ class Run:
     ) -> None:
         """Record the finished siblings, the errors and the interrupts in one transaction; raise on failure."""
         self._queue.clear()  # superseded: every finished result is written below, with the stop
-        writes = [
-            StoredWrite(o.task.id, "result", 0, self._encode_result(o)) for o in outcomes if isinstance(o, TaskResult)
-        ]
+        stopped = {s.task.id for s in stops}
+        writes: list[StoredWrite] = []
+        for o in outcomes:
+            if isinstance(o, TaskResult) and o.task.id not in stopped:
+                # not storable: this task runs again on resume (and fails the same way, visibly)
+                with contextlib.suppress(SerializationError):
+                    writes.append(StoredWrite(o.task.id, "result", 0, self._encode_result(o)))
         failures = [s for s in stops if isinstance(s, _Failed)]
         for s in stops:
             if isinstance(s, _Failed):
@@ -340,7 +385,7 @@ class Run:
             self.thread_id, self.head.cp.checkpoint_id, writes, run_id=self.run_id, status=status, error=error
         )
         for o in outcomes:
-            if isinstance(o, TaskResult):
+            if isinstance(o, TaskResult) and o.task.id not in stopped:
                 self.recorded.results[o.task.id] = o
         logger.info("thread %r step %d %s", self.thread_id, self.step, status)
         if failures:
@@ -363,15 +408,24 @@ class Run:
         checkpoint_id = ids.new_id()
         try:
             tasks, barriers = route(self.graph, values, results, self.head.body.barriers, checkpoint_id, self.codec)
-        except _RouteError as exc:
+        except RouteError as exc:
             await self.record_stop([_Failed(exc.task, exc.cause)], results)
             raise AssertionError("unreachable") from None
         status, interrupts = frontier_status(tasks, results, self.interrupt_before, self.interrupt_after)
         step = self.head.cp.step + 1
         channels = dict(self.head.body.channels)
-        blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, full=self._full)
-        self._full.clear()
         body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version)
+        try:
+            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, full=self._full)
+            encoded = self.codec.encode_body(body, checkpoint_id)
+        except SerializationError as exc:  # a value validated but cannot be stored: the node that wrote it failed
+            field = exc.field
+            culprit = next((r.task for r in results if field in r.update), results[0].task)
+            what = f"its update of {field!r}" if field else "a Send payload it routed"
+            failure = SerializationError(f"node {culprit.node!r}: {what} cannot be stored: {exc}", field=field)
+            await self.record_stop([_Failed(culprit, failure)], results)
+            raise AssertionError("unreachable") from None
+        self._full.clear()
         cp = StoredCheckpoint(
             thread_id=self.thread_id,
             checkpoint_id=checkpoint_id,
@@ -381,7 +435,7 @@ class Run:
             created_at=ids.now(),
             status=status,
             metadata=step_metadata("loop", step, results, self.tags),
-            body=self.codec.encode_body(body, checkpoint_id),
+            body=encoded,
             blobs=blobs,
         )
         await self.saver.commit(cp, expected_head=self.head.cp.checkpoint_id, run_id=self.run_id)
@@ -398,9 +452,22 @@ class Run:
             )
         if self.on_commit is not None:
             self.on_commit(self.head, results)
+            await asyncio.sleep(0)  # let the stream's consumer see this step now (inline commits never yield)
 
 
-class _RouteError(Exception):
+def _call_as_plain_function(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync node on the loop's thread as if no event loop were running there (see ``SYNC_FACADE``)."""
+    loop = asyncio.get_running_loop()
+    asyncio._set_running_loop(None)
+    try:
+        return contextvars.copy_context().run(fn, *args)
+    finally:
+        asyncio._set_running_loop(loop)
+
+
+class RouteError(Exception):
+    """Routing after ``task`` failed with ``cause`` (a router raised, or named an unknown node)."""
+
     def __init__(self, task: Task, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.task, self.cause = task, cause
@@ -424,12 +491,12 @@ def route(
     def add(target: Any, source: Task) -> None:
         if isinstance(target, Send):
             if target.node not in graph.nodes:
-                raise _RouteError(source, InvalidUpdateError(f"{source.node}: Send to unknown node {target.node!r}"))
+                raise RouteError(source, InvalidUpdateError(f"{source.node}: Send to unknown node {target.node!r}"))
             targets.append((target.node, True, target.payload))
         elif target == END or target is None:
             return
         elif not isinstance(target, str) or target not in graph.nodes:
-            raise _RouteError(source, InvalidUpdateError(f"{source.node}: routes to unknown node {target!r}"))
+            raise RouteError(source, InvalidUpdateError(f"{source.node}: routes to unknown node {target!r}"))
         elif target not in plain:
             plain.add(target)
             targets.append((target, False, None))
@@ -449,23 +516,27 @@ def route(
             try:
                 picked = br.router(state)
             except Exception as exc:
-                raise _RouteError(r.task, exc) from exc
+                raise RouteError(r.task, exc) from exc
             for item in picked if isinstance(picked, (list, tuple)) else [picked]:
                 if br.path_map is not None and not isinstance(item, Send):
                     if item not in br.path_map:
-                        raise _RouteError(
+                        raise RouteError(
                             r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map")
                         )
                     item = br.path_map[item]
                 add(item, r.task)
-        for join in graph.joins:
-            if node in join.sources:
-                seen = barriers.setdefault(join.key, [])
-                if node not in seen:
-                    seen.append(node)
-                if set(seen) >= set(join.sources):
-                    del barriers[join.key]
-                    add(join.target, r.task)
+    finished: dict[str, Task] = {}  # each node that finished in this step, with its first task
+    for r in results:
+        finished.setdefault(r.task.node, r.task)
+    for join in graph.joins:  # once per step, so several tasks of one source count once
+        arrived = [s for s in join.sources if s in finished]
+        if not arrived:
+            continue
+        seen = barriers.setdefault(join.key, [])
+        seen += [s for s in arrived if s not in seen]
+        if set(seen) >= set(join.sources):
+            del barriers[join.key]
+            add(join.target, finished[arrived[-1]])
     tasks = [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(targets)]
     return tasks, barriers
 

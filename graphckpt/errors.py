@@ -49,7 +49,12 @@ class InvalidUpdateError(GraphckptError, ValueError):
 
 
 class SerializationError(GraphckptError, TypeError):
-    """A value cannot be stored by the serializer. Raised at write time; the previous checkpoint stays the head."""
+    """A value cannot be stored by the serializer. Raised at write time; the previous checkpoint stays the head.
+    ``field`` names the state field when the value was one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class CorruptCheckpointError(GraphckptError, ValueError):

@@ -59,11 +59,16 @@ class Portal:
             except StopAsyncIteration:
                 return False, None
 
-        while True:
-            more, item = self.call(step())
-            if not more:
-                return
-            yield item  # type: ignore[misc]
+        try:
+            while True:
+                more, item = self.call(step())
+                if not more:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            closer = getattr(agen, "aclose", None)
+            if closer is not None and self._loop is not None:
+                self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
 
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgpack
 import pydantic
+import typing_extensions
 
 from graphckpt.errors import CorruptCheckpointError, SerializationError
 
@@ -49,7 +50,7 @@ def types_in(annotation: Any) -> Iterable[type]:
             stack.extend(f.annotation for f in tp.model_fields.values())
         elif isinstance(tp, type) and issubclass(tp, enum.Enum):
             yield tp
-        elif isinstance(tp, type) and typing.is_typeddict(tp):
+        elif isinstance(tp, type) and typing_extensions.is_typeddict(tp):
             stack.extend(typing.get_type_hints(tp).values())
         stack.extend(a for a in typing.get_args(tp) if not isinstance(a, (str, int, float, bool, types.NoneType)))
 
@@ -121,7 +122,8 @@ class Serializer:
             raise SerializationError(f"cannot store this {tp.__name__}: it is too large or nests too deeply")
         raise SerializationError(
             f"cannot store a value of type {tp.__module__}.{tp.__qualname__}: store plain data, or name the "
-            "pydantic model or Enum in the state schema so it is registered"
+            "pydantic model or Enum in the state schema (or, for a Send payload, in the annotation of the target "
+            "node's first parameter) so it is registered"
         )
 
     # -- decoding ----------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+import typing_extensions
 
 from graphckpt.errors import GraphSetupError, InvalidUpdateError
 
@@ -83,7 +84,7 @@ class StateSchema:
     def __init__(self, schema: type[Any]) -> None:
         self.schema = schema
         self.is_model = isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
-        if not self.is_model and not typing.is_typeddict(schema):
+        if not self.is_model and not typing_extensions.is_typeddict(schema):
             raise GraphSetupError(f"state schema must be a pydantic BaseModel or a TypedDict, not {schema!r}")
         self.channels: dict[str, Channel] = {}
         hints = typing.get_type_hints(schema, include_extras=True)
@@ -105,17 +106,25 @@ class StateSchema:
         return {name: ch.default() for name, ch in self.channels.items() if ch.default is not None}
 
     def make(self, values: Mapping[str, Any]) -> Any:
-        """The state as a node sees it: a model instance (not re-validated) or a dict."""
+        """The state as a node sees it: a model instance (not re-validated) or a dict.
+
+        Lists, dicts and sets are copied (shallowly), so a node that appends to ``state.notes`` in place changes
+        only its own copy, never the engine's values, a retry's input or a sibling's; what a node changes must be in
+        its returned update. Objects nested deeper are shared: treat the state as read-only."""
+        copied = {k: _shallow_copy(v) for k, v in values.items()}
         if self.is_model:
-            return self.schema.model_construct(**values)
-        return dict(values)
+            return self.schema.model_construct(**copied)
+        return copied
 
     def validate_update(self, update: Any, *, node: str) -> dict[str, Any]:
         """Check that ``update`` is a mapping of known fields with values of the right type; returns it validated."""
         if update is None:
             return {}
-        if isinstance(update, pydantic.BaseModel) and isinstance(update, self.schema):
-            update = {k: getattr(update, k) for k in update.model_fields_set}
+        if self.is_model and isinstance(update, self.schema):
+            raise InvalidUpdateError(
+                f"{node}: returned the state object; return a dict of only the fields it changes (a whole state "
+                "would append every reducer field to itself)"
+            )
         if not isinstance(update, Mapping):
             raise InvalidUpdateError(
                 f"{node}: an update must be a dict of state fields (or a Command), not {type(update).__name__}"
@@ -152,6 +161,13 @@ class StateSchema:
         for key, ws in writes.items():
             new[key] = self.channels[key].fold(values.get(key, _MISSING), ws)
         return new, writes
+
+
+def _shallow_copy(value: Any) -> Any:
+    tp = type(value)
+    if tp is list or tp is dict or tp is set:
+        return value.copy()
+    return value
 
 
 def _split_reducer(name: str, hint: Any) -> tuple[Any, Reducer | None]:

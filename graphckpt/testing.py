@@ -280,6 +280,16 @@ class SaverConformance:
         assert await match({"tags": ["x", "y"]}) == [a.checkpoint_id]
         assert await match({"gone": None}) == [a.checkpoint_id]
 
+    async def test_filter_numbers_compare_by_value_at_any_depth(self, saver: Saver) -> None:
+        """``1`` equals ``1.0`` at the top level and inside objects and arrays (JSON numbers), but not ``true``."""
+        a, b = await self._filter_thread(
+            saver, [{"w": 1.0, "tags": {"w": 1.0, "l": [2.0, 0.5]}}, {"w": True, "tags": {"w": True, "l": [2, 0.5]}}]
+        )
+        t = a.thread_id
+        assert _ids(await saver.list_checkpoints(t, filter={"w": 1})) == [a.checkpoint_id]
+        assert _ids(await saver.list_checkpoints(t, filter={"tags": {"w": 1, "l": [2, 0.5]}})) == [a.checkpoint_id]
+        assert _ids(await saver.list_checkpoints(t, filter={"tags": {"w": True, "l": [2.0, 0.5]}})) == [b.checkpoint_id]
+
     async def test_filter_keys_are_top_level_names_not_paths(self, saver: Saver) -> None:
         """A key such as ``usage.in`` or ``$.source`` names a top-level key literally; it is never a JSON path."""
         a, b = await self._filter_thread(saver, [{"usage": {"in": 5}, "source": "x"}, {"usage.in": 5, "$.source": "x"}])

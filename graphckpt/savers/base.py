@@ -30,7 +30,6 @@ async context manager, and ``aclose()`` releases its connections. A saver garbag
 from __future__ import annotations
 
 import abc
-import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ __all__ = [
     "StoredWrite",
     "ThreadRecord",
     "WriteKind",
+    "json_equal",
     "metadata_matches",
 ]
 
@@ -147,13 +147,21 @@ class ThreadRecord:
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
-    whose value equals the filter's value by JSON equality (``true`` is not ``1``; objects compare regardless of key
-    order). Keys and values are data, never code or SQL."""
-    return all(key in metadata and _canonical(metadata[key]) == _canonical(value) for key, value in filter.items())
+    whose value equals the filter's value by JSON equality, at any depth: numbers by value (``1`` equals ``1.0``),
+    booleans only booleans (``true`` is not ``1``), objects regardless of key order, arrays element by element.
+    Keys and values are data, never code or SQL."""
+    return all(key in metadata and json_equal(metadata[key], value) for key, value in filter.items())
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values as :func:`metadata_matches` defines it."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 class Saver(abc.ABC):

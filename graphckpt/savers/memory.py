@@ -17,6 +17,7 @@ from graphckpt.savers.base import (
     StoredCheckpoint,
     StoredWrite,
     ThreadRecord,
+    metadata_matches,
 )
 
 __all__ = ["MemorySaver"]
@@ -212,7 +213,7 @@ class MemorySaver(Saver):
             if before_step is not None and step >= before_step:
                 continue
             cp = thread.by_step[step]
-            if filter and not _json_matches(cp.metadata, filter):
+            if filter and not metadata_matches(cp.metadata, filter):
                 continue
             out.append(cp)
         return out
@@ -238,19 +239,3 @@ class MemorySaver(Saver):
         if thread is None:
             raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
         return thread
-
-
-def _json_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    """:func:`~graphckpt.savers.base.metadata_matches` with JSON equality (``true`` is not ``1``)."""
-    return all(key in metadata and _json_equal(metadata[key], value) for key, value in filter.items())
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON values: like ``==``, except that booleans equal only booleans, at any depth."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)

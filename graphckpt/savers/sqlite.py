@@ -132,11 +132,23 @@ _MAX_RANGES_PER_QUERY = 8000  # 4 bound parameters each, under SQLite's default 
 
 
 def _dump_json(value: Any, what: str) -> str:
-    """Canonical JSON text: sorted keys and compact, so equal values stored and filtered give equal text."""
+    """Canonical JSON text: sorted keys, compact, and integral floats written as integers, so JSON-equal values (see
+    :func:`~graphckpt.savers.base.json_equal`) stored and filtered give equal text. (So a stored ``2.0`` reads back
+    as ``2``: equal in Python and in JSON.)"""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-compatible: {exc}") from exc
+
+
+def _integral(value: Any) -> Any:
+    if type(value) is float and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_integral(v) for v in value]
+    return value
 
 
 def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
