@@ -272,9 +272,9 @@ class StateGraph:
         lines += [f"    {ident[a]} --> {ident[b]}" for a, b in self.edges]
         for join in self.joins:
             lines.append(f"    {' & '.join(ident[s] for s in join.sources)} --> {ident[join.target]}")
-        for br in self.branches:
-            if br.path_map is None:
-                lines.append(f"    {ident[br.source]} -.-> |route| {ident[END]}")
+        for i, br in enumerate(self.branches):
+            if br.path_map is None:  # the router may pick any node: say so instead of guessing
+                lines.append(f'    {ident[br.source]} -.-> |route| unknown{i}[/"any node: no path_map given"/]')
                 continue
             for key, target in br.path_map.items():
                 label = f" |{_mermaid_text(str(key))}|" if str(key) != target else ""

@@ -166,3 +166,10 @@ def test_to_networkx_has_every_edge_kind() -> None:
     assert nx_graph.edges[START, "a"]["kind"] == "edge"
     assert nx_graph.edges["a", "c"]["kind"] == "join"
     assert nx_graph.edges["c", END]["kind"] == "branch"
+
+
+def test_mermaid_says_when_a_router_has_no_path_map() -> None:
+    g = graph("a")
+    g.add_edge(START, "a")
+    g.add_conditional_edges("a", lambda s: END)
+    assert 'n0 -.-> |route| unknown0[/"any node: no path_map given"/]' in g.to_mermaid()

@@ -25,6 +25,8 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("diff t1@")
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr  # the example can be run twice on the same database
     assert "~ request: 'weather function' -> 'weather in Fahrenheit'" in out.stdout
     assert "code for weather in Fahrenheit" in out.stdout
     assert (tmp_path / "runs.db").exists()

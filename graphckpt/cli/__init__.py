@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, get_args
@@ -183,13 +185,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.demo_args = [a for a in extra if a != "--"]
     try:
         return _dispatch(args)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         thread = getattr(args, "thread", None)
         hint = f"; the thread keeps its last checkpoint: `graphckpt resume {thread}`" if thread else ""
         return _fail(f"interrupted{hint}", 130)
     except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
+    """First Ctrl-C: say so at once and stop the run (a sync node already running finishes in its thread, or is
+    abandoned); second Ctrl-C: quit now. Either way every committed checkpoint is already durable."""
+    presses = 0
+
+    def on_sigint() -> None:
+        nonlocal presses
+        presses += 1
+        hint = f"; `graphckpt resume {thread}` continues it" if thread else ""
+        if presses == 1:
+            sys.stderr.write(f"graphckpt: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n")
+            if task is not None:
+                task.cancel()
+        else:
+            sys.stderr.write(f"graphckpt: interrupted{hint}\n")
+            sys.stderr.flush()
+            os._exit(130)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers here (not the main thread)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_sigint)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -207,6 +231,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             def note(message: str) -> None:
                 sys.stderr.write(f"graphckpt: note: {message}\n")
 
+            _stop_on_ctrl_c(asyncio.current_task(), getattr(args, "thread", None))
             async with Session(Database(args.db), note=note) as session:
                 result: int = await handler(args, session)
                 return result

@@ -53,6 +53,15 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
         raise CliError(
             f"thread {thread_id!r} is {record.status}; continue it with `graphckpt resume {thread_id}{answer}`"
         )
+    if record is not None:
+        tags = record.metadata.get("tags")
+        recorded = tags.get("graph") if isinstance(tags, Mapping) else None
+        if recorded is not None and recorded != args.target:
+            raise CliError(
+                f"thread {thread_id!r} belongs to graph {recorded}, not {args.target}; pick another --thread "
+                "(or fork it)"
+            )
+        s.note(f"thread {thread_id!r} is done at step {record.head_step}: this input starts a new turn on top of it")
     stream = app.astream(
         update, thread_id=thread_id, mode="checkpoints", recursion_limit=args.recursion_limit,
         tags={"graph": args.target},
