@@ -265,9 +265,12 @@ class Session:
         history = await self.reader().ahistory(thread_id)
         if any(s.checkpoint_id == spec for s in history):
             return spec
-        found = [s.checkpoint_id for s in history if s.checkpoint_id.startswith(spec)]
+        found = [s for s in history if s.checkpoint_id.startswith(spec)]
         if len(found) == 1:
-            return found[0]
+            return found[0].checkpoint_id
         if not found:
             raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint {spec!r} in its lineage")
-        raise UsageError(f"checkpoint prefix {spec!r} is ambiguous in thread {thread_id!r} ({len(found)} match)")
+        shown = ", ".join(f"{s.checkpoint_id} (step {s.step})" for s in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageError(
+            f"checkpoint prefix {spec!r} is ambiguous in thread {thread_id!r} ({len(found)} match: {shown})"
+        )
