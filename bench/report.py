@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 Key = tuple[str, str, str]
 """(engine, workload, saver); the FLOOR figures use engine ``floor``."""
@@ -315,6 +316,9 @@ def render(results: Results, *, header: list[str], engines: list[str], command: 
     lines += ["## Targets (issue 5)", "", *targets_table(results), ""]
     lines += ["## Against the FLOOR", "", *reference_table(results), ""]
     lines += ["## All figures", "", *figures_table(results), ""]
+    analysis = Path(__file__).with_name("analysis.md")
+    if analysis.is_file():  # hand-written: profiles and where the remaining time goes, kept with every run
+        lines += [analysis.read_text().rstrip(), ""]
     if results.errors:
         lines += ["## Failed runs", ""]
         lines += [f"- {e} {w} {s}: {msg}" for (e, w, s), msg in sorted(results.errors.items())]
