@@ -158,13 +158,15 @@ class App:
                 step=step,
             ) from exc.cause
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
-        channels = dict(base.body.channels)
+        channels, inline = dict(base.body.channels), dict(base.body.inline)
         full: list[str] = []
         if base.body.schema_version != self.graph.version:  # migrated on load: store it again in this version
-            full = [name for name in values if name in self.codec.state.channels]
-            channels = {k: v for k, v in channels.items() if k in self.codec.state.channels}
-        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, full=full)
-        body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version)
+            known = self.codec.state.channels
+            full = [name for name in values if name in known]
+            channels = {k: v for k, v in channels.items() if k in known}
+            inline = {k: v for k, v in inline.items() if k in known}
+        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, inline, full=full)
+        body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version, inline)
         metadata = step_metadata("input", step, [], dict(tags) if tags else None)
         metadata["writes"] = {"input": list(update)}
         cp = StoredCheckpoint(
@@ -397,7 +399,7 @@ class App:
         src_body = self.codec.decode_body(src_cp)
         ranges = self.codec.ranges(src_cp.step, src_body)
         src_blobs = await self.saver.get_blobs(ranges) if ranges else []
-        channels = dict(src_body.channels)
+        channels, inline = dict(src_body.channels), dict(src_body.inline)
         full: list[str] = []
         state = self.codec.state
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
@@ -406,6 +408,7 @@ class App:
             if src_body.schema_version != self.graph.version:
                 full = [name for name in values if name in state.channels]
                 channels = {name: base for name, base in channels.items() if name in state.channels}
+                inline = {name: data for name, data in inline.items() if name in state.channels}
             fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
         else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
             values, writes = dict(validated), {k: [v] for k, v in validated.items()}
@@ -424,9 +427,9 @@ class App:
             except RouteError as exc:
                 raise InvalidUpdateError(f"fork of thread {thread_id!r}: goto {goto!r}: {exc.cause}") from None
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
-        blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels, full=full)
+        blobs = self.codec.channel_blobs(new_thread_id, step, values, writes, channels, inline, full=full)
         body = Body(tasks, channels, [(new_thread_id, step), *src_body.lineage], interrupts, src_body.barriers,
-                    self.graph.version)  # fmt: skip
+                    self.graph.version, inline)  # fmt: skip
         metadata = step_metadata("fork", step, [], dict(tags) if tags else None)
         metadata["writes"] = {"fork": list(validated)}
         metadata["forked_from"] = {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}

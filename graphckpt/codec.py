@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 
 _FORMAT = 1
 
+INLINE_MAX = 64
+"""A plain channel encoded in at most this many bytes is carried in the checkpoint body (see ``channel_blobs``)."""
+INLINE_TOTAL = 512
+"""At most this many bytes of carried channels per checkpoint; the rest get blob rows."""
+
 
 @dataclass(slots=True)
 class Body:
@@ -37,6 +42,7 @@ class Body:
     interrupts: list[Interrupt] = field(default_factory=list)
     barriers: dict[str, list[str]] = field(default_factory=dict)
     schema_version: int = 1
+    inline: dict[str, bytes] = field(default_factory=dict)  # small plain channels, carried in every body
 
 
 class Codec:
@@ -79,6 +85,8 @@ class Codec:
             raw["i"] = [[i.node, i.when, i.payload, i.task_id] for i in body.interrupts]
         if body.barriers:
             raw["b"] = body.barriers
+        if body.inline:
+            raw["v"] = body.inline
         return self.serde.dumps(raw)
 
     def channel_blobs(
@@ -88,13 +96,17 @@ class Codec:
         values: Mapping[str, Any],
         writes: Mapping[str, Sequence[Any]],
         channels: dict[str, tuple[int, int]],
+        inline: dict[str, bytes],
         *,
         full: Iterable[str] = (),
     ) -> list[Blob]:
-        """Blobs for the channels that changed at ``step``; updates ``channels`` in place.
+        """Blobs for the channels that changed at ``step``; updates ``channels`` and ``inline`` in place.
 
-        A plain channel stores its new value. A reducer channel stores its writes as a delta, or its full value when
-        it has none yet or ``snapshot_every`` deltas follow its last snapshot. Channels in ``full`` store a snapshot.
+        A plain channel whose encoded value is small (``INLINE_MAX`` bytes, ``INLINE_TOTAL`` for all of them) is
+        carried in the body of every checkpoint instead of a blob row: a few bytes per step are cheaper than a row and
+        its index entry, and reading it needs no query. A larger plain channel stores its new value. A reducer channel
+        stores its writes as a delta, or its full value when it has none yet or ``snapshot_every`` deltas follow its
+        last snapshot. Channels in ``full`` store their full value.
         """
         blobs: list[Blob] = []
         forced = set(full)
@@ -102,7 +114,16 @@ class Codec:
             channel = self.state.channels[name]
             base = channels.get(name)
             try:
-                if channel.reducer is None or base is None or base[1] + 1 >= self.snapshot_every or name in forced:
+                if channel.reducer is None:
+                    data, kind = self.serde.dumps(values[name]), "snapshot"
+                    carried = sum(len(v) for k, v in inline.items() if k != name)
+                    if len(data) <= INLINE_MAX and carried + len(data) <= INLINE_TOTAL:
+                        inline[name] = data
+                        channels.pop(name, None)
+                        continue
+                    inline.pop(name, None)
+                    channels[name] = (step, 0)
+                elif base is None or base[1] + 1 >= self.snapshot_every or name in forced:
                     data, kind = self.serde.dumps(values[name]), "snapshot"
                     channels[name] = (step, 0)
                 else:
@@ -136,6 +157,7 @@ class Codec:
                 interrupts=[Interrupt(str(n), w, payload=p, task_id=t) for n, w, p, t in raw.get("i", ())],
                 barriers={str(k): [str(x) for x in v] for k, v in raw.get("b", {}).items()},
                 schema_version=int(raw["sv"]),
+                inline={str(k): bytes(v) for k, v in raw.get("v", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._corrupt(cp, f"checkpoint body has the wrong shape ({exc})") from None
@@ -206,7 +228,7 @@ class Codec:
         out: list[dict[str, Any]] = [{} for _ in items]
         for i in sorted(range(len(items)), key=lambda i: items[i][0].step):
             cp, body = items[i]
-            stored: dict[str, Any] = {}
+            stored: dict[str, Any] = {name: self._loads(cp, data) for name, data in body.inline.items()}
             for name, (base, _) in body.channels.items():
                 found, at = by_channel.get(name, []), steps.get(name, [])
                 cached = cache.get(name)

@@ -166,6 +166,7 @@ class Run:
             # channel again, in this version, instead of deltas on top of the old blobs
             self._full = {name for name in head.values if name in codec.state.channels}
             head.body.channels = {k: v for k, v in head.body.channels.items() if k in codec.state.channels}
+            head.body.inline = {k: v for k, v in head.body.inline.items() if k in codec.state.channels}
 
     def _may_inline(self, spec: NodeSpec) -> bool:
         average = self.node_ms.get(spec.name)
@@ -413,10 +414,10 @@ class Run:
             raise AssertionError("unreachable") from None
         status, interrupts = frontier_status(tasks, results, self.interrupt_before, self.interrupt_after)
         step = self.head.cp.step + 1
-        channels = dict(self.head.body.channels)
-        body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version)
+        channels, inline = dict(self.head.body.channels), dict(self.head.body.inline)
+        body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version, inline)
         try:
-            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, full=self._full)
+            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, inline, full=self._full)
             encoded = self.codec.encode_body(body, checkpoint_id)
         except SerializationError as exc:  # a value validated but cannot be stored: the node that wrote it failed
             field = exc.field

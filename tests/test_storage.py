@@ -46,7 +46,7 @@ async def test_300_appends_of_1_kib_store_less_than_twice_the_messages(saver: Sa
 
 async def test_unchanged_channels_store_nothing(saver: Saver) -> None:
     app = chat_app(saver, 20)
-    await app.ainvoke({"title": "set once"}, thread_id="t")
+    await app.ainvoke({"title": "set once, " + "long " * 40}, thread_id="t")
     title_blobs = await saver.get_blobs([BlobRange("t", "title", 0, 100)])
     assert [b.step for b in title_blobs] == [0]
     message_blobs = await saver.get_blobs([BlobRange("t", "messages", 0, 100)])
@@ -73,7 +73,7 @@ async def test_corrupt_blob_names_thread_and_checkpoint(tmp_path: Path) -> None:
         app = chat_app(saver, 3)
         snap = await app.ainvoke({}, thread_id="victim")
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE blobs SET data = x'c1c1c1' WHERE channel = 'n' AND step = ?", (snap.step,))
+        conn.execute("UPDATE blobs SET data = x'c1c1c1' WHERE channel = 'messages' AND step = ?", (snap.step,))
     async with SqliteSaver(path) as saver:
         app = chat_app(saver, 3)
         with pytest.raises(CorruptCheckpointError, match=f"checkpoint {snap.checkpoint_id} of thread 'victim'") as info:
@@ -83,3 +83,13 @@ async def test_corrupt_blob_names_thread_and_checkpoint(tmp_path: Path) -> None:
         assert parent is not None
         older = await app.aget_state("victim", parent.checkpoint_id)  # only the corrupt checkpoint is affected
         assert older.values.n == snap.values.n - 1
+
+
+async def test_small_plain_fields_ride_in_the_checkpoint_body(saver: Saver) -> None:
+    """A counter that changes every step costs a few bytes in each body instead of a blob row of its own, and its
+    value is read back without a blob query."""
+    app = chat_app(saver, 10, size=10)
+    snap = await app.ainvoke({}, thread_id="t")
+    assert await saver.get_blobs([BlobRange("t", c, 0, 100) for c in ("n", "title")]) == []
+    assert (await app.aget_state("t", step=4)).values.n == 4
+    assert snap.values.n == 10 and snap.values.title == "unchanged"
