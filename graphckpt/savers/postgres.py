@@ -68,6 +68,7 @@ from graphckpt.savers.base import (
     ThreadRecord,
     WriteKind,
 )
+from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["PostgresSaver"]
 
@@ -134,6 +135,8 @@ class _JsonLoader(Loader):
 
     def load(self, data: Any) -> Any:
         text = str(data, "utf-8")
+        if text.startswith("{"):  # metadata objects: parsed only when somebody looks inside (long histories)
+            return LazyJsonMapping(text)
         try:
             value, end = _raw_decode(text)
         except ValueError:

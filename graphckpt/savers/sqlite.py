@@ -68,7 +68,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import starmap
 from pathlib import Path
@@ -79,6 +79,7 @@ import aiosqlite
 from graphckpt import ids
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["SqliteSaver"]
 
@@ -172,60 +173,14 @@ def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
     return where.format("m.type IN ('array', 'object') AND json(m.value) = json(?)"), [key, text]
 
 
-class _JsonMapping(Mapping[str, Any]):
-    """A read-only mapping over JSON object text, parsed on first access (metadata of rows nobody looks at is
-    never parsed). Equal to any mapping with the same items; ``dict(m)`` gives a plain dict."""
-
-    __slots__ = ("_data", "_text")
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._data: dict[str, Any] | None = None
-
-    def _parsed(self) -> dict[str, Any]:
-        data = self._data
-        if data is None:
-            data = self._data = json.loads(self._text)
-            assert isinstance(data, dict)
-        return data
-
-    def __getitem__(self, key: str) -> Any:
-        return self._parsed()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._parsed())
-
-    def __len__(self) -> int:
-        return len(self._parsed())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._parsed()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._parsed().get(key, default)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _JsonMapping):
-            other = other._parsed()
-        if isinstance(other, Mapping):
-            return self._parsed() == (other if isinstance(other, dict) else dict(other.items()))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(self._parsed())
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_JsonMapping, (self._text,))
-
-
 def _checkpoint(row: _Row) -> StoredCheckpoint:
     # positional, in _CP_COLUMNS order: a history page builds one per row
-    return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], _JsonMapping(row[7]), row[8])
+    return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
 
 
 def _thread(row: _Row) -> ThreadRecord:
     return ThreadRecord(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], _JsonMapping(row[10])
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], LazyJsonMapping(row[10])
     )
 
 
