@@ -123,6 +123,7 @@ class App:
         tags: Mapping[str, Any] | None,
         on_commit: Any,
     ) -> Snapshot:
+        _check_limit(recursion_limit)
         if thread_id is None:
             thread_id = ids.new_id()
         elif not isinstance(thread_id, str) or not thread_id:
@@ -185,6 +186,7 @@ class App:
     async def _resume(
         self, thread_id: str, answer: Any, recursion_limit: int | None, tags: Any, on_commit: Any
     ) -> Snapshot:
+        _check_limit(recursion_limit)
         record = await self._thread(thread_id)
         head, recorded = await self._load_head(thread_id, record)
         if tags is None:
@@ -245,7 +247,8 @@ class App:
         run = Run(
             self.graph, self.codec, self.saver, head=head, recorded=recorded, run_id=run_id,
             interrupt_before=self.interrupt_before, interrupt_after=self.interrupt_after,
-            recursion_limit=recursion_limit or self.recursion_limit, tags=dict(tags) if tags else None,
+            recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
+            tags=dict(tags) if tags else None,
             on_commit=on_commit, node_ms=self._node_ms,
         )  # fmt: skip
         status = await run.execute()
@@ -650,3 +653,8 @@ def _input_annotations(graph: StateGraph) -> list[Any]:
         if params and params[0].name in hints:
             found.append(hints[params[0].name])
     return found
+
+
+def _check_limit(recursion_limit: int | None) -> None:
+    if recursion_limit is not None and (type(recursion_limit) is not int or recursion_limit < 1):
+        raise ValueError(f"recursion_limit must be a positive number of super-steps, not {recursion_limit!r}")

@@ -24,7 +24,7 @@ import msgpack
 
 from graphckpt import ids
 from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadConflictError, ThreadNotFoundError
-from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite
+from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite
 
 __all__ = ["export_thread", "import_thread"]
 
@@ -75,42 +75,124 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
 
 
 async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
-    """Store the exported thread in ``saver``; returns its thread id. Nothing is overwritten."""
-    thread_id: str | None = None
-    imported = 0
-    finished = False
+    """Store the exported thread in ``saver``; returns its thread id. Nothing is overwritten.
+
+    The whole export is read and checked first (header, every field, base64, statuses, each checkpoint's parent and
+    step against the one before it in its thread, the end line's count); only then is anything written, so a
+    truncated or tampered export changes nothing. Checkpoints the target already has are skipped; each thread's
+    status, error and pending writes are restored when the target's head is the exported one."""
+    thread_id, checkpoints, writes_lines = _parse_export(lines)
+    steps: dict[tuple[str, str], int] = {}
+    last: dict[str, StoredCheckpoint] = {}
+    for cp in checkpoints:
+        await _check_parent(saver, cp, last.get(cp.thread_id), steps)
+        steps[(cp.thread_id, cp.checkpoint_id)] = cp.step
+        last[cp.thread_id] = cp
+    for tid, (cid, _writes, _status, _error) in writes_lines.items():
+        if tid not in last or last[tid].checkpoint_id != cid:
+            raise CorruptCheckpointError(
+                f"the export's pending writes of thread {tid!r} are not for its last checkpoint"
+            )
     heads: dict[str, str] = {}
     run_ids: dict[str, str] = {}
+    for cp in checkpoints:
+        await _import_checkpoint(saver, cp, heads, run_ids)
+    for tid, (cid, writes, status, error) in writes_lines.items():
+        record = await saver.get_thread(tid)
+        if record is None or record.head_checkpoint_id != cid:
+            continue  # the target moved on (or never had it): its own status stands
+        run_id = run_ids.get(tid)
+        if run_id is None:  # the checkpoints were there already (an earlier, interrupted import): take it over
+            run_id = ids.new_id()
+            await saver.claim(tid, expected_head=cid, expected_run_id=record.run_id, run_id=run_id)
+        await saver.put_writes(tid, cid, writes, run_id=run_id, status=status, error=error)
+    return thread_id
+
+
+_STATUSES = ("running", "interrupted", "failed", "done")
+_WRITE_KINDS = ("result", "effect", "interrupt", "resume", "error")
+
+
+def _parse_export(
+    lines: Iterable[str],
+) -> tuple[str, list[StoredCheckpoint], dict[str, tuple[str, list[StoredWrite], Status, str | None]]]:
+    thread_id: str | None = None
+    checkpoints: list[StoredCheckpoint] = []
+    writes: dict[str, tuple[str, list[StoredWrite], Status, str | None]] = {}
+    ended = False
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
+        if ended:
+            raise CorruptCheckpointError(f"export line {number} comes after the end line")
         try:
             item = json.loads(raw)
             kind = item["kind"]
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptCheckpointError(f"export line {number} is not a graphckpt record ({exc})") from None
-        if number == 1 and (kind != "header" or item.get("format") != _FORMAT or item.get("version") != _VERSION):
+        if thread_id is None and (kind != "header" or item.get("format") != _FORMAT or item.get("version") != _VERSION):
             raise CorruptCheckpointError("not a graphckpt thread export (bad header line)")
         try:
             if kind == "header":
-                thread_id = str(item["thread_id"])
+                if thread_id is not None:
+                    raise ValueError("a second header")
+                thread_id = _text(item["thread_id"])
             elif kind == "checkpoint":
-                cp = _checkpoint_from(item)
-                if await _import_checkpoint(saver, cp, heads, run_ids):
-                    imported += 1
+                checkpoints.append(_checkpoint_from(item))
             elif kind == "writes":
-                tid, cid = str(item["thread_id"]), str(item["checkpoint_id"])
-                writes = [StoredWrite(str(t), k, int(i), base64.b64decode(d)) for t, k, i, d in item["writes"]]
-                if tid in run_ids and heads.get(tid) == cid:
-                    status = item["status"] if item["status"] != "running" or writes else None
-                    await saver.put_writes(tid, cid, writes, run_id=run_ids[tid], status=status, error=item["error"])
+                status = item["status"]
+                if status not in _STATUSES:
+                    raise ValueError(f"unknown status {status!r}")
+                error = item["error"]
+                if error is not None and not isinstance(error, str):
+                    raise ValueError("error is not text")
+                stored = []
+                for task_id, write_kind, index, data in item["writes"]:
+                    if write_kind not in _WRITE_KINDS:
+                        raise ValueError(f"unknown pending write kind {write_kind!r}")
+                    stored.append(StoredWrite(_text(task_id), write_kind, int(index), _unb64(data)))
+                writes[_text(item["thread_id"])] = (_text(item["checkpoint_id"]), stored, status, error)
             elif kind == "end":
-                finished = True
+                if int(item["checkpoints"]) != len(checkpoints):
+                    raise ValueError(f"it counts {item['checkpoints']} checkpoints, the file holds {len(checkpoints)}")
+                ended = True
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(f"export line {number} has the wrong shape ({exc})") from None
-    if thread_id is None or not finished:
+    if thread_id is None or not ended:
         raise CorruptCheckpointError("the export is truncated (no end line)")
-    return thread_id
+    if not checkpoints or checkpoints[-1].thread_id != thread_id:
+        raise CorruptCheckpointError(f"the export does not end with a checkpoint of thread {thread_id!r}")
+    return thread_id, checkpoints, writes
+
+
+async def _check_parent(
+    saver: Saver, cp: StoredCheckpoint, previous: StoredCheckpoint | None, steps: dict[tuple[str, str], int]
+) -> None:
+    """``cp`` continues its thread (or starts it from a parent the export or the target holds), one step on."""
+    where = f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r}"
+    if previous is not None:
+        ok = cp.parent_thread_id == cp.thread_id and cp.parent_checkpoint_id == previous.checkpoint_id
+        if not ok or cp.step != previous.step + 1:
+            raise CorruptCheckpointError(f"the export's {where} does not follow checkpoint {previous.checkpoint_id}")
+        return
+    if cp.parent_checkpoint_id is None:
+        if cp.step != 0 or cp.parent_thread_id is not None:
+            raise CorruptCheckpointError(f"the export's {where} has no parent but is not a first step")
+        return
+    parent_thread = cp.parent_thread_id or cp.thread_id
+    parent_step = steps.get((parent_thread, cp.parent_checkpoint_id))
+    if parent_step is None:
+        parent = await saver.get_checkpoint(parent_thread, cp.parent_checkpoint_id)
+        parent_step = parent.step if parent is not None else None
+    if parent_step is None:
+        raise CorruptCheckpointError(
+            f"the export's {where} has a parent ({parent_thread!r}, {cp.parent_checkpoint_id}) that neither the "
+            "export nor the target holds"
+        )
+    if cp.step != parent_step + 1:
+        raise CorruptCheckpointError(f"the export's {where} is not one step after its parent")
 
 
 async def _import_checkpoint(
@@ -180,24 +262,36 @@ def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
 
 
 def _checkpoint_from(item: dict[str, Any]) -> StoredCheckpoint:
-    thread_id, step = str(item["thread_id"]), int(item["step"])
-    blobs = [Blob(thread_id, str(ch), step, kind, base64.b64decode(data)) for ch, kind, data in item["blobs"]]
+    thread_id, step = _text(item["thread_id"]), int(item["step"])
+    blobs = [Blob(thread_id, _text(ch), step, kind, _unb64(data)) for ch, kind, data in item["blobs"]]
     if any(b.kind not in ("snapshot", "delta") for b in blobs):
         raise ValueError("unknown blob kind")
     if item["status"] not in ("running", "interrupted", "failed", "done"):
         raise ValueError(f"unknown status {item['status']!r}")
     return StoredCheckpoint(
         thread_id=thread_id,
-        checkpoint_id=str(item["checkpoint_id"]),
-        parent_thread_id=item["parent_thread_id"],
-        parent_checkpoint_id=item["parent_checkpoint_id"],
+        checkpoint_id=_text(item["checkpoint_id"]),
+        parent_thread_id=None if item["parent_thread_id"] is None else _text(item["parent_thread_id"]),
+        parent_checkpoint_id=None if item["parent_checkpoint_id"] is None else _text(item["parent_checkpoint_id"]),
         step=step,
         created_at=float(item["created_at"]),
         status=item["status"],
         metadata=dict(item["metadata"]),
-        body=base64.b64decode(item["body"]),
+        body=_unb64(item["body"]),
         blobs=blobs,
     )
+
+
+def _unb64(data: Any) -> bytes:
+    if not isinstance(data, str):
+        raise ValueError("bytes must be base64 text")
+    return base64.b64decode(data, validate=True)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected non-empty text, got {value!r}")
+    return value
 
 
 def _b64(data: bytes) -> str:

@@ -354,3 +354,11 @@ def test_graphckpt_errors_from_nodes_are_wrapped() -> None:
         assert isinstance(info.value.__cause__, GraphckptError)
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2.5])
+async def test_a_bad_recursion_limit_is_refused_before_anything_is_written(saver: Saver, limit: Any) -> None:
+    app = one_node(lambda s: {"n": 1}).compile(saver=saver)
+    with pytest.raises(ValueError, match="recursion_limit must be a positive number"):
+        await app.ainvoke({}, thread_id="t", recursion_limit=limit)
+    assert await saver.get_thread("t") is None

@@ -83,6 +83,48 @@ async def test_bad_input_is_refused_and_changes_nothing(saver: Saver) -> None:
         await import_thread(saver, [lines[0], "{not json"])
     with pytest.raises(CorruptCheckpointError, match="truncated"):
         await import_thread(saver, lines[:-1])
-    assert await saver.get_thread("t") is not None  # the truncated import stored what came before, intact
-    assert await import_thread(saver, lines) == "t"  # and a full import completes it
+    assert await saver.get_thread("t") is None  # checked before anything is written
+    assert await import_thread(saver, lines) == "t"
     assert (await app_for(saver).aget_state("t")).values.n == 5
+
+
+def tamper(lines: list[str], index: int, **changes: Any) -> list[str]:
+    item = json.loads(lines[index])
+    item.update(changes)
+    return [*lines[:index], json.dumps(item), *lines[index + 1 :]]
+
+
+async def test_tampered_exports_are_refused_before_anything_is_written(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = False
+    await app_for(source).ainvoke({}, thread_id="t")
+    lines = await dump(source, "t")  # header, 6 checkpoints, writes, end
+    bad = {
+        "wrong step": (tamper(lines, 3, step=7), "does not follow"),
+        "missing parent": (
+            [lines[0], *lines[2:-1], json.dumps({"kind": "end", "checkpoints": 5})],
+            "neither the export",
+        ),
+        "bad base64": (tamper(lines, 2, body="!!!"), "wrong shape"),
+        "bogus status": (tamper(lines, 7, status="bogus"), "unknown status"),
+        "wrong count": (tamper(lines, 8, checkpoints=2), "the file holds 6"),
+        "hidden header": (["", tamper(lines, 0, version=99)[0], *lines[1:]], "bad header"),
+    }
+    for name, (changed, message) in bad.items():
+        with pytest.raises(CorruptCheckpointError, match=message):
+            await import_thread(saver, changed)
+        assert await saver.get_thread("t") is None, name
+
+
+async def test_status_is_restored_when_the_checkpoints_are_already_there(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = True
+    with pytest.raises(NodeError):
+        await app_for(source).ainvoke({}, thread_id="f")
+    lines = await dump(source, "f")
+    plain = [line for line in lines if json.loads(line)["kind"] != "writes"]  # as if the status line was lost
+    await import_thread(saver, plain)
+    assert (await saver.get_thread("f")).status != "failed"  # type: ignore[union-attr]
+    await import_thread(saver, lines)  # the full export again: checkpoints skipped, status and error restored
+    snap = await app_for(saver).aget_state("f")
+    assert snap.status == "failed" and snap.errors[0].message == "crash at 3"
