@@ -7,10 +7,14 @@ either a pydantic model (attribute access) or a mapping (TypedDict schemas).
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-__all__ = ["NodeContext", "state_get", "state_mapping"]
+from .errors import PromptError
+
+__all__ = ["NodeContext", "format_template", "state_get", "state_mapping"]
 
 
 class NodeContext(Protocol):
@@ -68,3 +72,42 @@ def state_mapping(state: Any) -> Mapping[str, Any]:
     if fields is not None:
         return {name: getattr(state, name) for name in fields}
     return dict(vars(state))
+
+
+_BRACES = "a literal brace is written {{ or }}"
+
+
+def format_template(template: str, fields: Mapping[str, Any], *, node: str, what: str = "the prompt template") -> str:
+    """``template.format_map(fields)``; every mistake in the template raises :class:`PromptError` naming ``node``,
+    the field or the syntax problem, and the brace hint (instead of a bare ``KeyError``/``ValueError``/...)."""
+    names = ", ".join(sorted(map(str, fields))) or "none"
+
+    def fail(problem: str) -> NoReturn:
+        raise PromptError(f"node {node!r}: {what} {problem}; {_BRACES}") from None
+
+    formatter = string.Formatter()
+    try:
+        parsed = list(formatter.parse(template))
+    except ValueError as exc:  # "Single '}' encountered", "expected '}' before end of string", ...
+        fail(f"is not a valid template: {exc} (in {_excerpt(template)})")
+    for _, field, _, _ in parsed:
+        if field is None:
+            continue
+        match = re.match(r"[^.\[]*", field)
+        name = match.group() if match else field
+        if not name or name.isdigit():
+            fail(f"has a positional field {{{field}}}; name a state field inside the braces (fields: {names})")
+        if name not in fields:
+            fail(f"refers to {{{field}}}, which is not a state field (fields: {names})")
+        try:
+            formatter.get_field(field, (), fields)
+        except (LookupError, AttributeError, TypeError, ValueError) as exc:
+            fail(f"cannot fill {{{field}}}: {type(exc).__name__}: {exc}")
+    try:
+        return formatter.vformat(template, (), fields)
+    except (LookupError, AttributeError, TypeError, ValueError) as exc:  # a bad conversion or format spec
+        fail(f"cannot be filled: {type(exc).__name__}: {exc} (in {_excerpt(template)})")
+
+
+def _excerpt(template: str, limit: int = 60) -> str:
+    return repr(template if len(template) <= limit else template[: limit - 3] + "...")

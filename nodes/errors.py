@@ -2,7 +2,7 @@
 
     GraphckptError
     ├── LLMError                        a model call failed: not retryable (401, 400, 404, ...) or out of retries
-    ├── PromptError(ValueError)         a prompt template names a field the state does not have
+    ├── PromptError(ValueError)         a prompt template names a field the state does not have, or is malformed
     ├── ToolError(ValueError)           unknown tool or invalid arguments (only with ``tool_node(on_error="raise")``)
     └── ApprovalError(ValueError)       the answer given to an approval node is not a bool or {"approved", "comment"}
 
@@ -44,7 +44,7 @@ class LLMError(GraphckptError):
 
 
 class PromptError(GraphckptError, ValueError):
-    """A prompt template refers to a field the state does not have."""
+    """A prompt template refers to a field the state does not have, or is not a valid ``str.format`` template."""
 
 
 class ToolError(GraphckptError, ValueError):

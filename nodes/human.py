@@ -6,23 +6,27 @@
     app.invoke(..., thread_id="t1")          # interrupted: {"question": "Deploy api to production?", ...}
     app.resume("t1", True)                   # or {"approved": False, "comment": "not on a Friday"}
 
-The answer must be a bool or ``{"approved": bool, "comment": str}`` (comment optional); anything else raises
-:class:`~nodes.errors.ApprovalError`, naming the node and what it got. The node itself is sync: ``ctx.interrupt``
-stops the run the first time and returns the answer after ``resume``.
+The answer must be a bool or ``{"approved": bool, "comment": str}`` (comment optional). Anything else does not fail
+the node: it asks again, with the same payload plus ``"error"`` saying what was wrong with the answer, so the thread
+is interrupted again and the next ``resume`` gives the corrected answer. (:func:`parse_approval` itself raises
+:class:`~nodes.errors.ApprovalError`.) The node is sync: ``ctx.interrupt`` stops the run the first time and returns
+the answer after ``resume``; every question asked is a separate interrupt of the task, answered in turn.
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pydantic
 
-from ._base import NodeContext, state_get, state_mapping
-from .errors import ApprovalError, PromptError
+from ._base import NodeContext, format_template, state_get, state_mapping
+from .errors import ApprovalError
 
-__all__ = ["Approval", "approval_node", "parse_approval"]
+__all__ = ["MAX_ASKS", "Approval", "approval_node", "parse_approval"]
+
+MAX_ASKS = 100
+"""How many times an approval node asks before an invalid answer raises :class:`ApprovalError`."""
 
 
 class Approval(pydantic.BaseModel):
@@ -66,6 +70,10 @@ def approval_node(
     is ``{"question", "node", "key", "expects"}`` plus whatever ``details(state)`` returns (e.g. the diff to review).
     The node writes ``{key: bool}`` and, with ``comment_key``, ``{comment_key: str | None}``. With ``skip_if``, the
     name of a state field: when that field is already true, the node writes nothing and asks nobody.
+
+    An invalid answer is not an error: the node asks again (a new interrupt) with the payload plus ``"error"``, the
+    problem with the last answer. After ``MAX_ASKS`` invalid answers in a row it raises :class:`ApprovalError`
+    (a guard against a context that keeps returning the same bad answer).
     """
 
     def node(state: Any, ctx: NodeContext) -> dict[str, Any]:
@@ -80,7 +88,15 @@ def approval_node(
         }
         if details is not None:
             payload.update(details(state))
-        approval = parse_approval(ctx.interrupt(payload), node=ctx.node)
+        asked = payload
+        for ask in range(1, MAX_ASKS + 1):
+            try:
+                approval = parse_approval(ctx.interrupt(asked), node=ctx.node)
+                break
+            except ApprovalError as exc:
+                if ask == MAX_ASKS:
+                    raise ApprovalError(f"{exc} (the {MAX_ASKS}th invalid answer in a row: giving up)") from None
+                asked = {**payload, "error": str(exc)}
         update: dict[str, Any] = {key: approval.approved}
         if comment_key is not None:
             update[comment_key] = approval.comment
@@ -91,10 +107,4 @@ def approval_node(
 
 
 def _format(template: str, state: Any, node: str) -> str:
-    fields = state_mapping(state)
-    try:
-        return string.Formatter().vformat(template, (), fields)
-    except (KeyError, IndexError) as exc:
-        raise PromptError(
-            f"node {node!r}: the approval question refers to {{{exc.args[0]}}}, which is not a state field"
-        ) from None
+    return format_template(template, state_mapping(state), node=node, what="the approval question")

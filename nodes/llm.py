@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import string
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from typing import Any, TypedDict, cast
 
 import openai
 
-from ._base import NodeContext, state_mapping
-from .errors import LLMError, PromptError
+from ._base import NodeContext, format_template, state_mapping
+from .errors import LLMError
 from .offline import OFFLINE_MODEL, offline_completion
 from .retry import LLMRetry, is_retryable_status, llm_calls, parse_retry_after
 from .tools import Tool
@@ -267,7 +266,7 @@ def build_messages(prompt: Prompt, state: Any, *, system: str | None = None, nod
     fields = state_mapping(state)
     messages: list[Message] = []
     if system is not None:
-        messages.append({"role": "system", "content": _format(system, fields, node)})
+        messages.append({"role": "system", "content": _format(system, fields, node, what="the system template")})
     if isinstance(prompt, str):
         messages.append({"role": "user", "content": _format(prompt, fields, node)})
         return messages
@@ -279,15 +278,9 @@ def build_messages(prompt: Prompt, state: Any, *, system: str | None = None, nod
     return messages
 
 
-def _format(template: str, fields: Mapping[str, Any], node: str) -> str:
-    try:
-        return string.Formatter().vformat(template, (), fields)
-    except (KeyError, IndexError) as exc:
-        names = ", ".join(sorted(fields)) or "none"
-        raise PromptError(
-            f"node {node!r}: the prompt template refers to {{{exc.args[0]}}}, which is not a state field "
-            f"(fields: {names}); write literal braces as {{{{ and }}}}"
-        ) from None
+def _format(template: str, fields: Mapping[str, Any], node: str, *, what: str = "the prompt template") -> str:
+    """``template`` filled from the state's fields; a template mistake raises :class:`PromptError`."""
+    return format_template(template, fields, node=node, what=what)
 
 
 def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> ChatResult:

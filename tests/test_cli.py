@@ -12,11 +12,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from conftest import PG_DSN, require_postgres
 
 GRAPH_MODULE = '''
 """analyze -> write -> review (-> write again while verdict is "fix"); env vars switch on a failure or a question."""
@@ -121,6 +124,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Any:
     run = make_cli(tmp_path)
     ok(run("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
     (tmp_path / "notes.txt").write_text("this is not a database\n" * 100)
+    (tmp_path / "latin1.jsonl").write_bytes('{"kind": "café"}\n'.encode("latin-1"))
     return run
 
 
@@ -284,7 +288,17 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
         (["history", "nope", "--tree"], 1, "no thread 'nope'"),
         (["show", "t1", "--checkpoint", "ffff"], 1, "no checkpoint 'ffff'"),
         (["fork", "t1", "ffff"], 1, "no checkpoint 'ffff'"),
-        (["diff", "t1@", "t1"], 2, "THREAD@CHECKPOINT"),
+        (["diff", "@x", "t1"], 2, "THREAD@CHECKPOINT"),
+        (["history", "t1", "--limit", "0"], 2, "argument --limit: must be 1 or more, got 0"),
+        (["history", "t1", "--limit", "-1"], 2, "argument --limit: must be 1 or more, got -1"),
+        (["history", "t1", "--limit", "x"], 2, "argument --limit: 'x' is not an integer"),
+        (["run", "cli_graph:app", "--recursion-limit", "0"], 2, "argument --recursion-limit: must be 1 or more"),
+        (["resume", "t1", "--recursion-limit", "-1"], 2, "argument --recursion-limit: must be 1 or more"),
+        (["import", "latin1.jsonl"], 2, "'latin1.jsonl' is not a graphckpt export: not UTF-8 text (byte 13)"),
+        (["run", "cli_graph:app", "--input", "@latin1.jsonl"], 2, "--input: 'latin1.jsonl' is not UTF-8 text"),
+        (["threads", "--db", "postgresql://nobody:secretpw@127.0.0.1:9/x?schema=s"], 1, "nobody@127.0.0.1:9/x"),
+        (["threads", "--db", "postgresql://u@h/x?schema="], 2, "?schema=NAME"),
+        (["--db", "postgresql://u:secretpw@127.0.0.1:9/x", "demo"], 2, "the demo needs a SQLite file, not u@127"),
         (["run", "cli_graph:app", "--input", "{bad"], 2, "--input is not valid JSON"),
         (["resume", "t1", "--answer", "nope"], 2, "--answer is not valid JSON"),
         (["fork", "t1", "x", "--set", "verdict=fix"], 2, "not valid JSON"),
@@ -303,7 +317,9 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
     ],
 )
 def test_user_errors_are_one_line(seeded: Any, args: list[str], code: int, needle: str) -> None:
-    user_error(seeded(*args), code, needle)
+    result = seeded(*args)
+    user_error(result, code, needle)
+    assert "secretpw" not in result.err + result.out
 
 
 def test_no_color_and_plain_tables(cli: Any) -> None:
@@ -322,3 +338,150 @@ def test_demo_is_loaded_from_the_source_tree(cli: Any) -> None:
         return
     shown = ok(cli("demo", "--", "--help"))  # arguments after `demo` go to the demo's own parser
     assert "agent_task" in shown.out and "--online" in shown.out
+
+
+def test_demo_gets_the_global_db(cli: Any, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_task.py"
+    if not example.is_file():
+        pytest.skip("the demo ships with the source checkout")
+    db = tmp_path / "demo.db"
+    shown = ok(cli("--db", str(db), "demo"))
+    assert f"database  {db}" in shown.out and db.is_file()
+    user_error(cli("--db", "a.db", "demo", "--db", "b.db"), 2, "give the demo's database once")
+    ignored = ok(cli("demo", env={"GRAPHCKPT_DB": str(tmp_path / "mine.db")}))  # set by make_cli too
+    assert "ignores $GRAPHCKPT_DB" in ignored.err and not (tmp_path / "mine.db").exists()
+
+
+def test_thread_ids_in_hints_are_shell_quoted(cli: Any) -> None:
+    tid = "it's b"
+    failed = cli(
+        "run", "cli_graph:graph", "--input", '{"request": "x"}', "--thread", tid, env={"CLI_GRAPH_FAIL": "write"}
+    )
+    user_error(failed, 1, """then run `graphckpt resume 'it'"'"'s b'`""")
+    user_error(cli("run", "cli_graph:graph", "--thread", tid), 1, """`graphckpt resume 'it'"'"'s b'`""")
+    ask = {"CLI_GRAPH_ASK": "1"}
+    ok(cli("run", "cli_graph:make_app", "--input", '{"request": "q"}', "--thread", "a b", "-q", env=ask))
+    user_error(cli("resume", "a b", env=ask), 1, "`graphckpt resume 'a b' --answer JSON`")
+    waiting = ok(cli("show", "a b")).out
+    assert "a b" in waiting
+    run = ok(cli("run", "cli_graph:make_app", "--input", '{"request": "q"}', "--thread", "c;d", "-q", env=ask))
+    assert "continue with: graphckpt resume 'c;d' --answer JSON" in run.out
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "q"}', "--thread", "plain", "-q"))
+    first = ok(cli("history", "plain", "--json")).json()[1]["checkpoint_id"]
+    fork = ok(cli("fork", "plain", first, "--new-thread", "x y"))
+    assert "run it with: graphckpt resume 'x y'" in fork.out
+
+
+def test_diff_sides_with_at_in_the_thread_id(cli: Any) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "a@b", "-q"))
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "rain"}', "--thread", "c", "-q"))
+    head = ok(cli("diff", "a@b", "c", "--json")).json()  # the whole spec names a thread: its head
+    assert head["a"].startswith("a@b@") and head["changed"]["request"]["before"] == "weather"
+    assert ok(cli("diff", "a@b@", "c@", "--json")).json() == head  # a trailing @ is the head too
+    first = ok(cli("history", "a@b", "--json")).json()[1]["checkpoint_id"]
+    older = ok(cli("diff", f"a@b@{first[:20]}", "a@b", "--json")).json()  # split at the last @
+    assert older["a"] == f"a@b@{first}" and "drafts" in older["changed"]
+    user_error(cli("diff", "nope@x", "c"), 1, "no thread 'nope'")
+
+
+NAN_GRAPH = """
+import os
+from graphckpt import END, START, StateGraph
+from pydantic import BaseModel
+
+
+class S(BaseModel):
+    score: float = 0.0
+    scores: list[float] = []
+
+
+def score(state):
+    value = float(os.environ["SCORE"])
+    return {"score": value, "scores": [1.0, value]}
+
+
+graph = StateGraph(S)
+graph.add_node("score", score)
+graph.add_edge(START, "score")
+graph.add_edge("score", END)
+"""
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_with_nan_and_infinity(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "nan_graph.py").write_text(NAN_GRAPH)
+    for tid, value in (("n1", "nan"), ("n2", "nan"), ("i1", "inf")):
+        ok(cli("run", "nan_graph:graph", "--thread", tid, "-q", env={"SCORE": value}))
+    shown = _strict_json(ok(cli("show", "n1", "--json")).out)
+    assert shown["values"] == {"score": None, "scores": [1.0, None]}  # documented: non-finite numbers are null
+    assert _strict_json(ok(cli("show", "n1", "--raw", "--json")).out)["values"]["score"] is None
+    _strict_json(ok(cli("history", "n1", "--json")).out)
+    _strict_json(ok(cli("threads", "--json")).out)
+    assert _strict_json(ok(cli("diff", "n1", "n2", "--json")).out)["changed"] == {}  # NaN in both: no change
+    assert "(no differences)" in ok(cli("diff", "n1", "n2")).out
+    assert _strict_json(ok(cli("diff", "n1", "n2", "--raw", "--json")).out)["changed"] == {}
+    changed = _strict_json(ok(cli("diff", "n1", "i1", "--json")).out)["changed"]
+    assert changed["score"] == {"before": None, "after": None}
+    assert changed["scores"]["common"] == 1 and changed["scores"]["appended"] == [None]
+    assert "NaN" in ok(cli("--help")).out or "null" in ok(cli("--help")).out
+
+
+@pytest.fixture
+def pg_url() -> Any:
+    """``(url with a password and ?schema=, schema, password)`` for a fresh schema, dropped afterwards."""
+    require_postgres()
+    import psycopg
+
+    schema = f"gc_cli_{uuid.uuid4().hex[:12]}"
+    parts = urlsplit(PG_DSN)
+    password = parts.password or "secretpw"  # a trust-auth server ignores it; it must never be printed either way
+    netloc = (
+        parts.netloc
+        if parts.password
+        else f"{parts.username or 'postgres'}:{password}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    )
+    url = urlunsplit(parts._replace(netloc=netloc, query=f"schema={schema}"))
+    try:
+        yield url, schema, password
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _pg_exists(schema: str, table: str | None = None) -> bool:
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        if table is None:
+            row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+        else:
+            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{table}',)).fetchone()
+            row = row if row and row[0] is not None else None
+    return row is not None
+
+
+def test_postgres_reading_creates_nothing_and_never_shows_the_password(cli: Any, pg_url: Any) -> None:
+    url, schema, password = pg_url
+    for args in (["threads"], ["threads", "--status", "failed"], ["history", "t1"], ["show", "t1"],
+                 ["diff", "t1", "t2"], ["export", "t1"], ["delete", "t1"], ["resume", "t1"]):  # fmt: skip
+        result = cli("--db", url, *args)
+        user_error(result, 1, f"no graphckpt tables in schema '{schema}' of ", "@127.0.0.1:5432/test")
+        assert password not in result.err + result.out
+    assert not _pg_exists(schema)  # reading made neither the schema nor a table
+
+    run = ok(cli("--db", url, "run", "cli_graph:app", "--input", '{"request": "pg"}', "--thread", "t1", "-q"))
+    assert password not in run.out + run.err
+    assert _pg_exists(schema, "threads") and _pg_exists(schema, "graphckpt_migrations")  # ?schema= is the schema
+    listed = ok(cli("--db", url, "threads", "--json")).json()
+    assert [t["thread_id"] for t in listed] == ["t1"]
+    empty = ok(cli("--db", url, "threads", "--status", "failed"))
+    assert f"no threads with status failed in postgres@127.0.0.1:5432/test (schema {schema})" in empty.out
+    assert password not in empty.out + empty.err
+    env_db = ok(cli("threads", "--json", env={"GRAPHCKPT_DB": url})).json()
+    assert [t["thread_id"] for t in env_db] == ["t1"]

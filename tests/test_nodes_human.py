@@ -8,7 +8,11 @@ import pydantic
 import pytest
 from fake_context import FakeContext, Interrupted
 
+from graphckpt import END, START, StateGraph
+from graphckpt.errors import ThreadStateError
+from graphckpt.savers.memory import MemorySaver
 from nodes import ApprovalError, PromptError, approval_node, parse_approval
+from nodes.human import MAX_ASKS
 
 
 class Deploy(pydantic.BaseModel):
@@ -49,6 +53,20 @@ def test_resumed_run_writes_the_answer(answer: Any, update: dict[str, Any]) -> N
     assert node(Deploy(), ctx.rerun(answer=answer)) == update
 
 
+class Answers(FakeContext):
+    """A context whose successive interrupts get the given answers in turn, then stop the thread."""
+
+    def __init__(self, *answers: Any, node: str = "approve") -> None:
+        super().__init__(node=node)
+        self.answers = list(answers)
+
+    def interrupt(self, payload: Any) -> Any:
+        self.interrupts.append(payload)
+        if not self.answers:
+            raise Interrupted(payload)
+        return self.answers.pop(0)
+
+
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
@@ -59,11 +77,53 @@ def test_resumed_run_writes_the_answer(answer: Any, update: dict[str, Any]) -> N
         ({"approved": True, "by": "ann"}, "by: Extra inputs are not permitted"),
     ],
 )
-def test_invalid_answers_name_node_and_problem(answer: Any, message: str) -> None:
+def test_invalid_answers_ask_again_naming_the_problem(answer: Any, message: str) -> None:
     node = approval_node("Deploy?")
-    with pytest.raises(ApprovalError, match=r"node 'approve'") as info:
-        node(Deploy(), FakeContext(node="approve", answer=answer))
-    assert message in str(info.value)
+    ctx = Answers(answer)
+    with pytest.raises(Interrupted) as info:
+        node(Deploy(), ctx)
+    first, again = ctx.interrupts
+    assert again == {**first, "error": again["error"]} and "error" not in first
+    assert again["error"].startswith("node 'approve': ") and message in again["error"]
+    with pytest.raises(ApprovalError, match=r"node 'approve'") as err:
+        parse_approval(answer, node="approve")
+    assert message in str(err.value)
+    assert info.value.payload == again
+
+
+def test_a_corrected_answer_after_bad_ones_is_written() -> None:
+    node = approval_node("Deploy {service}?", comment_key="review_comment")
+    ctx = Answers("yes", {"approved": "y"}, {"approved": False, "comment": "not today"})
+    assert node(Deploy(), ctx) == {"approved": False, "review_comment": "not today"}
+    assert [p.get("error", "")[:16] for p in ctx.interrupts] == ["", "node 'approve': ", "node 'approve': "]
+
+
+def test_a_context_that_repeats_a_bad_answer_forever_gives_up() -> None:
+    ctx = FakeContext(node="approve", answer="yes")  # returns "yes" to every interrupt
+    with pytest.raises(ApprovalError, match=r"got str 'yes'.*giving up"):
+        approval_node("Deploy?")(Deploy(), ctx)
+    assert len(ctx.interrupts) == MAX_ASKS
+
+
+async def test_bad_answer_through_the_engine_interrupts_again_then_completes() -> None:
+    g = StateGraph(Deploy)
+    g.add_node("approve", approval_node("Deploy {service}?", comment_key="review_comment"))
+    g.add_edge(START, "approve")
+    g.add_edge("approve", END)
+    app = g.compile(saver=MemorySaver())
+    first = await app.ainvoke({}, thread_id="t")
+    assert first.status == "interrupted" and "error" not in first.interrupts[0].payload
+
+    again = await app.aresume("t", "yes")  # a typo by the human: asked again, not failed
+    assert again.status == "interrupted"
+    (ask,) = again.interrupts
+    assert ask.payload["question"] == "Deploy api?" and "got str 'yes'" in ask.payload["error"]
+    with pytest.raises(ThreadStateError, match=r"waiting for an answer.*'error'.*got str"):
+        await app.aresume("t")  # no answer: still waiting; the bad answer is not replayed into a failure
+
+    done = await app.aresume("t", {"approved": True, "comment": "lgtm"})
+    assert done.status == "done"
+    assert done.values.approved is True and done.values.review_comment == "lgtm"
 
 
 def test_callable_prompt_dict_state_and_custom_key() -> None:
@@ -83,6 +143,20 @@ def test_skip_if_asks_nobody() -> None:
 def test_unknown_template_field() -> None:
     with pytest.raises(PromptError, match=r"\{servce\}"):
         approval_node("Deploy {servce}?")(Deploy(), FakeContext())
+
+
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("Deploy {}?", "positional field {}"),
+        ("Deploy {service.nope}?", "cannot fill {service.nope}: AttributeError"),
+        ("Deploy {service?", "not a valid template"),
+    ],
+)
+def test_template_mistakes_are_prompt_errors(template: str, needle: str) -> None:
+    with pytest.raises(PromptError, match=r"node 'approve': the approval question") as info:
+        approval_node(template)(Deploy(), FakeContext(node="approve"))
+    assert needle in str(info.value) and "{{ or }}" in str(info.value)
 
 
 def test_parse_approval() -> None:

@@ -257,6 +257,35 @@ async def test_unknown_template_field_names_it() -> None:
         await node(Task(), FakeContext())
 
 
+@pytest.mark.parametrize(
+    ("template", "needles"),
+    [
+        ("Hi {}", ["positional field {}", "name a state field"]),
+        ("Hi {0}", ["positional field {0}"]),
+        ("Hi {request.nope}", ["cannot fill {request.nope}", "AttributeError", "no attribute 'nope'"]),
+        ("Hi {request[0]", ["not a valid template", "expected '}'", "'Hi {request[0]'"]),
+        ("Hi } there", ["not a valid template", "Single '}'"]),
+        ("Hi {request!z}", ["cannot be filled", "conversion"]),
+        ("Hi {request[x]}", ["cannot fill {request[x]}", "TypeError"]),
+    ],
+)
+def test_template_mistakes_raise_prompt_error(template: str, needles: list[str]) -> None:
+    with pytest.raises(PromptError) as info:
+        nodes.build_messages(template, Task(), node="chat")
+    message = str(info.value)
+    assert message.startswith("node 'chat': the prompt template ")
+    assert "a literal brace is written {{ or }}" in message
+    for needle in needles:
+        assert needle in message
+
+
+def test_system_template_mistake_is_named() -> None:
+    with pytest.raises(PromptError, match=r"node 'chat': the system template refers to \{role\}"):
+        nodes.build_messages("{request}", Task(), system="You are {role}", node="chat")
+    escaped = nodes.build_messages("{{literal}} {request}", Task(), node="chat")
+    assert escaped == [{"role": "user", "content": "{literal} write a weather lookup function"}]
+
+
 async def test_tool_round_trip(server: FakeOpenAIServer, sleeps: Sleeps) -> None:
     @tool
     def get_weather(city: str) -> dict[str, float]:

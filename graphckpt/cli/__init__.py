@@ -9,7 +9,8 @@
     graphckpt diff t1 t1-alt
     graphckpt export t1 -o t1.jsonl && graphckpt --db other.db import t1.jsonl
 
-The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL.
+The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL
+(``?schema=NAME`` picks the schema of the tables). Only ``run`` and ``import`` create a database or its tables.
 Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error; errors are one line
 on stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
 """
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -31,8 +33,28 @@ __all__ = ["build_parser", "main"]
 
 _EPILOG = """\
 The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db in the current directory) or a
-postgresql:// URL. `run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves.
+postgresql:// URL; add ?schema=NAME to keep the tables in that schema (postgresql://user@host/db?schema=agents).
+Only `run` and `import` create the database or its tables; the other commands report a missing one. Messages show a
+PostgreSQL database as user@host:port/dbname, never with its password.
+`run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves.
+--json prints strict JSON: NaN and infinite numbers are printed as null.
 Exit status: 0 success, 1 runtime error, 2 usage error."""
+
+_DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
+
+CREATING_COMMANDS = frozenset({"run", "import"})
+"""The commands that may create the database (SQLite file, PostgreSQL schema and tables); the others need it."""
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,11 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     from graphckpt import __version__
 
     common = _Parser(add_help=False)
-    common.add_argument(
-        "--db", default=argparse.SUPPRESS, metavar="URL", help="SQLite path or postgresql:// URL (env GRAPHCKPT_DB)"
-    )
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="URL", help=_DB_HELP)
     as_json = _Parser(add_help=False)
-    as_json.add_argument("--json", action="store_true", help="print machine-readable JSON (stable keys)")
+    as_json.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON (stable keys; NaN and infinities as null)"
+    )
 
     parser = _Parser(
         prog="graphckpt",
@@ -60,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--db", metavar="URL", help="SQLite path or postgresql:// URL (env GRAPHCKPT_DB)")
+    parser.add_argument("--db", metavar="URL", help=_DB_HELP)
     parser.add_argument("--version", action="version", version=f"graphckpt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -69,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=description, parents=parents)
 
     def running(p: Any) -> None:
-        p.add_argument("--recursion-limit", type=int, metavar="N", help="max super-steps of this run")
+        p.add_argument("--recursion-limit", type=positive_int, metavar="N", help="max super-steps of this run (>= 1)")
         p.add_argument("-q", "--quiet", action="store_true", help="no per-step progress on stderr")
 
     p = command(
@@ -106,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("thread", metavar="ID")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
-    p.add_argument("--limit", type=int, metavar="N", help="only the newest N checkpoints")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the newest N checkpoints (N >= 1)")
 
     values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
@@ -118,10 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "diff",
         "compare two checkpoints' state",
-        "What differs between two checkpoints' state. Each side is THREAD (its head) or THREAD@CHECKPOINT.",
+        "What differs between two checkpoints' state. Each side is THREAD (its head) or THREAD@CHECKPOINT (a "
+        "checkpoint id or unique prefix). A side that is the id of an existing thread is that thread's head, even "
+        "when the id contains @; otherwise it splits at its last @, and THREAD@ (nothing after the @) is the head.",
     )
-    p.add_argument("a", metavar="A", help="THREAD or THREAD@CHECKPOINT")
-    p.add_argument("b", metavar="B", help="THREAD or THREAD@CHECKPOINT")
+    p.add_argument("a", metavar="A", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
+    p.add_argument("b", metavar="B", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
     p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
 
@@ -164,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         "run the agent demo (offline)",
         "Run examples/agent_task.py: a four-step agent task that fails at step 3, resumes without repeating "
-        "finished steps, forks, and diffs the branches. Other arguments go to the demo (`graphckpt demo -- --help`).",
+        "finished steps, forks, and diffs the branches. Other arguments go to the demo (`graphckpt demo -- --help`). "
+        "The global --db (a SQLite file) becomes the demo's --db; without it the demo uses a new temporary database "
+        "(it does not read $GRAPHCKPT_DB).",
         db=False,
         json=False,
     )
@@ -187,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except (KeyboardInterrupt, asyncio.CancelledError):
         thread = getattr(args, "thread", None)
-        hint = f"; the thread keeps its last checkpoint: `graphckpt resume {thread}`" if thread else ""
+        hint = f"; the thread keeps its last checkpoint: `graphckpt resume {shlex.quote(thread)}`" if thread else ""
         return _fail(f"interrupted{hint}", 130)
     except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -202,7 +228,7 @@ def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
     def on_sigint() -> None:
         nonlocal presses
         presses += 1
-        hint = f"; `graphckpt resume {thread}` continues it" if thread else ""
+        hint = f"; `graphckpt resume {shlex.quote(thread)}` continues it" if thread else ""
         if presses == 1:
             sys.stderr.write(f"graphckpt: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n")
             if task is not None:
@@ -232,7 +258,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"graphckpt: note: {message}\n")
 
             _stop_on_ctrl_c(asyncio.current_task(), getattr(args, "thread", None))
-            async with Session(Database(args.db), note=note) as session:
+            db = Database(args.db)
+            if args.command not in CREATING_COMMANDS:
+                await db.require_tables()  # PostgreSQL: never set up (create) tables for a command that needs them
+            async with Session(db, note=note) as session:
                 result: int = await handler(args, session)
                 return result
 

@@ -11,6 +11,8 @@ import asyncio
 import importlib.util
 import inspect
 import json
+import os
+import shlex
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -20,14 +22,28 @@ from graphckpt import ids
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import records
-from graphckpt.cli.session import CliError, Session, UsageError, load_target, parse_assignments, parse_json
+from graphckpt.cli.session import (
+    CliError,
+    Database,
+    Session,
+    UsageError,
+    load_target,
+    parse_assignments,
+    parse_json,
+)
 from graphckpt.errors import GraphckptError, ThreadNotFoundError
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS"]
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`records.to_jsonable`)."""
+    print(json.dumps(records.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+def _resume_hint(thread_id: str, extra: str = "") -> str:
+    """``graphckpt resume ID`` with ``ID`` quoted for the shell."""
+    return f"graphckpt resume {shlex.quote(thread_id)}{extra}"
 
 
 def _render() -> Any:
@@ -50,9 +66,7 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
     record = await app.saver.get_thread(thread_id)
     if record is not None and record.status != "done":
         answer = " --answer JSON" if record.status == "interrupted" else ""
-        raise CliError(
-            f"thread {thread_id!r} is {record.status}; continue it with `graphckpt resume {thread_id}{answer}`"
-        )
+        raise CliError(f"thread {thread_id!r} is {record.status}; continue it with `{_resume_hint(thread_id, answer)}`")
     if record is not None:
         tags = record.metadata.get("tags")
         recorded = tags.get("graph") if isinstance(tags, Mapping) else None
@@ -78,7 +92,7 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     if asks and args.answer is None:
         raise CliError(
             f"thread {args.thread!r} is waiting for an answer to {json.dumps(records.to_jsonable(asks[0].payload))} "
-            f"(node {asks[0].node!r}); give it with `graphckpt resume {args.thread} --answer JSON`"
+            f"(node {asks[0].node!r}); give it with `{_resume_hint(args.thread, ' --answer JSON')}`"
         )
     record = await app.saver.get_thread(args.thread)
     old = record.metadata.get("tags") if record is not None else None
@@ -110,7 +124,7 @@ async def _drive(
         record = await app.saver.get_thread(thread_id)
         if record is not None and record.status in ("failed", "running"):
             raise CliError(
-                f"{exc}; its checkpoints are kept: fix the cause, then run `graphckpt resume {thread_id}`"
+                f"{exc}; its checkpoints are kept: fix the cause, then run `{_resume_hint(thread_id)}`"
             ) from exc
         raise
     final = await app.aget_state(thread_id)
@@ -130,7 +144,7 @@ async def _drive(
         out.print(what, markup=False)
     if final.status == "interrupted":
         hint = " --answer JSON" if waiting else ""
-        out.print(f"continue with: graphckpt resume {thread_id}{hint}", markup=False)
+        out.print(f"continue with: {_resume_hint(thread_id, hint)}", markup=False)
     return 0
 
 
@@ -146,7 +160,7 @@ async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     render = _render()
     out = render.console()
     if not infos:
-        out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.url}", markup=False)
+        out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
         return 0
     out.print(render.threads_table(infos))
     return 0
@@ -204,22 +218,25 @@ async def cmd_show(args: argparse.Namespace, s: Session) -> int:
     return 0
 
 
-def _split_spec(spec: str) -> tuple[str, str | None]:
-    thread, sep, checkpoint = spec.rpartition("@")
-    if not sep:
+async def _split_spec(s: Session, spec: str) -> tuple[str, str | None]:
+    """``(thread, checkpoint or None)`` of a diff side. A spec that names an existing thread is that thread's head
+    (thread ids may contain ``@``); else it splits at its last ``@`` (``THREAD@CHECKPOINT``), and a trailing ``@``
+    (``THREAD@``) means the head."""
+    if "@" not in spec or await s.reader().saver.get_thread(spec) is not None:
         return spec, None
-    if not thread or not checkpoint:
-        raise UsageError(f"{spec!r} is not THREAD or THREAD@CHECKPOINT")
-    return thread, checkpoint
+    thread, _, checkpoint = spec.rpartition("@")
+    if not thread:
+        raise UsageError(f"{spec!r} is not THREAD, THREAD@ or THREAD@CHECKPOINT")
+    return thread, checkpoint or None
 
 
 async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
     """What differs between the state of two checkpoints (each THREAD for its head, or THREAD@CHECKPOINT)."""
-    (ta, ca), (tb, cb) = _split_spec(args.a), _split_spec(args.b)
+    (ta, ca), (tb, cb) = await _split_spec(s, args.a), await _split_spec(s, args.b)
     reader, raw = await s.values_reader([ta, tb], args.graph, raw=args.raw)
     ca = await s.checkpoint_id(ta, ca) if ca else None
     cb = await s.checkpoint_id(tb, cb) if cb else None
-    diff = await reader.adiff((ta, ca), (tb, cb))
+    diff = records.without_nan_changes(await reader.adiff((ta, ca), (tb, cb)))
     if args.json:
         _print_json(records.diff_record(diff, raw=raw))
         return 0
@@ -247,7 +264,7 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
         f"{', '.join(snap.next) or 'END'})",
         markup=False,
     )
-    out.print(f"run it with: graphckpt resume {snap.thread_id}", markup=False)
+    out.print(f"run it with: {_resume_hint(snap.thread_id)}", markup=False)
     return 0
 
 
@@ -294,6 +311,12 @@ async def cmd_import(args: argparse.Namespace, s: Session) -> int:
         text = await asyncio.to_thread(sys.stdin.read if args.file == "-" else lambda: path.read_text("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {args.file!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        what = "stdin" if args.file == "-" else repr(args.file)
+        raise UsageError(
+            f"{what} is not a graphckpt export: not UTF-8 text (byte {exc.start}); `graphckpt export` writes UTF-8 "
+            "JSON lines"
+        ) from None
     thread_id = await import_thread(s.saver(create=True), text.splitlines())
     if args.json:
         _print_json({"imported": thread_id})
@@ -317,6 +340,27 @@ def demo_path() -> Path:
     return Path(__file__).resolve().parents[2] / "examples" / "agent_task.py"
 
 
+def _demo_argv(args: argparse.Namespace) -> list[str]:
+    """The demo's own arguments, with the global ``--db`` forwarded as its ``--db`` (a SQLite file). The demo does
+    not read ``$GRAPHCKPT_DB`` (it would write demo threads into that database): it notes that it ignores it."""
+    argv = list(args.demo_args)
+    own = [a for a in argv if a == "--db" or a.startswith("--db=")]
+    if args.db is None:
+        if not own and os.environ.get("GRAPHCKPT_DB"):
+            print(
+                "graphckpt: note: the demo ignores $GRAPHCKPT_DB and uses a new temporary database; "
+                "choose its file with `graphckpt --db FILE demo`",
+                file=sys.stderr,
+            )
+        return argv
+    if own:
+        raise UsageError("give the demo's database once: `graphckpt --db FILE demo` or `graphckpt demo --db FILE`")
+    db = Database(args.db)
+    if db.is_postgres:
+        raise UsageError(f"the demo needs a SQLite file, not {db.display}: `graphckpt --db demo.db demo`")
+    return [*argv, "--db", db.path]
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the multi-step agent demo (fail, resume, fork, diff), offline unless a model endpoint is configured."""
     path = demo_path()
@@ -331,7 +375,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     main = getattr(module, "main", None)
     if not callable(main):
         raise CliError(f"the demo {path} has no main()")
-    argv = list(args.demo_args)
+    argv = _demo_argv(args)
     if inspect.signature(main).parameters:
         result = main(argv)
     else:

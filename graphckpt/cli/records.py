@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import math
 import pathlib
 import uuid
 from collections.abc import Mapping, Sequence
@@ -34,13 +35,17 @@ __all__ = [
     "thread_trees",
     "to_jsonable",
     "tokens",
+    "without_nan_changes",
 ]
 
 
 def to_jsonable(value: Any) -> Any:
     """``value`` as JSON-compatible data: models and dataclasses become dicts, sets sorted lists, times ISO text,
-    bytes base64 text; anything else unknown becomes its ``repr``."""
-    if value is None or isinstance(value, bool | int | float | str):
+    bytes base64 text, non-finite floats (NaN, Infinity, -Infinity: not JSON) ``None``; anything else unknown
+    becomes its ``repr``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
@@ -185,6 +190,44 @@ def diff_record(diff: Diff, *, raw: bool) -> dict[str, Any]:
         "removed": to_jsonable(diff.removed),
         "changed": {k: change_record(c) for k, c in diff.changed.items()},
     }
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b``, except that NaN equals NaN (also inside containers, models and dataclasses)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple) and type(a) is type(b):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, pydantic.BaseModel) and type(a) is type(b):
+        return all(_same(getattr(a, k, None), getattr(b, k, None)) for k in type(a).model_fields)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type) and type(a) is type(b):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    try:
+        return bool(a == b)
+    except Exception:  # an odd __eq__: not the same
+        return False
+
+
+def without_nan_changes(diff: Diff) -> Diff:
+    """``diff`` without the changes that only NaN made (NaN != NaN, so a field that is NaN on both sides compares
+    unequal); list changes get their common prefix recounted the same way."""
+    changed: dict[str, FieldChange] = {}
+    for key, change in diff.changed.items():
+        if _same(change.before, change.after):
+            continue
+        if change.appended is not None and isinstance(change.before, list) and isinstance(change.after, list):
+            common = 0
+            for x, y in zip(change.before, change.after, strict=False):
+                if not _same(x, y):
+                    break
+                common += 1
+            change = FieldChange(change.before, change.after, common, change.after[common:], change.before[common:])
+        changed[key] = change
+    if changed.keys() == diff.changed.keys() and all(changed[k] is diff.changed[k] for k in changed):
+        return diff
+    return dataclasses.replace(diff, changed=changed)
 
 
 def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str) -> dict[str, Any]:

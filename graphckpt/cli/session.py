@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
@@ -35,6 +36,7 @@ __all__ = [
     "load_target",
     "parse_assignments",
     "parse_json",
+    "redact_url",
 ]
 
 DEFAULT_DB = "graphckpt.db"
@@ -74,6 +76,8 @@ def parse_json(text: str, what: str) -> Any:
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"{what}: cannot read {text[1:]!r}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{what}: {text[1:]!r} is not UTF-8 text (byte {exc.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -146,10 +150,17 @@ def compile_with(target: App | StateGraph, saver: Saver) -> App:
 
 
 class Database:
-    """Where checkpoints live: a SQLite path (default ``graphckpt.db``) or a ``postgresql://`` URL."""
+    """Where checkpoints live: a SQLite path (default ``graphckpt.db``) or a ``postgresql://`` URL.
+
+    A PostgreSQL URL may carry ``?schema=NAME``: the tables live in that schema (created by writing commands) instead
+    of the connection's ``search_path``. The parameter is removed from the URL before connecting.
+    """
 
     def __init__(self, url: str | None) -> None:
         self.url = url or os.environ.get("GRAPHCKPT_DB") or DEFAULT_DB
+        self.dsn, self.schema = (self.url, None)
+        if self.is_postgres:
+            self.dsn, self.schema = _split_schema(self.url)
 
     @property
     def is_postgres(self) -> bool:
@@ -159,14 +170,23 @@ class Database:
     def path(self) -> str:
         return self.url.removeprefix("sqlite:///") if self.url.startswith("sqlite:///") else self.url
 
+    @property
+    def display(self) -> str:
+        """The database for messages: the SQLite path, or ``user@host:port/dbname`` (never the password)."""
+        if not self.is_postgres:
+            return self.path
+        where = redact_url(self.dsn)
+        return f"{where} (schema {self.schema})" if self.schema else where
+
     def saver(self, *, create: bool) -> Saver:
-        """A new, unopened saver. ``create=False``: a missing SQLite file is an error (reading never creates one)."""
+        """A new, unopened saver. ``create=False``: a missing SQLite file is an error (reading never creates one);
+        for PostgreSQL, :meth:`require_tables` is the matching check (it needs a connection, so it is async)."""
         if self.is_postgres:
             try:
                 from graphckpt.savers.postgres import PostgresSaver
             except ImportError:
                 raise CliError("a postgresql:// database needs: pip install 'graphckpt[postgres]'") from None
-            return PostgresSaver(self.url)
+            return PostgresSaver(self.dsn, schema=self.schema)
         from graphckpt.savers.sqlite import SqliteSaver
 
         path = self.path
@@ -178,6 +198,77 @@ class Database:
                     f"no database at {path!r} (choose one with --db or GRAPHCKPT_DB; `graphckpt run` creates it)"
                 )
         return SqliteSaver(path)
+
+    async def require_tables(self) -> None:
+        """PostgreSQL: raise :class:`CliError` unless graphckpt's tables exist, so that commands that do not create
+        anything never run the saver's set-up (which creates the schema and tables). Nothing to do for SQLite."""
+        if not self.is_postgres:
+            return
+        try:
+            import psycopg
+            from psycopg import sql
+        except ImportError:
+            raise CliError("a postgresql:// database needs: pip install 'graphckpt[postgres]'") from None
+        names = [sql.Identifier(self.schema, table) if self.schema else sql.Identifier(table) for table in _PG_TABLES]
+        try:
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                query = sql.SQL("SELECT {}").format(
+                    sql.SQL(", ").join(sql.SQL("to_regclass({})").format(sql.Literal(n.as_string(conn))) for n in names)
+                )
+                cur = await conn.execute(query)
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            message = " ".join((str(exc).strip() or type(exc).__name__).split())
+            password = _password(self.dsn)
+            if password:
+                message = message.replace(password, "***")
+            raise CliError(f"PostgreSQL at {self.display}: cannot read: {message}") from None
+        if row is None or any(found is None for found in row):
+            where = f"schema {self.schema!r} of {redact_url(self.dsn)}" if self.schema else self.display
+            raise CliError(
+                f"no graphckpt tables in {where} (nothing was created; `graphckpt run` or `graphckpt import` "
+                "creates them, or pick another database with --db or another schema with ?schema=NAME)"
+            )
+
+
+_PG_TABLES = ("graphckpt_migrations", "threads", "checkpoints", "blobs", "writes")
+"""The tables a set-up PostgreSQL database has (see :mod:`graphckpt.savers.postgres`)."""
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """``(url without ?schema=..., schema)``; a usage error for an empty or repeated ``schema``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    if not schemas:
+        return url, None
+    if len(schemas) > 1 or not schemas[0]:
+        raise UsageError(f"--db {redact_url(url)}: give one non-empty ?schema=NAME")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schemas[0]
+
+
+def _password(dsn: str) -> str | None:
+    """The password in a URL (user info or ``?password=``), to scrub from server messages."""
+    try:
+        parts = urlsplit(dsn)
+        password = parts.password or dict(parse_qsl(parts.query)).get("password")
+    except ValueError:
+        return None
+    return unquote(password) if password else None
+
+
+def redact_url(url: str) -> str:
+    """A ``postgresql://`` URL as ``user@host:port/dbname`` (no password, no query); other text unchanged."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    try:
+        parts = urlsplit(url)
+        user = parts.username
+    except ValueError:
+        return "<unparsable postgresql:// URL>"
+    where = parts.netloc.rpartition("@")[2] or "localhost"
+    return f"{unquote(user) + '@' if user else ''}{where}{parts.path or ''}"
 
 
 class Session:
