@@ -177,8 +177,7 @@ def _run_steps(snapshots: Iterable[Snapshot]) -> Snapshot | None:
 
 
 class Spend:
-    """Model usage summed over some checkpoints. (A plain class, not a dataclass: ``graphckpt demo`` loads this file
-    by path, without an entry in ``sys.modules``, which ``dataclasses`` needs under postponed annotations.)"""
+    """Model usage summed over some checkpoints."""
 
     def __init__(self) -> None:
         self.tokens = self.calls = 0

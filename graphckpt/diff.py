@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from graphckpt.checkpoint import CheckpointRef
 
@@ -57,15 +60,28 @@ def diff_values(a: CheckpointRef, va: Mapping[str, Any], b: CheckpointRef, vb: M
     removed = {k: va[k] for k in va if k not in vb}
     changed: dict[str, FieldChange] = {}
     for k in va:
-        if k in vb and va[k] != vb[k]:
+        if k in vb and not _equal(va[k], vb[k]):
             before, after = va[k], vb[k]
             if isinstance(before, list) and isinstance(after, list):
                 common = 0
                 for x, y in zip(before, after, strict=False):
-                    if x != y:
+                    if not _equal(x, y):
                         break
                     common += 1
                 changed[k] = FieldChange(before, after, common, after[common:], before[common:])
             else:
                 changed[k] = FieldChange(before, after)
     return Diff(a, b, added, removed, changed)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``==``, except that NaN equals NaN (a value that did not change is not reported), at any depth."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple) and type(a) is type(b):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, BaseModel) and type(a) is type(b):
+        return all(_equal(getattr(a, f), getattr(b, f)) for f in type(a).model_fields)
+    return bool(a == b)

@@ -148,3 +148,17 @@ async def test_checkpoint_found_by_step_across_a_fork(saver: Saver) -> None:
     assert (await app.aget_state("src", step=2)).values.steps == ["plan(v1)", "build(v1)"]
     with pytest.raises(CheckpointNotFoundError, match="no checkpoint at step 99"):
         await app.aget_state("alt", step=99)
+
+
+async def test_diff_does_not_report_an_unchanged_nan(saver: Saver) -> None:
+    class F(BaseModel):
+        x: float = 0.0
+        xs: list[float] = []
+
+    g = StateGraph(F)
+    g.add_node("a", lambda s: {"x": float("nan"), "xs": [float("nan"), 1.0]})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    app = g.compile(saver=saver)
+    await app.ainvoke({}, thread_id="n")
+    assert not await app.adiff(("n", None), ("n", None))
