@@ -502,10 +502,11 @@ class App:
         errors: tuple[Any, ...] = ()
         if recorded is not None:
             node_of = {t.id: t.node for t in body.tasks}
-            interrupts += [
-                Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t)
-                for t, _i, p in recorded.open_interrupts()
-            ]
+            position = {t.id: i for i, t in enumerate(body.tasks)}
+            # frontier order, the order resume() answers them in (stored writes come back in task-id string order,
+            # where task 10 sorts before task 2)
+            asked = sorted(recorded.open_interrupts(), key=lambda o: (position.get(o[0], len(position)), o[1]))
+            interrupts += [Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t) for t, _i, p in asked]
             errors = tuple(recorded.errors.values()) if status == "failed" else ()
         make = self.codec.state.make
         return make_snapshot(
