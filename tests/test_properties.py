@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -38,10 +37,6 @@ from graphckpt.savers.sqlite import SqliteSaver
 
 PROPERTY = settings(max_examples=60, deadline=None)
 
-# When an example fails, hypothesis's pytest plugin imports libcst to suggest an ``@example`` patch, and libcst's
-# import warns (mypy_extensions.TypedDict is deprecated); under ``filterwarnings = ["error"]`` that warning turned
-# the falsifying example into an INTERNALERROR that hid it.
-pytestmark = pytest.mark.filterwarnings("ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
 
 
 class S(BaseModel):
