@@ -38,7 +38,6 @@ from graphckpt.savers.sqlite import SqliteSaver
 PROPERTY = settings(max_examples=60, deadline=None)
 
 
-
 class S(BaseModel):
     log: Annotated[list[str], append] = []
     seen: Annotated[dict[str, int], merge] = {}
