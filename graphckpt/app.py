@@ -191,10 +191,7 @@ class App:
         head, recorded = await self._load_head(thread_id, record)
         if tags is None:
             tags = head.cp.metadata.get("tags")  # a resumed run keeps the tags of the run it continues
-        open_interrupts = [
-            (t.id, i, p) for t in head.body.tasks for (tid, i), p in recorded.interrupts.items()
-            if tid == t.id and (tid, i) not in recorded.answers
-        ]  # fmt: skip
+        open_interrupts = recorded.open_interrupts(head.body.tasks)
         if record.status == "done" or not head.body.tasks:
             if answer is not _NO_ANSWER:
                 raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
@@ -206,9 +203,9 @@ class App:
                 await self.saver.put_writes(thread_id, head.cp.checkpoint_id, [], run_id=run_id, status="done")
             return self._snapshot(head, "done", recorded)
         if open_interrupts and answer is _NO_ANSWER:
+            task, _, question = open_interrupts[0]
             raise ThreadStateError(
-                f"thread {thread_id!r} is waiting for an answer to {open_interrupts[0][2]!r} "
-                f"(node {head.body.tasks[[t.id for t in head.body.tasks].index(open_interrupts[0][0])].node!r}); "
+                f"thread {thread_id!r} is waiting for an answer to {question!r} (node {task.node!r}); "
                 f"call resume({thread_id!r}, answer)"
             )
         if not open_interrupts and answer is not _NO_ANSWER:
@@ -222,12 +219,12 @@ class App:
         writes = await self.saver.get_writes(thread_id, head.cp.checkpoint_id)
         recorded = decode_recorded(self.codec, head.cp, writes, head.body.tasks)
         if open_interrupts:
-            task_id, index, _ = open_interrupts[0]
+            task, index, _ = open_interrupts[0]
             data = self.codec.serde.dumps(answer)
             await self.saver.put_writes(
-                thread_id, head.cp.checkpoint_id, [StoredWrite(task_id, "resume", index, data)], run_id=run_id
+                thread_id, head.cp.checkpoint_id, [StoredWrite(task.id, "resume", index, data)], run_id=run_id
             )
-            recorded.answers[(task_id, index)] = answer
+            recorded.answers[(task.id, index)] = answer
         recorded.errors.clear()
         return await self._drive(head, recorded, run_id, recursion_limit, tags, on_commit, first=True)
 
@@ -501,12 +498,8 @@ class App:
         interrupts = list(body.interrupts) if status == "interrupted" or recorded is None else []
         errors: tuple[Any, ...] = ()
         if recorded is not None:
-            node_of = {t.id: t.node for t in body.tasks}
-            position = {t.id: i for i, t in enumerate(body.tasks)}
-            # frontier order, the order resume() answers them in (stored writes come back in task-id string order,
-            # where task 10 sorts before task 2)
-            asked = sorted(recorded.open_interrupts(), key=lambda o: (position.get(o[0], len(position)), o[1]))
-            interrupts += [Interrupt(node_of.get(t, "?"), "inside", payload=p, task_id=t) for t, _i, p in asked]
+            asked = recorded.open_interrupts(body.tasks)
+            interrupts += [Interrupt(t.node, "inside", payload=p, task_id=t.id) for t, _i, p in asked]
             errors = tuple(recorded.errors.values()) if status == "failed" else ()
         make = self.codec.state.make
         return make_snapshot(

@@ -122,8 +122,20 @@ class Recorded:
     answers: dict[tuple[str, int], Any] = field(default_factory=dict)
     errors: dict[str, TaskError] = field(default_factory=dict)
 
-    def open_interrupts(self) -> list[tuple[str, int, Any]]:
-        return [(t, i, p) for (t, i), p in self.interrupts.items() if (t, i) not in self.answers]
+    def open_interrupts(self, tasks: Sequence[Task]) -> list[tuple[Task, int, Any]]:
+        """``ctx.interrupt`` calls still waiting for an answer, in frontier order then call order: the order
+        ``resume(answer)`` answers them in (stored writes come back in task-id string order, where task 10 sorts
+        before task 2)."""
+        position = {t.id: i for i, t in enumerate(tasks)}
+        waiting = sorted(
+            (
+                (position[t], i, p)
+                for (t, i), p in self.interrupts.items()
+                if t in position and (t, i) not in self.answers
+            ),
+            key=lambda w: (w[0], w[1]),
+        )
+        return [(tasks[at], i, p) for at, i, p in waiting]
 
 
 OnCommit = Callable[[Head, list[TaskResult]], None]
