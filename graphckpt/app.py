@@ -159,13 +159,7 @@ class App:
                 step=step,
             ) from exc.cause
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
-        channels, inline = dict(base.body.channels), dict(base.body.inline)
-        full: list[str] = []
-        if base.body.schema_version != self.graph.version:  # migrated on load: store it again in this version
-            known = self.codec.state.channels
-            full = [name for name in values if name in known]
-            channels = {k: v for k, v in channels.items() if k in known}
-            inline = {k: v for k, v in inline.items() if k in known}
+        channels, inline, full = self.codec.carry_over(base.body, values)
         blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, inline, full=full)
         body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version, inline)
         metadata = step_metadata("input", step, [], dict(tags) if tags else None)
@@ -399,22 +393,17 @@ class App:
         src_body = self.codec.decode_body(src_cp)
         ranges = self.codec.ranges(src_cp.step, src_body)
         src_blobs = await self.saver.get_blobs(ranges) if ranges else []
-        channels, inline = dict(src_body.channels), dict(src_body.inline)
-        full: list[str] = []
         state = self.codec.state
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
             # the source's values are needed now: to fold the update, or to store them again in this version
             values, writes = state.apply(self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated])
-            if src_body.schema_version != self.graph.version:
-                full = [name for name in values if name in state.channels]
-                channels = {name: base for name, base in channels.items() if name in state.channels}
-                inline = {name: data for name, data in inline.items() if name in state.channels}
             fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
         else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
             values, writes = dict(validated), {k: [v] for k, v in validated.items()}
             fork_values = functools.cache(
                 lambda: {**self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], **validated}
             )
+        channels, inline, full = self.codec.carry_over(src_body, values)
         cid, step = ids.new_id(), src_cp.step + 1
         if goto is None:
             tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]

@@ -89,6 +89,23 @@ class Codec:
             raw["v"] = body.inline
         return self.serde.dumps(raw)
 
+    def carry_over(
+        self, body: Body, values: Mapping[str, Any]
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, bytes], list[str]]:
+        """What the next checkpoint after ``body`` starts from: copies of its channel table and carried fields, and
+        the channels it must store in full. When ``body`` was written by an older schema version, ``values`` were
+        migrated on load, so every channel is stored again in this version (and fields the schema dropped are left
+        behind) instead of deltas on top of the old bytes."""
+        channels, inline = dict(body.channels), dict(body.inline)
+        if body.schema_version == self.version:
+            return channels, inline, []
+        known = self.state.channels
+        return (
+            {k: v for k, v in channels.items() if k in known},
+            {k: v for k, v in inline.items() if k in known},
+            [name for name in values if name in known],
+        )
+
     def channel_blobs(
         self,
         thread_id: str,

@@ -172,13 +172,6 @@ class Run:
         self._queue: list[TaskResult] = []
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
-        self._full: set[str] = set()
-        if head.body.schema_version != codec.version:
-            # the head was written by an older schema and migrated on load: the next checkpoint stores every
-            # channel again, in this version, instead of deltas on top of the old blobs
-            self._full = {name for name in head.values if name in codec.state.channels}
-            head.body.channels = {k: v for k, v in head.body.channels.items() if k in codec.state.channels}
-            head.body.inline = {k: v for k, v in head.body.inline.items() if k in codec.state.channels}
 
     def _may_inline(self, spec: NodeSpec) -> bool:
         average = self.node_ms.get(spec.name)
@@ -426,10 +419,10 @@ class Run:
             raise AssertionError("unreachable") from None
         status, interrupts = frontier_status(tasks, results, self.interrupt_before, self.interrupt_after)
         step = self.head.cp.step + 1
-        channels, inline = dict(self.head.body.channels), dict(self.head.body.inline)
+        channels, inline, full = self.codec.carry_over(self.head.body, self.head.values)
         body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version, inline)
         try:
-            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, inline, full=self._full)
+            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, inline, full=full)
             encoded = self.codec.encode_body(body, checkpoint_id)
         except SerializationError as exc:  # a value validated but cannot be stored: the node that wrote it failed
             field = exc.field
@@ -438,7 +431,6 @@ class Run:
             failure = SerializationError(f"node {culprit.node!r}: {what} cannot be stored: {exc}", field=field)
             await self.record_stop([_Failed(culprit, failure)], results)
             raise AssertionError("unreachable") from None
-        self._full.clear()
         cp = StoredCheckpoint(
             thread_id=self.thread_id,
             checkpoint_id=checkpoint_id,
