@@ -194,25 +194,11 @@ class Codec:
         return out
 
     async def load_values(self, saver: Saver, cp: StoredCheckpoint, body: Body) -> dict[str, Any]:
-        """The state values at ``cp`` (see :meth:`load_values_many`)."""
-        return (await self.load_values_many(saver, [(cp, body)]))[0]
-
-    async def load_values_many(
-        self, saver: Saver, items: Sequence[tuple[StoredCheckpoint, Body]]
-    ) -> list[dict[str, Any]]:
-        """The state values at each checkpoint of one lineage, with one blob query for all of them.
-
-        Each channel is its snapshot folded with the deltas up to the checkpoint's step; walking the checkpoints
-        oldest first, a channel whose snapshot did not change only folds the deltas since the previous one. Then
-        migrations run when a checkpoint was written by an older schema version."""
-        spans: dict[tuple[str, str], tuple[int, int]] = {}
-        for cp, body in items:
-            for r in self.ranges(cp.step, body):
-                lo, hi = spans.get((r.thread_id, r.channel), (r.min_step, r.max_step))
-                spans[(r.thread_id, r.channel)] = (min(lo, r.min_step), max(hi, r.max_step))
-        ranges = [BlobRange(t, c, lo, hi) for (t, c), (lo, hi) in spans.items()]
+        """The state values at ``cp``: one blob query (none when every field rides in the body), then
+        :meth:`fold_many`."""
+        ranges = self.ranges(cp.step, body)
         blobs = await saver.get_blobs(ranges) if ranges else []
-        return self.fold_many(items, blobs)
+        return self.fold_many([(cp, body)], blobs)[0]
 
     def history_ranges(
         self, oldest: StoredCheckpoint, old: Body, newest: StoredCheckpoint, new: Body
@@ -232,7 +218,11 @@ class Codec:
         return out
 
     def fold_many(self, items: Sequence[tuple[StoredCheckpoint, Body]], blobs: Sequence[Blob]) -> list[dict[str, Any]]:
-        """The values at each checkpoint of ``items`` (one lineage), from blobs that cover them all."""
+        """The values at each checkpoint of ``items`` (one lineage), from blobs that cover them all.
+
+        Each channel is its snapshot folded with the deltas up to the checkpoint's step; walking the checkpoints
+        oldest first, a channel whose snapshot did not change only folds the deltas since the previous one. Then
+        migrations run when a checkpoint was written by an older schema version."""
         by_channel: dict[str, list[Blob]] = {}
         for blob in blobs:
             by_channel.setdefault(blob.channel, []).append(blob)
