@@ -9,9 +9,10 @@ A saver stores three kinds of rows, all opaque to it except for the columns it m
     one row per checkpoint: ids, parent, step, time, status, metadata (JSON, filterable) and ``body``, the engine's
     encoded record (frontier, channel table, interrupts, schema version). A checkpoint never changes once written.
 ``blobs``
-    channel data, keyed by ``(thread_id, channel, step)``: the full value of a channel (``kind="snapshot"``) or the
-    writes folded into it at that step (``kind="delta"``). Unchanged channels write nothing, so storage grows with
-    change, not with state. Blobs are immutable.
+    channel data, keyed by ``(thread_id, channel, step)``: the full value of a channel (``kind="snapshot"``), the
+    writes folded into it at that step (``kind="delta"``), or the deltas of a run of consecutive steps packed into one
+    row (``kind="chunk"``, keyed by the first of those steps). Unchanged channels write nothing, so storage grows with
+    change, not with state. A blob's bytes never change; a chunk replaces the delta rows it packs (see ``commit``).
 ``writes``
     pending writes: what tasks of the super-step that starts from a checkpoint have recorded so far (results, journaled
     effects, interrupts, resume answers, errors), keyed by ``(thread_id, checkpoint_id, task_id, kind, index)``.
@@ -38,6 +39,7 @@ from typing import Any, Literal, Self
 
 __all__ = [
     "Blob",
+    "BlobKind",
     "BlobRange",
     "Saver",
     "Status",
@@ -55,6 +57,10 @@ Status = Literal["running", "interrupted", "failed", "done"]
 ``ctx.interrupt``). ``failed``: a node raised after its
 retries; the error is in the head's pending writes. ``done``: the frontier is empty."""
 
+BlobKind = Literal["snapshot", "delta", "chunk"]
+"""What a blob's ``data`` holds: a channel's full value, one step's writes, or several steps' writes (see
+:class:`Blob`)."""
+
 WriteKind = Literal["result", "effect", "interrupt", "resume", "error"]
 """``result``: a finished task's output. ``effect``: one journaled external call (``index`` = call number in the task).
 ``interrupt``: the payload of ``ctx.interrupt`` (``index`` = interrupt number). ``resume``: the answer given to
@@ -71,8 +77,9 @@ class Blob:
     """The state field."""
     step: int
     """The step of the checkpoint that wrote it. Unique per ``(thread_id, channel)``."""
-    kind: Literal["snapshot", "delta"]
-    """``snapshot``: the full value. ``delta``: the writes to fold (through the reducer) into the value below."""
+    kind: BlobKind
+    """``snapshot``: the full value. ``delta``: the writes to fold (through the reducer) into the value below.
+    ``chunk``: the deltas of steps ``step .. s`` (for some ``s`` the engine records inside ``data``), in one row."""
     data: bytes
     """Engine-encoded payload."""
 
@@ -205,6 +212,11 @@ class Saver(abc.ABC):
         thread row takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes
         recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half
         of it.
+
+        A blob of kind ``chunk`` at step ``a`` packs the deltas its channel wrote at steps ``a`` to
+        ``checkpoint.step``: in the same transaction the saver deletes that thread's and channel's other blobs with
+        ``a < step < checkpoint.step``, and the chunk replaces the blob stored at ``a``. (Those rows are the deltas it
+        packs; checkpoints that still refer to them read them from the chunk.)
         """
 
     @abc.abstractmethod
@@ -274,7 +286,8 @@ class Saver(abc.ABC):
 
     @abc.abstractmethod
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
-        """Every blob inside any of ``ranges``, in one query, ordered by ``(channel, step)``."""
+        """Every blob inside any of ``ranges``, in one query, ordered by ``(channel, step)``. A chunk is inside a
+        range when its own ``step`` is (the engine ignores the packed steps past the range's end)."""
 
     @abc.abstractmethod
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
