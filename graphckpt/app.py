@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from graphckpt import ids
 from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
-from graphckpt.codec import Body, Codec
+from graphckpt.codec import Body, Codec, Loose
 from graphckpt.control import START, Send
 from graphckpt.diff import Diff, diff_values
 from graphckpt.engine import (
@@ -160,7 +160,8 @@ class App:
             ) from exc.cause
         status, interrupts = frontier_status(tasks, [], self.interrupt_before, frozenset())
         channels, inline, full = self.codec.carry_over(base.body, values)
-        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, inline, full=full)
+        loose = {name: list(rows) for name, rows in base.loose.items()}
+        blobs = self.codec.channel_blobs(thread_id, step, values, writes, channels, inline, full=full, loose=loose)
         body = Body(tasks, channels, base.body.lineage, interrupts, barriers, self.graph.version, inline)
         metadata = step_metadata("input", step, [], dict(tags) if tags else None)
         metadata["writes"] = {"input": list(update)}
@@ -172,7 +173,7 @@ class App:
             await self.saver.claim(thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id,
                                    run_id=run_id)  # fmt: skip
         await self.saver.commit(cp, expected_head=expected, run_id=run_id)
-        head = Head(cp, body, values)
+        head = Head(cp, body, values, loose)
         if on_commit is not None:
             on_commit(head, [start])
         return await self._drive(head, Recorded(), run_id, recursion_limit, tags, on_commit, first=False)
@@ -454,9 +455,10 @@ class App:
     async def _load_head(self, thread_id: str, record: ThreadRecord) -> tuple[Head, Recorded]:
         cp = await self._checkpoint(thread_id, record.head_checkpoint_id)
         body = self.codec.decode_body(cp)
-        values = await self.codec.load_values(self.saver, cp, body)
+        loose: Loose = {}
+        values = await self.codec.load_values(self.saver, cp, body, loose=loose)
         writes = await self.saver.get_writes(thread_id, cp.checkpoint_id)
-        return Head(cp, body, values), decode_recorded(self.codec, cp, writes, body.tasks)
+        return Head(cp, body, values, loose), decode_recorded(self.codec, cp, writes, body.tasks)
 
     async def _find(
         self, thread_id: str, checkpoint_id: str | None, step: int | None = None

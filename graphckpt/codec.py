@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 from graphckpt.checkpoint import Interrupt, Task
 from graphckpt.errors import CorruptCheckpointError, InvalidUpdateError, SerializationError
@@ -20,7 +23,7 @@ from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
-__all__ = ["Body", "Codec"]
+__all__ = ["CHUNK", "Body", "Codec", "Loose"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,11 @@ INLINE_MAX = 64
 """A plain channel encoded in at most this many bytes is carried in the checkpoint body (see ``channel_blobs``)."""
 INLINE_TOTAL = 512
 """At most this many bytes of carried channels per checkpoint; the rest get blob rows."""
+CHUNK = 32
+"""A reducer channel's deltas are packed into one ``chunk`` row this many at a time (see ``channel_blobs``)."""
+
+Loose = dict[str, list[tuple[int, bytes]]]
+"""Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot: (step, data)."""
 
 
 @dataclass(slots=True)
@@ -116,14 +124,19 @@ class Codec:
         inline: dict[str, bytes],
         *,
         full: Iterable[str] = (),
+        loose: Loose | None = None,
     ) -> list[Blob]:
-        """Blobs for the channels that changed at ``step``; updates ``channels`` and ``inline`` in place.
+        """Blobs for the channels that changed at ``step``; updates ``channels``, ``inline`` and ``loose`` in place.
 
         A plain channel whose encoded value is small (``INLINE_MAX`` bytes, ``INLINE_TOTAL`` for all of them) is
         carried in the body of every checkpoint instead of a blob row: a few bytes per step are cheaper than a row and
         its index entry, and reading it needs no query. A larger plain channel stores its new value. A reducer channel
         stores its writes as a delta, or its full value when it has none yet or ``snapshot_every`` deltas follow its
         last snapshot. Channels in ``full`` store their full value.
+
+        With ``loose`` (the thread's delta rows not yet packed, see :data:`Loose`), every ``CHUNK``-th delta of a
+        channel is stored as a ``chunk`` holding it and the loose ones before it, which the saver puts in place of
+        their rows: a past state is then a few rows to read, and long values pack densely.
         """
         blobs: list[Blob] = []
         forced = set(full)
@@ -148,7 +161,17 @@ class Codec:
                     channels[name] = (base[0], base[1] + 1)
             except SerializationError as exc:
                 raise SerializationError(f"state field {name!r}: {exc}", field=name) from None
-            blobs.append(Blob(thread_id, name, step, kind, data))  # type: ignore[arg-type]
+            at = step
+            if loose is not None:
+                if kind == "snapshot":
+                    loose.pop(name, None)
+                else:
+                    pending = loose.setdefault(name, [])
+                    pending.append((step, data))
+                    if len(pending) >= CHUNK:
+                        at, kind, data = pending[0][0], "chunk", _pack_chunk(pending)
+                        del loose[name]
+            blobs.append(Blob(thread_id, name, at, kind, data))  # type: ignore[arg-type]
         return blobs
 
     # -- reading -----------------------------------------------------------------------------------------------------
@@ -193,11 +216,20 @@ class Codec:
                     break
         return out
 
-    async def load_values(self, saver: Saver, cp: StoredCheckpoint, body: Body) -> dict[str, Any]:
+    async def load_values(
+        self, saver: Saver, cp: StoredCheckpoint, body: Body, *, loose: Loose | None = None
+    ) -> dict[str, Any]:
         """The state values at ``cp``: one blob query (none when every field rides in the body), then
-        :meth:`fold_many`."""
+        :meth:`fold_many`. With ``loose``, also collects ``cp``'s thread's delta rows not yet packed into a chunk (a
+        run continuing from ``cp`` packs them)."""
         ranges = self.ranges(cp.step, body)
         blobs = await saver.get_blobs(ranges) if ranges else []
+        if loose is not None:
+            for blob in blobs:  # every delta row of the thread itself is loose: a chunk replaces the rows it packs
+                if blob.kind == "delta" and blob.thread_id == cp.thread_id:
+                    loose.setdefault(blob.channel, []).append((blob.step, blob.data))
+                elif blob.kind == "snapshot" and blob.thread_id == cp.thread_id:
+                    loose.pop(blob.channel, None)
         return self.fold_many([(cp, body)], blobs)[0]
 
     def history_ranges(
@@ -236,25 +268,37 @@ class Codec:
         for i in sorted(range(len(items)), key=lambda i: items[i][0].step):
             cp, body = items[i]
             stored: dict[str, Any] = {name: self._loads(cp, data) for name, data in body.inline.items()}
+            uppers = _segment_ends(body.lineage)
             for name, (base, _) in body.channels.items():
                 found, at = by_channel.get(name, []), steps.get(name, [])
                 cached = cache.get(name)
                 if cached is not None and cached[0] == base and cached[1] <= cp.step:
-                    value, first = cached[2], bisect.bisect_right(at, cached[1])
+                    value, done = cached[2], cached[1]
                 else:
                     j = bisect.bisect_left(at, base)
                     if j == len(at) or at[j] != base or found[j].kind != "snapshot":
                         raise self._corrupt(cp, f"channel {name!r} has no snapshot at step {base}")
-                    value, first = self._blob(cp, found[j], decoded), j + 1
+                    value, done = self._blob(cp, found[j], decoded), base
                 channel = self.state.channels.get(name)
+                first = bisect.bisect_right(at, done)
+                if first and found[first - 1].kind == "chunk":  # a chunk begun before ``done`` may reach past it
+                    first -= 1
                 pending = found[first : bisect.bisect_right(at, cp.step)]
                 if pending and channel is not None:  # (a field the schema dropped is dropped below: deltas unread)
                     writes: list[Any] = []
                     for blob in pending:
                         delta = self._blob(cp, blob, decoded)
-                        if blob.kind != "delta" or not isinstance(delta, list):
+                        if blob.kind == "delta" and isinstance(delta, list):
+                            writes += delta
+                        elif blob.kind == "chunk" and isinstance(delta, list) and len(delta) % 2 == 0:
+                            # steps past the checkpoint, or past the end of the thread's segment of its lineage
+                            # (the source's later steps, for a fork), belong to other checkpoints
+                            until = min(cp.step, uppers.get(blob.thread_id, cp.step))
+                            for k in range(0, len(delta), 2):
+                                if done < delta[k] <= until:
+                                    writes += delta[k + 1]
+                        else:
                             raise self._corrupt(cp, f"channel {name!r} has an unexpected blob at step {blob.step}")
-                        writes += delta
                     value = channel.fold(value, writes)  # one fold for all the deltas: one copy of the value
                 cache[name] = (base, cp.step, value)
                 stored[name] = value
@@ -322,3 +366,25 @@ class Codec:
             thread_id=cp.thread_id,
             checkpoint_id=cp.checkpoint_id,
         )
+
+
+def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:
+    """The ``data`` of a chunk: a msgpack array ``[step, writes, step, writes, ...]``, put together from the deltas'
+    encoded bytes without decoding them."""
+    n = 2 * len(deltas)
+    header = (
+        bytes([0x90 | n])
+        if n < 16
+        else b"\xdc" + struct.pack(">H", n)
+        if n < 1 << 16
+        else b"\xdd" + struct.pack(">I", n)
+    )
+    parts = [header]
+    for step, data in deltas:
+        parts += (msgpack.packb(step), data)
+    return b"".join(parts)
+
+
+def _segment_ends(lineage: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """For each thread of a lineage but the newest, the last step the lineage takes from it."""
+    return {thread_id: lineage[k - 1][1] - 1 for k, (thread_id, _) in enumerate(lineage) if k}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from graphckpt import ids
 from graphckpt.checkpoint import Interrupt, NodeUsage, Task, TaskError
-from graphckpt.codec import Body, Codec
+from graphckpt.codec import Body, Codec, Loose
 from graphckpt.context import Context, NodeInterrupt
 from graphckpt.control import END, Command, Send
 from graphckpt.errors import (
@@ -86,6 +86,8 @@ class Head:
     cp: StoredCheckpoint
     body: Body
     values: dict[str, Any]
+    loose: Loose = field(default_factory=dict)
+    """The thread's delta rows not yet packed into a chunk, which the next commits pack."""
 
 
 @dataclass(slots=True)
@@ -421,8 +423,11 @@ class Run:
         step = self.head.cp.step + 1
         channels, inline, full = self.codec.carry_over(self.head.body, self.head.values)
         body = Body(tasks, channels, self.head.body.lineage, interrupts, barriers, self.codec.version, inline)
+        loose = {name: list(rows) for name, rows in self.head.loose.items()}
         try:
-            blobs = self.codec.channel_blobs(self.thread_id, step, values, writes, channels, inline, full=full)
+            blobs = self.codec.channel_blobs(
+                self.thread_id, step, values, writes, channels, inline, full=full, loose=loose
+            )
             encoded = self.codec.encode_body(body, checkpoint_id)
         except SerializationError as exc:  # a value validated but cannot be stored: the node that wrote it failed
             field = exc.field
@@ -444,7 +449,7 @@ class Run:
             blobs=blobs,
         )
         await self.saver.commit(cp, expected_head=self.head.cp.checkpoint_id, run_id=self.run_id)
-        self.head = Head(cp, body, values)
+        self.head = Head(cp, body, values, loose)
         self.recorded = Recorded()
         if logger.isEnabledFor(logging.INFO):
             logger.info(

@@ -339,6 +339,30 @@ class SaverConformance:
         got = await saver.get_blobs([BlobRange(t, "notes", 0, 1), BlobRange(t, "verdict", 0, 1)])
         assert got == [*a.blobs[:1], *b.blobs, *a.blobs[1:]]
 
+    async def test_a_chunk_replaces_the_deltas_it_packs(self, saver: Saver) -> None:
+        """A ``chunk`` at step ``a`` committed with the checkpoint at step ``b``: the channel's rows of that thread
+        with ``a < step < b`` go, the row at ``a`` is replaced; other channels, other threads, rows outside the
+        range and a rejected commit's rows stay."""
+        t, other, run = _tid("chunk"), _tid("chunk-other"), new_id()
+        cps = await _chain(saver, t, 6, run_id=run)  # blobs x0..x5 (snapshots here; kinds are opaque to the saver)
+        await _chain(saver, other, 3, run_id=run)
+        y = dataclasses.replace(make_checkpoint(t, 6, parent=cps[-1]), blobs=[Blob(t, "y", 6, "delta", b"y6")])
+        await saver.commit(y, expected_head=cps[-1].checkpoint_id, run_id=run)
+        chunk = Blob(t, "x", 2, "chunk", b"\x00packed x2..x7\xff")
+        stale = dataclasses.replace(make_checkpoint(t, 7, parent=cps[-1]), blobs=[chunk])
+        with pytest.raises(ThreadConflictError):  # wrong head: nothing is deleted
+            await saver.commit(stale, expected_head=cps[-1].checkpoint_id, run_id=run)
+        assert len(await saver.get_blobs([BlobRange(t, "x", 0, 9)])) == 6
+        packed = dataclasses.replace(make_checkpoint(t, 7, parent=y), blobs=[chunk, Blob(t, "y", 7, "delta", b"y7")])
+        await saver.commit(packed, expected_head=y.checkpoint_id, run_id=run)
+        got = await saver.get_blobs([BlobRange(t, "x", 0, 9)])
+        assert [(b.step, b.kind, b.data) for b in got] == [(0, "snapshot", b"x0"), (1, "snapshot", b"x1"),
+                                                           (2, "chunk", chunk.data)]  # fmt: skip
+        assert await saver.get_blobs([BlobRange(t, "x", 2, 2)]) == [chunk]
+        assert await saver.get_blobs([BlobRange(t, "x", 3, 9)]) == []
+        assert _blob_keys(await saver.get_blobs([BlobRange(t, "y", 0, 9)])) == [(t, "y", 6), (t, "y", 7)]
+        assert _blob_keys(await saver.get_blobs([BlobRange(other, "x", 0, 9)])) == [(other, "x", s) for s in range(3)]
+
     async def test_get_blobs_range_is_inclusive_on_both_ends(self, saver: Saver) -> None:
         """``min_step <= step <= max_step``."""
         cps = await _chain(saver, _tid("range"), 5, run_id=new_id())

@@ -264,7 +264,7 @@ def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
 def _checkpoint_from(item: dict[str, Any]) -> StoredCheckpoint:
     thread_id, step = _text(item["thread_id"]), int(item["step"])
     blobs = [Blob(thread_id, _text(ch), step, kind, _unb64(data)) for ch, kind, data in item["blobs"]]
-    if any(b.kind not in ("snapshot", "delta") for b in blobs):
+    if any(b.kind not in ("snapshot", "delta", "chunk") for b in blobs):
         raise ValueError("unknown blob kind")
     if item["status"] not in ("running", "interrupted", "failed", "done"):
         raise ValueError(f"unknown status {item['status']!r}")

@@ -364,7 +364,7 @@ async def test_every_connection_has_the_durability_setting_and_new_files_the_pag
         await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
         assert saver._inline is not None
         assert saver._inline.execute("PRAGMA synchronous").fetchone()[0] == {"FULL": 2, "NORMAL": 1}[mode]
-        assert await _writer_pragma(saver, "page_size") == 8192
+        assert await _writer_pragma(saver, "page_size") == 4096
 
 
 async def test_metadata_is_a_lazy_read_only_mapping_equal_to_the_stored_dict(tmp_path: Path) -> None:

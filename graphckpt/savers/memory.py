@@ -94,7 +94,11 @@ class MemorySaver(Saver):
         thread.by_step[checkpoint.step] = stored
         thread.by_id[checkpoint.checkpoint_id] = stored
         for blob in checkpoint.blobs:
-            self._blobs.setdefault((blob.thread_id, blob.channel), {})[blob.step] = blob
+            stored_blobs = self._blobs.setdefault((blob.thread_id, blob.channel), {})
+            if blob.kind == "chunk":  # it packs the deltas stored after its step: their rows go
+                for step in [s for s in stored_blobs if blob.step < s < checkpoint.step]:
+                    del stored_blobs[step]
+            stored_blobs[blob.step] = blob
         if checkpoint.parent_checkpoint_id is not None and checkpoint.parent_thread_id == checkpoint.thread_id:
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
 

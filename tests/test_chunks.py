@@ -1,0 +1,142 @@
+"""Delta chunks: every ``CHUNK``-th delta of a channel packs the loose ones before it into one row.
+
+Reading any past checkpoint, forking inside a chunk, resuming after a failure, continuing a finished thread and
+exporting must all see exactly the values an unpacked store would give.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphckpt import END, START, NodeError, Saver, StateGraph, append
+from graphckpt.codec import CHUNK
+from graphckpt.savers.base import Blob, BlobRange
+from graphckpt.savers.memory import MemorySaver
+from graphckpt.transfer import export_thread, import_thread
+
+
+class Log(BaseModel):
+    items: Annotated[list[str], append] = []
+    n: int = 0
+    stop: int = 0
+    fail_at: int = -1
+
+
+def log_app(saver: Saver, **options: Any) -> Any:
+    def step(s: Log) -> dict[str, Any]:
+        return {"items": [f"item-{s.n}"], "n": s.n + 1}
+
+    g = StateGraph(Log)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
+    return g.compile(saver=saver, recursion_limit=1000, **options)
+
+
+async def item_blobs(saver: Saver, thread_id: str) -> list[Blob]:
+    return await saver.get_blobs([BlobRange(thread_id, "items", 0, 10_000)])
+
+
+def expected(n: int) -> list[str]:
+    return [f"item-{k}" for k in range(n)]
+
+
+async def test_deltas_are_packed_and_every_past_checkpoint_reads_back(saver: Saver) -> None:
+    app = log_app(saver)
+    steps = 3 * CHUNK + 5
+    await app.ainvoke({"stop": steps}, thread_id="t")
+    kinds = [b.kind for b in await item_blobs(saver, "t")]
+    # the first append stores the list (step 1), the next ones deltas: packed CHUNK at a time
+    assert kinds == ["snapshot"] + ["chunk"] * 3 + ["delta"] * (steps - 1 - 3 * CHUNK)
+    history = await app.ahistory("t")
+    assert len(history) == steps + 1
+    for snap in history:  # one fold over the whole page
+        assert snap.values.items == expected(snap.values.n)
+    for step in (1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7, steps):  # and one checkpoint at a time
+        snap = await app.aget_state("t", step=step)
+        assert snap.values.items == expected(step)
+
+
+async def test_fork_inside_a_chunk_sees_only_its_own_lineage(saver: Saver) -> None:
+    app = log_app(saver)
+    await app.ainvoke({"stop": 2 * CHUNK + 3}, thread_id="src")
+    at = CHUNK + 4  # the source's chunk for steps CHUNK+1 .. 2*CHUNK reaches past the fork point
+    fork = await app.afork("src", step=at, update={"stop": at + 2 * CHUNK}, new_thread_id="fork")
+    assert fork.values.items == expected(at)
+    done = await app.aresume("fork")
+    assert done.values.items == expected(at + 2 * CHUNK)
+    assert "chunk" in [b.kind for b in await item_blobs(saver, "fork")]
+    for snap in await app.ahistory("fork"):  # walks into the source up to the fork point
+        assert snap.values.items == expected(snap.values.n)
+    again = await app.afork("fork", step=at + CHUNK + 1, update={"stop": at + CHUNK + 3}, new_thread_id="fork2")
+    assert (await app.aresume(again.thread_id)).values.items == expected(at + CHUNK + 3)
+    source = await app.aget_state("src")
+    assert source.values.items == expected(2 * CHUNK + 3)
+
+
+async def test_resume_in_a_new_app_packs_the_deltas_stored_before_the_failure(saver: Saver) -> None:
+    broken = [True]
+
+    def flaky_app() -> Any:  # a fresh app, as a new process would build: the loose deltas come from storage
+        def step(s: Log) -> dict[str, Any]:
+            if s.n == s.fail_at and broken[0]:
+                raise RuntimeError(f"planned failure at n={s.n}")
+            return {"items": [f"item-{s.n}"], "n": s.n + 1}
+
+        g = StateGraph(Log)
+        g.add_node("step", step)
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
+        return g.compile(saver=saver, recursion_limit=1000)
+
+    # the list is stored at step 1, deltas from step 2: at the failure, one chunk and 15 loose deltas are stored
+    fail_at, more = CHUNK + 16, CHUNK - 1
+    with pytest.raises(NodeError):
+        await flaky_app().ainvoke({"stop": fail_at + more, "fail_at": fail_at}, thread_id="t")
+    assert [b.kind for b in await item_blobs(saver, "t")].count("delta") == 15
+    broken[0] = False
+    done = await flaky_app().aresume("t")
+    assert done.values.items == expected(fail_at + more)
+    # 15 + 31 deltas: packed once more, 14 left. (Without the stored loose ones, 46 would be left unpacked.)
+    assert [b.kind for b in await item_blobs(saver, "t")].count("delta") == 15 + more - CHUNK
+    for snap in await flaky_app().ahistory("t"):
+        assert snap.values.items == expected(snap.values.n)
+
+
+async def test_new_turns_on_a_done_thread_keep_packing(saver: Saver) -> None:
+    app = log_app(saver)
+    for total in range(1, 2 * CHUNK + 1):  # one step per turn: an input checkpoint, then the node's
+        snap = await app.ainvoke({"stop": total}, thread_id="chat")
+        assert snap.values.items == expected(total)
+    blobs = await item_blobs(saver, "chat")
+    assert len([b for b in blobs if b.kind == "delta"]) < CHUNK
+    for snap in await app.ahistory("chat"):
+        assert snap.values.items == expected(snap.values.n)
+
+
+async def test_snapshots_reset_the_packing(saver: Saver) -> None:
+    app = log_app(saver, snapshot_every=CHUNK + 8)
+    steps = 3 * CHUNK
+    await app.ainvoke({"stop": steps}, thread_id="t")
+    kinds = [b.kind for b in await item_blobs(saver, "t")]
+    assert kinds.count("snapshot") == 3 and "chunk" in kinds
+    for snap in await app.ahistory("t"):
+        assert snap.values.items == expected(snap.values.n)
+
+
+async def test_export_and_import_of_a_packed_fork(saver: Saver, tmp_path: Path) -> None:
+    app = log_app(saver)
+    await app.ainvoke({"stop": 2 * CHUNK + 1}, thread_id="src")
+    await app.afork("src", step=CHUNK + 3, update={"stop": 2 * CHUNK + 9}, new_thread_id="fork")
+    await app.aresume("fork")
+    lines = [line async for line in export_thread(saver, "fork")]
+    target = MemorySaver()
+    await import_thread(target, lines)
+    copy = log_app(target)
+    for snap in await copy.ahistory("fork"):
+        assert snap.values.items == expected(snap.values.n)
+    assert (await copy.aget_state("fork")).values.items == expected(2 * CHUNK + 9)
