@@ -21,7 +21,8 @@ entry with the next version. :meth:`PostgresSaver.setup` applies the missing ver
 from many processes are safe and idempotent.
 
 Round trips: ``commit`` is one prepared statement, ``SELECT * FROM graphckpt_commit(...)``: the function moves the head
-by compare-and-set and, only if that won, inserts the checkpoint and its blobs and deletes the parent's pending writes.
+by compare-and-set and, only if that won, inserts the checkpoint and its blobs (a chunk first deletes the rows it
+packs and then replaces the row at its step) and deletes the parent's pending writes.
 One statement in autocommit mode is one transaction and one network round trip, all or nothing. Each statement of
 the (volatile) PL/pgSQL function takes a fresh snapshot, so the deletion runs after the thread row lock is held and
 sees every pending write committed before it. ``put_writes``, ``claim`` and every read are one statement each.
@@ -30,10 +31,11 @@ Connections: one dedicated connection serves every call while it is free (no poo
 statements are prepared on first use); calls that overlap a busy dedicated connection take one from the pool, so
 concurrent commits still run in parallel (and share WAL flushes on the server).
 
-Storage: ``blobs.kind`` is a small integer (``0`` snapshot, ``1`` delta, ``+2`` when ``data`` is zlib-compressed by the
-saver). PostgreSQL only compresses values of rows above ~2 KiB, so blobs of ``_COMPRESS_MIN`` bytes and more are
-compressed here when that saves at least an eighth; the saver still never interprets them. ``threads.updated_at`` is
-not indexed, so moving the head is a HOT update (no index entries per step); ``list_threads`` sorts instead.
+Storage: ``blobs.kind`` is a small integer (``0`` snapshot, ``1`` delta, ``4`` chunk, ``+2`` when ``data`` is
+zlib-compressed by the saver). PostgreSQL only compresses values of rows above ~2 KiB, so blobs of ``_COMPRESS_MIN``
+bytes and more are compressed here when that saves at least an eighth; the saver still never interprets them.
+``threads.updated_at`` is not indexed, so moving the head is a HOT update (no index entries per step);
+``list_threads`` sorts instead.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import os
 import struct
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Literal, LiteralString, cast
+from typing import Any, LiteralString, cast
 
 import psycopg
 from psycopg import sql
@@ -60,6 +62,7 @@ from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import (
     Blob,
+    BlobKind,
     BlobRange,
     Saver,
     Status,
@@ -72,10 +75,11 @@ from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["PostgresSaver"]
 
-_KIND_CODE: dict[str, int] = {"snapshot": 0, "delta": 1}
-_KIND_NAME: tuple[Literal["snapshot", "delta"], ...] = ("snapshot", "delta")
+_KIND_CODE: dict[BlobKind, int] = {"snapshot": 0, "delta": 1, "chunk": 4}
 _ZLIB = 2
 """Added to ``blobs.kind`` when the saver stored ``data`` zlib-compressed."""
+_KIND_NAME: dict[int, BlobKind] = {code | z: kind for kind, code in _KIND_CODE.items() for z in (0, _ZLIB)}
+"""``blobs.kind`` to the blob kind, compressed or not."""
 
 
 class _Packed(bytes):
@@ -256,6 +260,64 @@ _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
                 FOR i IN 1..cardinality(p_b_ch) LOOP
                     INSERT INTO {blobs} (step, kind, thread_id, channel, data)
                     VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
+                END LOOP;
+                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
+                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
+                END IF;
+            END
+            $fn$""",
+        ),
+    ),
+    (
+        2,
+        # Chunk blobs (kind 4, 6 when compressed): one row packing the deltas of a run of steps, keyed by the first.
+        (
+            # The old constraint (0..3) implies the new one, so existing rows need no validating scan.
+            """ALTER TABLE {blobs} DROP CONSTRAINT blobs_kind_check,
+                ADD CONSTRAINT blobs_kind_check CHECK (kind IN (0, 1, 2, 3, 4, 6)) NOT VALID""",
+            # As version 1, plus: a chunk at step a deletes its thread's and channel's blobs with a < step < p_step
+            # and replaces the row at a (a delta it packs).
+            """CREATE OR REPLACE FUNCTION {graphckpt_commit}(
+                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
+                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
+                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
+                OUT won boolean, OUT head text)
+            LANGUAGE plpgsql VOLATILE AS $fn$
+            BEGIN
+                IF p_expected IS NULL THEN
+                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
+                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
+                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
+                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
+                    ON CONFLICT (thread_id) DO NOTHING;
+                    won := FOUND;
+                ELSE
+                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
+                        error = NULL, metadata = p_meta, updated_at = p_now
+                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
+                    won := FOUND;
+                    IF NOT won THEN
+                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
+                        WHERE t.thread_id = p_tid AND NOT t.deleted;
+                    END IF;
+                END IF;
+                IF NOT won THEN
+                    RETURN;
+                END IF;
+                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
+                    parent_checkpoint_id, status, metadata, body)
+                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);
+                FOR i IN 1..cardinality(p_b_ch) LOOP
+                    IF p_b_kind[i] < 4 THEN
+                        INSERT INTO {blobs} (step, kind, thread_id, channel, data)
+                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
+                    ELSE
+                        DELETE FROM {blobs} b WHERE b.thread_id = p_b_tid[i] AND b.channel = p_b_ch[i]
+                            AND b.step > p_b_step[i] AND b.step < p_step;
+                        INSERT INTO {blobs} AS b (step, kind, thread_id, channel, data)
+                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i])
+                        ON CONFLICT (thread_id, channel, step) DO UPDATE SET kind = excluded.kind, data = excluded.data;
+                    END IF;
                 END LOOP;
                 IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
                     DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
@@ -657,7 +719,7 @@ class PostgresSaver(Saver):
             "hi": [r.max_step for r in ranges],
         }
         rows = await self._fetch("get_blobs", "get_blobs", params)
-        return [Blob(t, c, s, _KIND_NAME[k & 1], zlib.decompress(d) if k & _ZLIB else d) for t, c, s, k, d in rows]
+        return [Blob(t, c, s, _KIND_NAME[k], zlib.decompress(d) if k & _ZLIB else d) for t, c, s, k, d in rows]
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
