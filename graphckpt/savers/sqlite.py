@@ -66,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -138,9 +139,20 @@ def _dump_json(value: Any, what: str) -> str:
     :func:`~graphckpt.savers.base.json_equal`) stored and filtered give equal text. (So a stored ``2.0`` reads back
     as ``2``: equal in Python and in JSON.)"""
     try:
+        try:  # most metadata has no integral float and only dicts and lists: one pass
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            if _INTEGRAL_FLOAT.search(text) is None:
+                return text
+        except TypeError:  # a Mapping that is not a dict, say
+            pass
         return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-compatible: {exc}") from exc
+
+
+_INTEGRAL_FLOAT = re.compile(r"\.0(?=[,\]}]|$)")
+"""How ``json.dumps`` writes a float that is an integer below 2**53 (``2.0``); a match inside a string only costs the
+slow path."""
 
 
 def _integral(value: Any) -> Any:
