@@ -531,9 +531,16 @@ class App:
         Also returns the thread's row when it was read on the way."""
         if checkpoint_id is None and step is None:
             raise ValueError("give a checkpoint_id or a step")
-        cp, record = await asyncio.gather(
-            self.saver.get_checkpoint(thread_id, checkpoint_id, step=step), self.saver.get_thread(thread_id)
-        )
+        # Both reads at once, with one task fewer than gather: the thread's row is read while this task awaits the
+        # checkpoint (on another connection when the saver has several; inline savers run them back to back).
+        thread = asyncio.ensure_future(self.saver.get_thread(thread_id))
+        thread.add_done_callback(_retrieved)  # an error of it is raised by the await below, unless cp's came first
+        try:
+            cp = await self.saver.get_checkpoint(thread_id, checkpoint_id, step=step)
+        except BaseException:
+            thread.cancel()
+            raise
+        record = await thread
         if record is None:  # (a deleted thread may keep rows that a fork needs: they are read through the fork)
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
         if cp is not None:
@@ -695,10 +702,11 @@ def _fold_fetched(
     return codec.fold_many([(cp, body)], fetch.result())
 
 
-def _retrieved(fetch: asyncio.Future[Any]) -> None:
-    """Mark a fetch's error as seen: it is raised where the result is read (a fork's values), if anywhere."""
-    if not fetch.cancelled():
-        fetch.exception()
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a background read's error as seen: it is raised where the result is read, if anywhere (e.g. a fork's
+    values), instead of being logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _input_annotations(graph: StateGraph) -> list[Any]:
