@@ -36,12 +36,13 @@ from graphckpt.errors import (
     CheckpointNotFoundError,
     InvalidUpdateError,
     NodeError,
+    SyncCallError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
 )
 from graphckpt.portal import Portal
-from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.views import LazyFold, as_dict, make_snapshot, thread_info
@@ -86,6 +87,7 @@ class App:
         self._sync_lock = threading.Lock()
         self._sync_calls = 0  # sync calls in flight (see engine.SYNC_FACADE)
         self._node_ms: dict[str, float] = {}  # sync nodes' average duration, shared by this app's runs
+        self._closes = 0  # how many times the app was closed (a sync fork's lazy values must not outlive it)
 
     # -- running ----------------------------------------------------------------------------------------------------
 
@@ -349,7 +351,8 @@ class App:
             make_snapshot(
                 cp,
                 record.status if cp.checkpoint_id == record.head_checkpoint_id else cp.status,
-                functools.partial(fold.load, i),
+                functools.partial(fold.frontier, i),
+                functools.partial(fold.values, i),
             )
             for i, cp in enumerate(found)
         ]
@@ -387,23 +390,53 @@ class App:
         one at ``step``) as parent.
 
         ``update`` is applied through the reducers; the frontier is the one of that checkpoint unless ``goto``
-        re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch."""
+        re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch.
+
+        The fork stores O(1) bytes. When ``update`` touches only plain fields (no reducer) and the source was written
+        by this schema version, the new checkpoint is built without the source's values. The returned snapshot's
+        ``values`` still need them, and a property cannot await on the caller's loop, so their blobs are fetched here,
+        concurrently with the commit (a saver with several connections, like PostgreSQL's, runs both at once; SQLite
+        runs them one after the other), and decoded on first access. If that fetch fails after the commit
+        succeeded, the branch exists and reading ``values`` raises the error. The sync :meth:`fork` fetches nothing
+        at fork time: it loads the values on first access."""
+        return await self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, lazy=False)
+
+    async def _fork(
+        self,
+        thread_id: str,
+        checkpoint_id: str | None,
+        step: int | None,
+        update: Mapping[str, Any] | None,
+        new_thread_id: str | None,
+        goto: str | Send | list[str | Send] | None,
+        tags: Mapping[str, Any] | None,
+        *,
+        lazy: bool,
+    ) -> Snapshot:
+        """:meth:`afork`; with ``lazy`` (the sync facade) the source's values, when the new checkpoint does not need
+        them, are fetched on the portal loop on the snapshot's first access instead of now."""
         src_cp, _ = await self._find(thread_id, checkpoint_id, step)
         new_thread_id = new_thread_id or ids.new_id()
         validated = self.codec.state.validate_update(update, node="fork")
         src_body = self.codec.decode_body(src_cp)
         ranges = self.codec.ranges(src_cp.step, src_body)
-        src_blobs = await self.saver.get_blobs(ranges) if ranges else []
         state = self.codec.state
+        fetch_ranges: list[BlobRange] = []  # fetched beside the commit
+        load_source: Callable[[], list[dict[str, Any]]]
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
             # the source's values are needed now: to fold the update, or to store them again in this version
+            src_blobs = await self.saver.get_blobs(ranges) if ranges else []
             values, writes = state.apply(self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated])
             fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
         else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
             values, writes = dict(validated), {k: [v] for k, v in validated.items()}
-            fork_values = functools.cache(
-                lambda: {**self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], **validated}
-            )
+            if not ranges:  # every field rides in the body: nothing to fetch
+                load_source = functools.partial(self.codec.fold_many, [(src_cp, src_body)], [])
+            elif lazy:
+                load_source = self._source_loader(src_cp, src_body, ranges, new_thread_id)
+            else:
+                fetch_ranges = ranges
+            fork_values = functools.cache(lambda: {**load_source()[0], **validated})
         channels, inline, full = self.codec.carry_over(src_body, values)
         cid, step = ids.new_id(), src_cp.step + 1
         if goto is None:
@@ -427,12 +460,45 @@ class App:
             new_thread_id, cid, src_cp.thread_id, src_cp.checkpoint_id, step, ids.now(), status, metadata,
             self.codec.encode_body(body, cid), blobs,
         )  # fmt: skip
+        fetch = asyncio.ensure_future(self.saver.get_blobs(fetch_ranges)) if fetch_ranges else None
+        if fetch is not None:
+            fetch.add_done_callback(_retrieved)  # its error is raised by reading the values, or not at all
         try:
             await self.saver.commit(cp, expected_head=None, run_id=ids.new_id())
-        except ThreadConflictError:
-            raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists") from None
+        except BaseException as exc:
+            if fetch is not None:
+                fetch.cancel()
+            if isinstance(exc, ThreadConflictError):
+                raise ThreadConflictError(f"cannot fork into {new_thread_id!r}: that thread already exists") from None
+            raise
+        if fetch is not None:
+            try:
+                await asyncio.wait([fetch])
+            except BaseException:
+                fetch.cancel()
+                raise
+            load_source = functools.partial(_fold_fetched, self.codec, src_cp, src_body, fetch)
         make = state.make
-        return make_snapshot(cp, status, lambda: (make(fork_values()), body.tasks, interrupts, body.schema_version))
+        return make_snapshot(cp, status, lambda: (body.tasks, interrupts, body.schema_version),
+                             lambda: make(fork_values()))  # fmt: skip
+
+    def _source_loader(
+        self, src_cp: StoredCheckpoint, src_body: Body, ranges: list[BlobRange], new_thread_id: str
+    ) -> Callable[[], list[dict[str, Any]]]:
+        """For the sync :meth:`fork`: fetch and fold the source's values when first needed, through the portal (the
+        caller is not on that loop). Raises :class:`SyncCallError` if the app was closed since, instead of reopening
+        its saver on a new loop that nobody would close."""
+        closes = self._closes
+
+        def load() -> list[dict[str, Any]]:
+            if self._closes != closes:
+                raise SyncCallError(
+                    f"the values of fork {new_thread_id!r} are loaded on first access and the app was closed since; "
+                    f"read them before closing it, or later with get_state({new_thread_id!r})"
+                )
+            return self.codec.fold_many([(src_cp, src_body)], self._sync(self.saver.get_blobs(ranges)))
+
+        return load
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread. Checkpoints its forks still need are kept (see the saver spec)."""
@@ -467,9 +533,11 @@ class App:
         Also returns the thread's row when it was read on the way."""
         if checkpoint_id is None and step is None:
             raise ValueError("give a checkpoint_id or a step")
-        cp, record = await asyncio.gather(
-            self.saver.get_checkpoint(thread_id, checkpoint_id, step=step), self.saver.get_thread(thread_id)
-        )
+        # One after the other, on purpose: side by side, a pooled saver sends the second read to another connection,
+        # which saves ~0.07 ms when that connection is warm but costs ~1 ms when it is not (PostgreSQL: a backend's
+        # first query on the tables, unprepared), and an inline saver (SQLite) gains nothing from a task.
+        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id, step=step)
+        record = await self.saver.get_thread(thread_id)
         if record is None:  # (a deleted thread may keep rows that a fork needs: they are read through the fork)
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
         if cp is not None:
@@ -494,16 +562,14 @@ class App:
             errors = tuple(recorded.errors.values()) if status == "failed" else ()
         make = self.codec.state.make
         return make_snapshot(
-            cp,
-            status,
-            lambda: (make(head.values), body.tasks, interrupts, body.schema_version),
-            errors=errors,
+            cp, status, lambda: (body.tasks, interrupts, body.schema_version), lambda: make(head.values), errors=errors
         )
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Close the saver."""
+        self._closes += 1
         await self.saver.aclose()
 
     async def __aenter__(self) -> App:
@@ -563,12 +629,11 @@ class App:
              update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,
              goto: str | Send | list[str | Send] | None = None,
              tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
-        """Sync :meth:`afork`."""
-        return self._sync(
-            self.afork(
-                thread_id, checkpoint_id, step=step, update=update, new_thread_id=new_thread_id, goto=goto, tags=tags
-            )
-        )
+        """Sync :meth:`afork`, with one difference: when the new checkpoint does not need the source's values (see
+        :meth:`afork`), they are not fetched now but on the first access to the returned snapshot's ``values``
+        (through the app's background loop), so a fork costs the same however long the source's history is. Read them
+        before closing the app (afterwards that raises :class:`SyncCallError`), or use ``get_state`` later."""
+        return self._sync(self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, lazy=True))
 
     def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """Sync :meth:`adiff`."""
@@ -587,6 +652,9 @@ class App:
             self._sync_calls += 1
         try:
             return self._portal.call(_as_sync_facade(coro, self._only_sync_call))
+        except SyncCallError:
+            coro.close()  # refused on the portal's own thread: never started (a no-op if it ran and raised this)
+            raise
         finally:
             with self._sync_lock:
                 self._sync_calls -= 1
@@ -623,6 +691,19 @@ _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
 async def _as_sync_facade(coro: Coroutine[Any, Any, T], only_caller: Callable[[], bool]) -> T:
     SYNC_FACADE.set(only_caller)  # this coroutine runs in its own task: the setting stays in its context
     return await coro
+
+
+def _fold_fetched(
+    codec: Codec, cp: StoredCheckpoint, body: Body, fetch: asyncio.Future[list[Blob]]
+) -> list[dict[str, Any]]:
+    return codec.fold_many([(cp, body)], fetch.result())
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a background read's error as seen: it is raised where the result is read, if anywhere (e.g. a fork's
+    values), instead of being logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _input_annotations(graph: StateGraph) -> list[Any]:

@@ -23,6 +23,8 @@ __all__ = [
     "ThreadInfo",
 ]
 
+_UNLOADED: Any = object()
+
 Source = Literal["input", "loop", "update", "fork"]
 """Why a checkpoint exists. ``input``: a run started with new input. ``loop``: a super-step finished. ``update``: the
 state was edited by hand. ``fork``: the first checkpoint of a branch made by ``fork``."""
@@ -101,11 +103,12 @@ class TaskError:
 class Snapshot:
     """A checkpoint as a user sees it: the state after a super-step and what runs next.
 
-    Read-only. ``values``, ``tasks`` and ``interrupts`` are decoded from the stored bytes on first access, so listing
-    a long history costs little until you look inside a checkpoint.
+    Read-only. ``values`` and the frontier (``tasks``, ``interrupts``, ``schema_version``) are each decoded from the
+    stored bytes on first access, so listing a long history costs little until you look inside a checkpoint. The
+    snapshot returned by the sync ``App.fork`` reads its values from the saver on their first access (see there).
     """
 
-    __slots__ = ("_cp", "_decoded", "_loader", "errors", "status")
+    __slots__ = ("_cp", "_frontier", "_frontier_loader", "_values", "_values_loader", "errors", "status")
 
     status: Status
     """The thread's status if this is the head; for older checkpoints, the status it had when it was the head."""
@@ -116,14 +119,17 @@ class Snapshot:
         self,
         stored: StoredCheckpoint,
         status: Status,
-        loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
+        frontier: Callable[[], tuple[Sequence[Task], Sequence[Interrupt], int]],
+        values: Callable[[], Any],
         errors: tuple[TaskError, ...] = (),
     ) -> None:
         self._cp = stored
         self.status = status
         self.errors = errors
-        self._loader = loader
-        self._decoded: tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int] | None = None
+        self._frontier_loader = frontier
+        self._values_loader = values
+        self._frontier: tuple[tuple[Task, ...], tuple[Interrupt, ...], int] | None = None
+        self._values: Any = _UNLOADED
 
     @property
     def thread_id(self) -> str:
@@ -154,31 +160,33 @@ class Snapshot:
     def created_at(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self._cp.created_at, dt.UTC)
 
-    def _load(self) -> tuple[Any, tuple[Task, ...], tuple[Interrupt, ...], int]:
-        if self._decoded is None:
-            values, tasks, interrupts, version = self._loader()
-            self._decoded = (values, tuple(tasks), tuple(interrupts), version)
-        return self._decoded
+    def _load_frontier(self) -> tuple[tuple[Task, ...], tuple[Interrupt, ...], int]:
+        if self._frontier is None:
+            tasks, interrupts, version = self._frontier_loader()
+            self._frontier = (tuple(tasks), tuple(interrupts), version)
+        return self._frontier
 
     @property
     def values(self) -> Any:
         """An instance of the state schema (a dict for TypedDict schemas)."""
-        return self._load()[0]
+        if self._values is _UNLOADED:
+            self._values = self._values_loader()
+        return self._values
 
     @property
     def tasks(self) -> tuple[Task, ...]:
         """The frontier: the tasks the next super-step runs."""
-        return self._load()[1]
+        return self._load_frontier()[0]
 
     @property
     def interrupts(self) -> tuple[Interrupt, ...]:
         """Why the thread waits (for an ``interrupted`` thread)."""
-        return self._load()[2]
+        return self._load_frontier()[1]
 
     @property
     def schema_version(self) -> int:
         """The state schema version that wrote this checkpoint."""
-        return self._load()[3]
+        return self._load_frontier()[2]
 
     @property
     def next(self) -> tuple[str, ...]:
@@ -192,15 +200,9 @@ class Snapshot:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Snapshot):
             return NotImplemented
-        return (self.ref, self.parent, self.step, self.status, self.errors, dict(self.metadata), self._load()) == (
-            other.ref,
-            other.parent,
-            other.step,
-            other.status,
-            other.errors,
-            dict(other.metadata),
-            other._load(),
-        )
+        mine = (self.ref, self.parent, self.step, self.status, self.errors, dict(self.metadata), self._load_frontier())
+        theirs = (other.ref, other.parent, other.step, other.status, other.errors, dict(other.metadata))
+        return mine == (*theirs, other._load_frontier()) and self.values == other.values
 
     __hash__ = None  # type: ignore[assignment]
 

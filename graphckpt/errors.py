@@ -14,7 +14,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
     ├── NodeError                            a node raised after its retries; the original is ``__cause__``
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
-    └── SaverError                           the storage backend failed (unreachable, locked too long, ...)
+    ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
+    └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "RecursionLimitError",
     "SaverError",
     "SerializationError",
+    "SyncCallError",
     "ThreadConflictError",
     "ThreadNotFoundError",
     "ThreadStateError",
@@ -102,3 +104,9 @@ class NodeTimeoutError(GraphckptError, TimeoutError):
 
 class SaverError(GraphckptError):
     """The storage backend failed: unreachable, locked for too long, or refused the operation."""
+
+
+class SyncCallError(GraphckptError, RuntimeError):
+    """A blocking call of the sync API cannot run: it was made from inside the app's own background loop (from a
+    node: use the async API there), or it needs an app that was closed since (reading the values of a fork made with
+    the sync ``fork``, which loads them on first access)."""

@@ -11,6 +11,8 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
+from graphckpt.errors import SyncCallError
+
 __all__ = ["Portal"]
 
 T = TypeVar("T")
@@ -43,11 +45,12 @@ class Portal:
             return self._loop
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the portal loop and return its result (or raise its exception) in this thread."""
+        """Run ``coro`` on the portal loop and return its result (or raise its exception) in this thread. Raises
+        :class:`SyncCallError` when called from the portal loop's own thread (it would wait for itself forever)."""
         loop = self.loop
         if threading.current_thread() is self._thread:
             coro.close()
-            raise RuntimeError("a sync graphckpt call was made from inside a node; use the async API there")
+            raise SyncCallError("a sync graphckpt call was made from inside a node; use the async API there")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:

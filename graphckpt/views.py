@@ -16,27 +16,37 @@ __all__ = ["LazyFold", "as_dict", "make_snapshot", "thread_info"]
 def make_snapshot(
     cp: StoredCheckpoint,
     status: Status,
-    loader: Callable[[], tuple[Any, Sequence[Task], Sequence[Interrupt], int]],
+    frontier: Callable[[], tuple[Sequence[Task], Sequence[Interrupt], int]],
+    values: Callable[[], Any],
     errors: tuple[TaskError, ...] = (),
 ) -> Snapshot:
-    return Snapshot(cp, status, loader, errors)
+    return Snapshot(cp, status, frontier, values, errors)
 
 
 class LazyFold:
-    """The values of a history page, decoded on the first access to any of them (the blobs are already fetched)."""
+    """The values of a history page, decoded on the first access to any of them (the blobs are already fetched);
+    each checkpoint's frontier is decoded on its own first access."""
 
     def __init__(self, codec: Codec, cps: list[StoredCheckpoint], blobs: list[Blob]) -> None:
         self.codec, self.cps, self.blobs = codec, cps, blobs
-        self.bodies: list[Body] | None = None
-        self.values: list[dict[str, Any]] | None = None
+        self.bodies: list[Body | None] = [None] * len(cps)
+        self.folded: list[dict[str, Any]] | None = None
 
-    def load(self, i: int) -> tuple[Any, Sequence[Task], Sequence[Interrupt], int]:
-        if self.values is None:
-            self.bodies = [self.codec.decode_body(cp) for cp in self.cps]
-            self.values = self.codec.fold_many(list(zip(self.cps, self.bodies, strict=True)), self.blobs)
-        assert self.bodies is not None
+    def body(self, i: int) -> Body:
         body = self.bodies[i]
-        return self.codec.state.make(self.values[i]), body.tasks, body.interrupts, body.schema_version
+        if body is None:
+            body = self.bodies[i] = self.codec.decode_body(self.cps[i])
+        return body
+
+    def frontier(self, i: int) -> tuple[Sequence[Task], Sequence[Interrupt], int]:
+        body = self.body(i)
+        return body.tasks, body.interrupts, body.schema_version
+
+    def values(self, i: int) -> Any:
+        if self.folded is None:
+            items = [(cp, self.body(j)) for j, cp in enumerate(self.cps)]
+            self.folded = self.codec.fold_many(items, self.blobs)
+        return self.codec.state.make(self.folded[i])
 
 
 def thread_info(r: ThreadRecord) -> ThreadInfo:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +85,25 @@ async def saver(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
             async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
                 await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=SAVER_KINDS, ids=SAVER_KINDS)
+def unopened_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Every saver, on a fresh store, created but not opened: for tests of the sync API, whose first call opens it
+    on the app's own loop (and whose ``close()`` closes it)."""
+    import asyncio
+
+    kind: str = request.param
+    schema = None
+    if kind == "postgres":
+        require_postgres()
+        schema = f"gc_test_{uuid.uuid4().hex[:12]}"
+    s = asyncio.run(open_saver(kind, tmp_path, schema))  # only constructs it: savers open on first use
+    try:
+        yield s
+    finally:
+        if schema is not None:
+            import psycopg
+
+            with psycopg.connect(PG_DSN, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

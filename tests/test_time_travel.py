@@ -162,3 +162,154 @@ async def test_diff_does_not_report_an_unchanged_nan(saver: Saver) -> None:
     app = g.compile(saver=saver)
     await app.ainvoke({}, thread_id="n")
     assert not await app.adiff(("n", None), ("n", None))
+
+
+# -- forking a long thread: the fork's cost does not grow with the source's history ------------------------------------
+
+
+class Long(BaseModel):
+    log: Annotated[list[str], append] = []
+    n: int = 0
+    stop: int = 0
+    seen: int = 0
+
+
+LONG = 40
+"""Steps of the long thread; with ``snapshot_every`` above it, its log at step k is one snapshot and k deltas."""
+
+
+def long_app(saver: Saver | None, **nodes: Any) -> Any:
+    g = StateGraph(Long)
+    g.add_node("step", lambda s: {"log": [f"m{s.n}:" + "x" * 200], "n": s.n + 1})
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
+    return g.compile(saver=saver, snapshot_every=10 * LONG, recursion_limit=10 * LONG)
+
+
+def expected_log(n: int) -> list[str]:
+    return [f"m{i}:" + "x" * 200 for i in range(n)]
+
+
+def count_get_blobs(monkeypatch: pytest.MonkeyPatch, saver: Saver) -> list[int]:
+    """Count the saver's ``get_blobs`` calls (the number of ranges of each); the real saver answers them."""
+    calls: list[int] = []
+    real = saver.get_blobs
+
+    async def counted(ranges: Any) -> Any:
+        calls.append(len(ranges))
+        return await real(ranges)
+
+    monkeypatch.setattr(saver, "get_blobs", counted)
+    return calls
+
+
+async def test_async_fork_of_a_long_thread_reads_the_source_values_beside_its_commit(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = long_app(saver)
+    await app.ainvoke({"stop": LONG}, thread_id="src")
+    calls = count_get_blobs(monkeypatch, saver)
+    fork = await app.afork("src", step=LONG // 2, update={"stop": LONG // 2 + 3}, new_thread_id="f")
+    assert calls == [1]  # one query for the source's log, run beside the commit (the fork's own rows need none)
+    assert fork.values == Long(log=expected_log(LONG // 2), n=LONG // 2, stop=LONG // 2 + 3)
+    assert (await app.aget_state("f")).values == fork.values
+    assert (await app.aresume("f")).values.log == expected_log(LONG // 2 + 3)
+
+
+async def test_async_fork_whose_value_fetch_fails_exists_and_raises_on_reading_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from graphckpt import MemorySaver, SaverError
+
+    saver = MemorySaver()
+    app = long_app(saver)
+    await app.ainvoke({"stop": 5}, thread_id="src")
+
+    async def broken(ranges: Any) -> Any:
+        raise SaverError("the blobs are unreachable")
+
+    monkeypatch.setattr(saver, "get_blobs", broken)
+    fork = await app.afork("src", step=3, update={"stop": 9}, new_thread_id="f")
+    assert fork.thread_id == "f" and fork.next == ("step",)  # committed: the branch exists
+    with pytest.raises(SaverError, match="unreachable"):
+        fork.values  # noqa: B018
+    monkeypatch.undo()
+    assert (await app.aget_state("f")).values.log == expected_log(3)
+
+
+def test_sync_fork_fetches_nothing_and_loads_the_values_on_first_access(
+    unopened_saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = long_app(unopened_saver)
+    try:
+        app.invoke({"stop": LONG}, thread_id="src")
+        calls = count_get_blobs(monkeypatch, unopened_saver)
+        fork = app.fork("src", step=LONG // 2, update={"stop": LONG // 2 + 3}, new_thread_id="f")
+        assert fork.thread_id == "f" and fork.step == LONG // 2 + 1 and fork.next == ("step",)
+        assert fork.metadata["forked_from"] == {"thread_id": "src", "checkpoint_id": fork.parent.checkpoint_id}
+        assert calls == []  # O(1): nothing of the source's history was read
+        assert fork.values == Long(log=expected_log(LONG // 2), n=LONG // 2, stop=LONG // 2 + 3)
+        assert calls == [1]
+        assert fork.values.n == LONG // 2 and calls == [1]  # loaded once
+        assert app.get_state("f").values == fork.values
+        assert app.resume("f").values.log == expected_log(LONG // 2 + 3)
+    finally:
+        app.close()
+
+
+def test_sync_fork_values_are_readable_after_the_source_moved_on_or_was_deleted(unopened_saver: Saver) -> None:
+    app = long_app(unopened_saver)
+    try:
+        app.invoke({"stop": LONG}, thread_id="src")
+        fork = app.fork("src", step=10, update={"stop": 12}, new_thread_id="f")
+        other = app.fork("src", step=20, new_thread_id="g")
+        app.invoke({"stop": LONG + 5}, thread_id="src")  # a new turn: the source continues past the fork points
+        assert app.get_state("src").values.log == expected_log(LONG + 5)
+        assert fork.values == Long(log=expected_log(10), n=10, stop=12)
+        app.delete_thread("src")  # the rows the forks need are kept
+        assert other.values == Long(log=expected_log(20), n=20, stop=LONG)
+    finally:
+        app.close()
+
+
+def test_sync_fork_values_read_after_close_raise_a_clear_error(unopened_saver: Saver) -> None:
+    from graphckpt import SyncCallError
+
+    app = long_app(unopened_saver)
+    app.invoke({"stop": 8}, thread_id="src")
+    fork = app.fork("src", step=4, update={"stop": 6}, new_thread_id="f")
+    read_in_time = app.fork("src", step=5, new_thread_id="g")
+    assert read_in_time.values.n == 5
+    app.close()
+    with pytest.raises(SyncCallError, match="values of fork 'f' are loaded on first access and the app was closed"):
+        fork.values  # noqa: B018
+    assert app._portal._loop is None and not unopened_saver._open  # nothing was reopened to try
+    assert read_in_time.values.log == expected_log(5)  # what was read before stays readable
+
+
+def test_sync_fork_values_read_on_the_apps_own_loop_raise_a_clear_error() -> None:
+    from graphckpt import NodeError, SyncCallError
+
+    forks: list[Any] = []
+
+    async def peek(s: Long) -> dict[str, Any]:  # an async node runs on the app's loop: it cannot wait for it
+        return {"seen": len(forks[0].values.log)}
+
+    g = StateGraph(Long)
+    g.add_node("step", lambda s: {"log": [f"m{s.n}:" + "x" * 200], "n": s.n + 1})
+    g.add_node("peek", peek)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else "peek")
+    g.add_edge("peek", END)
+    app = g.compile(snapshot_every=100)
+    try:
+        with pytest.raises(NodeError):
+            app.invoke({"stop": 6}, thread_id="src")
+        forks.append(app.fork("src", step=3, update={"stop": 4}, new_thread_id="f"))
+        with pytest.raises(NodeError) as info:
+            app.invoke({"stop": 2}, thread_id="other")
+        assert isinstance(info.value.__cause__, SyncCallError)
+        assert "inside a node" in str(info.value.__cause__)
+        assert forks[0].values.log == expected_log(3)  # from outside the loop it loads
+    finally:
+        app.close()
