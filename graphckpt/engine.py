@@ -249,8 +249,9 @@ class Run:
             usage = NodeUsage()
             ctx = Context(self, task, attempt, usage)
             started = time.perf_counter()
+            span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
-                out = await self._call(spec, state, ctx, alone=not record)
+                out = await self._call(spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
                 return _Interrupted(task, intr.payload, intr.index)
@@ -267,7 +268,7 @@ class Run:
                 )
                 await asyncio.sleep(policy.wait(attempt))
                 continue
-            took = (time.perf_counter() - started) * 1000
+            took = ((span[1] - span[0]) if len(span) == 2 else (time.perf_counter() - started)) * 1000
             if not spec.is_async:
                 average = self.node_ms.get(spec.name)
                 self.node_ms[spec.name] = took if average is None else 0.8 * average + 0.2 * took
@@ -276,15 +277,17 @@ class Run:
                 self._enqueue(result)
             return result
 
-    async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool = False) -> Any:
+    async def _call(
+        self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool = False, span: list[float] | None = None
+    ) -> Any:
         args = (state, ctx) if spec.takes_ctx else (state,)
         if alone and not spec.is_async and not spec.takes_ctx and spec.timeout is None and self._may_inline(spec):
             return _call_as_plain_function(spec.fn, *args)
         if spec.is_async:
             coro = spec.fn(*args)
         else:
-            call = functools.partial(contextvars.copy_context().run, spec.fn, *args)
-            coro = self.loop.run_in_executor(None, call)
+            run = functools.partial(contextvars.copy_context().run, spec.fn, *args)
+            coro = self.loop.run_in_executor(None, _timed, run, [] if span is None else span)
         started = time.monotonic()
         try:
             if spec.timeout is None:
@@ -463,6 +466,16 @@ class Run:
         if self.on_commit is not None:
             self.on_commit(self.head, results)
             await asyncio.sleep(0)  # let the stream's consumer see this step now (inline commits never yield)
+
+
+def _timed(run: Callable[[], Any], span: list[float]) -> Any:
+    """``run()`` in a worker thread, noting in ``span`` when it started and ended there (the time a task waited for a
+    free worker is not the node's)."""
+    span.append(time.perf_counter())
+    try:
+        return run()
+    finally:
+        span.append(time.perf_counter())
 
 
 def _call_as_plain_function(fn: Callable[..., Any], *args: Any) -> Any:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -339,3 +341,40 @@ async def test_stream_rejects_unknown_mode(saver: Saver) -> None:
     with pytest.raises(ValueError, match="stream mode must be"):
         async for _ in app.astream({"request": "s"}, mode="everything"):  # type: ignore[arg-type]
             pass
+
+
+async def test_a_sync_node_s_duration_is_its_own_run_not_its_wait_for_a_worker_thread() -> None:
+    """With two worker threads and two slow nodes ahead of them, the quick nodes wait ~0.3 s for a thread; the audit
+    record shows how long each node ran, not how long it waited."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=2))
+
+    class Fan(TypedDict, total=False):
+        slow1: int
+        slow2: int
+        quick1: int
+        quick2: int
+
+    def slow(name: str) -> Any:
+        def node(s: Fan) -> dict[str, Any]:
+            time.sleep(0.3)
+            return {name: 1}
+
+        return node
+
+    def quick(name: str) -> Any:
+        return lambda s: {name: 1}
+
+    g = StateGraph(Fan)
+    for name in ("slow1", "slow2"):
+        g.add_node(name, slow(name))
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    for name in ("quick1", "quick2"):
+        g.add_node(name, quick(name))
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    app = g.compile()
+    snap = await app.ainvoke({}, thread_id="t")
+    durations = snap.metadata["durations_ms"]
+    assert durations["slow1"] >= 290 and durations["slow2"] >= 290, durations
+    assert durations["quick1"] < 100 and durations["quick2"] < 100, durations
