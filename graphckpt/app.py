@@ -672,8 +672,11 @@ class App:
         return self._sync_calls == 1
 
     def close(self) -> None:
-        """Close the saver and stop the background loop. (After async use only, prefer ``await app.aclose()``.)"""
+        """Close the saver and stop the background loop. Sync calls other threads still have running end with
+        :class:`SyncCallError` (their runs stop as after a crash: every committed checkpoint stays). (After async use
+        only, prefer ``await app.aclose()``.)"""
         if self._portal._loop is not None:
+            self._portal.cancel_calls()
             self._sync(self.aclose())
             self._portal.close()
             return

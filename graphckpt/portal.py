@@ -7,6 +7,7 @@ one call serve all later ones, whatever thread the calls come from.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -25,6 +26,8 @@ class Portal:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._calls: set[asyncio.Task[Any]] = set()  # the tasks of calls in flight (touched on the loop only)
+        self._cancelled = False  # set by cancel_calls: a cancelled call raises SyncCallError
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -51,7 +54,38 @@ class Portal:
         if threading.current_thread() is self._thread:
             coro.close()
             raise SyncCallError("a sync graphckpt call was made from inside a node; use the async API there")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(self._tracked(coro), loop).result()
+        except concurrent.futures.CancelledError:
+            if self._cancelled:
+                raise SyncCallError("the app was closed while this call was running") from None
+            raise
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coro
+        finally:
+            self._calls.discard(task)
+
+    def cancel_calls(self) -> None:
+        """Cancel the calls other threads have in flight and wait until they have unwound; each raises
+        :class:`SyncCallError` in its thread. (A run stops as after a crash: its checkpoints are durable.)"""
+        loop = self._loop
+        if loop is None or loop.is_closed() or threading.current_thread() is self._thread:
+            return
+
+        async def cancel() -> None:
+            calls = list(self._calls)
+            for task in calls:
+                task.cancel()
+            if calls:
+                await asyncio.wait(calls)
+
+        self._cancelled = True
+        asyncio.run_coroutine_threadsafe(cancel(), loop).result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Drive an async iterator on the portal loop, one item per ``next()``."""
@@ -70,7 +104,7 @@ class Portal:
                 yield item  # type: ignore[misc]
         finally:
             closer = getattr(agen, "aclose", None)
-            if closer is not None and self._loop is not None:
+            if closer is not None and self._loop is not None and not self._cancelled:
                 self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
 
     def close(self) -> None:
@@ -83,3 +117,4 @@ class Portal:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+        self._cancelled = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 import typing_extensions
@@ -362,3 +362,54 @@ async def test_a_bad_recursion_limit_is_refused_before_anything_is_written(saver
     with pytest.raises(ValueError, match="recursion_limit must be a positive number"):
         await app.ainvoke({}, thread_id="t", recursion_limit=limit)
     assert await saver.get_thread("t") is None
+
+
+@pytest.mark.parametrize("kind", ["invoke", "stream"])
+def test_close_ends_sync_calls_other_threads_have_in_flight(tmp_path: Any, kind: str) -> None:
+    """A sync call running while another thread closes the app raises SyncCallError instead of waiting forever;
+    the checkpoints committed before stay readable."""
+    from graphckpt import SyncCallError
+
+    started, release = threading.Event(), threading.Event()
+
+    class S(TypedDict, total=False):
+        n: int
+
+    def step(s: S, ctx: Context) -> dict[str, Any]:  # (ctx: a worker thread, never inline on the app's loop)
+        if s.get("n", 0) == 2:
+            started.set()
+            release.wait(30)
+        return {"n": s.get("n", 0) + 1}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            if kind == "invoke":
+                app.invoke({"n": 0}, thread_id="t")
+            else:
+                for _ in app.stream({"n": 0}, thread_id="t"):
+                    pass
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert started.wait(30)
+    app.close()
+    release.set()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
+    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    try:
+        snap = reopened.get_state("t")
+        assert snap.step == 2 and snap.values["n"] == 2
+    finally:
+        reopened.close()
