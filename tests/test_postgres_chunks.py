@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zlib
 from collections.abc import Sequence
 
 import psycopg
@@ -159,7 +160,7 @@ async def test_chunks_are_compressed_when_it_pays_and_read_back_exactly(pg_schem
         assert await _rows(saver, "t", "m") == [(0, "snapshot", b"m0"), (1, "chunk", text)]
         assert await _rows(saver, "t", "o") == [(0, "snapshot", b"o0"), (2, "chunk", noise)]
     kinds = _stored_kinds(pg_schema)
-    assert kinds[("t", "m", 1)] == 6  # chunk, zlib-compressed
+    assert kinds[("t", "m", 1)] == 6  # chunk, compressed
     assert kinds[("t", "o", 2)] == 4  # chunk, stored as it is
 
 
@@ -197,3 +198,20 @@ async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
             bad_kind = sql.SQL("INSERT INTO {} (step, kind, thread_id, channel, data) VALUES (9, 5, 't', 'x', '')")
             with pytest.raises(psycopg.errors.CheckViolation):
                 conn.execute(bad_kind.format(sql.Identifier(pg_schema, "blobs")))
+
+
+async def test_blobs_compressed_with_zlib_by_earlier_versions_still_read(pg_schema: str) -> None:
+    """Earlier versions compressed with zlib under the same kind bit; the magic bytes tell the formats apart."""
+    text = b"an earlier version's compressed delta " * 40
+    async with PostgresSaver(PG_DSN, schema=pg_schema) as saver:
+        chain = await _deltas(saver, "t", 2)
+        await saver.commit(
+            _with_blobs(make_checkpoint("t", 3, parent=chain[-1]), [("m", 3, "delta", text)]),
+            expected_head=chain[-1].checkpoint_id,
+            run_id=RUN,
+        )
+        assert _stored_kinds(pg_schema)[("t", "m", 3)] == 3  # delta, compressed (zstd, by this version)
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:  # as an earlier version stored it
+            query = sql.SQL("UPDATE {} SET data = %s WHERE thread_id = 't' AND channel = 'm' AND step = 3")
+            conn.execute(query.format(sql.Identifier(pg_schema, "blobs")), (zlib.compress(text, 1),))
+        assert (await _rows(saver, "t", "m"))[-1] == (3, "delta", text)
