@@ -290,7 +290,7 @@ class Codec:
                         delta = self._blob(cp, blob, decoded)
                         if blob.kind == "delta" and isinstance(delta, list):
                             writes += delta
-                        elif blob.kind == "chunk" and isinstance(delta, list) and len(delta) % 2 == 0:
+                        elif blob.kind == "chunk" and _is_chunk(delta):
                             # steps past the checkpoint, or past the end of the thread's segment of its lineage
                             # (the source's later steps, for a fork), belong to other checkpoints
                             until = min(cp.step, uppers.get(blob.thread_id, cp.step))
@@ -383,6 +383,15 @@ def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:
     for step, data in deltas:
         parts += (msgpack.packb(step), data)
     return b"".join(parts)
+
+
+def _is_chunk(data: Any) -> bool:
+    """``data`` has the shape :func:`_pack_chunk` gives: steps (integers) alternating with lists of writes."""
+    return (
+        isinstance(data, list)
+        and len(data) % 2 == 0
+        and all(type(step) is int and type(writes) is list for step, writes in zip(data[::2], data[1::2], strict=True))
+    )
 
 
 def _segment_ends(lineage: Sequence[tuple[str, int]]) -> dict[str, int]:

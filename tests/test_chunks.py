@@ -6,16 +6,19 @@ exporting must all see exactly the values an unpacked store would give.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgpack
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, NodeError, Saver, StateGraph, append
+from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append
 from graphckpt.codec import CHUNK
 from graphckpt.savers.base import Blob, BlobRange
 from graphckpt.savers.memory import MemorySaver
+from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.transfer import export_thread, import_thread
 
 
@@ -140,3 +143,16 @@ async def test_export_and_import_of_a_packed_fork(saver: Saver, tmp_path: Path) 
     for snap in await copy.ahistory("fork"):
         assert snap.values.items == expected(snap.values.n)
     assert (await copy.aget_state("fork")).values.items == expected(2 * CHUNK + 9)
+
+
+@pytest.mark.parametrize("bad", [msgpack.packb(["two", ["x"]]), msgpack.packb([2, "x"]), msgpack.packb([2])])
+async def test_a_chunk_of_the_wrong_shape_is_a_corrupt_checkpoint(tmp_path: Path, bad: bytes) -> None:
+    saver = SqliteSaver(tmp_path / "c.db")
+    async with saver:
+        app = log_app(saver)
+        await app.ainvoke({"stop": CHUNK + 5}, thread_id="t")
+        chunk = next(b for b in await item_blobs(saver, "t") if b.kind == "chunk")
+        with sqlite3.connect(tmp_path / "c.db") as conn:
+            conn.execute("UPDATE blobs SET data = ? WHERE step = ? AND channel = 'items'", (bad, chunk.step))
+        with pytest.raises(CorruptCheckpointError, match=r"thread 't'.*unexpected blob"):
+            await app.aget_state("t", step=CHUNK)
