@@ -533,11 +533,7 @@ class App:
         Also returns the thread's row when it was read on the way."""
         if checkpoint_id is None and step is None:
             raise ValueError("give a checkpoint_id or a step")
-        # One after the other, on purpose: side by side, a pooled saver sends the second read to another connection,
-        # which saves ~0.07 ms when that connection is warm but costs ~1 ms when it is not (PostgreSQL: a backend's
-        # first query on the tables, unprepared), and an inline saver (SQLite) gains nothing from a task.
-        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id, step=step)
-        record = await self.saver.get_thread(thread_id)
+        record, cp = await self.saver.get_thread_and_checkpoint(thread_id, checkpoint_id, step=step)
         if record is None:  # (a deleted thread may keep rows that a fork needs: they are read through the fork)
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
         if cp is not None:

@@ -339,6 +339,26 @@ class SaverConformance:
         got = await saver.get_blobs([BlobRange(t, "notes", 0, 1), BlobRange(t, "verdict", 0, 1)])
         assert got == [*a.blobs[:1], *b.blobs, *a.blobs[1:]]
 
+    async def test_get_thread_and_checkpoint_reads_both(self, saver: Saver) -> None:
+        """The thread row and one of its checkpoints, by id or step; the checkpoint is ``None`` when it is not the
+        thread's (or the id and step disagree), both are ``None`` when the thread does not exist or was deleted."""
+        t, run = _tid("both"), new_id()
+        cps = await _chain(saver, t, 3, run_id=run)
+        record, cp = await saver.get_thread_and_checkpoint(t, cps[1].checkpoint_id)
+        assert record is not None and record.head_checkpoint_id == cps[2].checkpoint_id
+        _assert_stored(cp, cps[1])
+        _assert_stored((await saver.get_thread_and_checkpoint(t, step=0))[1], cps[0])
+        _assert_stored((await saver.get_thread_and_checkpoint(t, cps[2].checkpoint_id, step=2))[1], cps[2])
+        assert (await saver.get_thread_and_checkpoint(t, cps[2].checkpoint_id, step=1))[1] is None
+        assert (await saver.get_thread_and_checkpoint(t, "no-such-checkpoint"))[1] is None
+        assert (await saver.get_thread_and_checkpoint(t, step=7))[1] is None
+        other = _tid("both-other")
+        await _chain(saver, other, 1, run_id=run)
+        assert (await saver.get_thread_and_checkpoint(other, cps[1].checkpoint_id))[1] is None
+        assert await saver.get_thread_and_checkpoint(_tid("missing"), step=0) == (None, None)
+        await saver.delete_thread(t)
+        assert await saver.get_thread_and_checkpoint(t, cps[1].checkpoint_id) == (None, None)
+
     async def test_a_chunk_replaces_the_deltas_it_packs(self, saver: Saver) -> None:
         """A ``chunk`` at step ``a`` committed with the checkpoint at step ``b``: the channel's rows of that thread
         with ``a < step < b`` go, the row at ``a`` is replaced; other channels, other threads, rows outside the

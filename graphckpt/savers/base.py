@@ -270,6 +270,17 @@ class Saver(abc.ABC):
         """One checkpoint of ``thread_id`` by id, or by step, or the head when both are ``None``; one indexed read.
         Only checkpoints stored under ``thread_id`` are found (not the ancestors of a fork). ``blobs`` is empty."""
 
+    async def get_thread_and_checkpoint(
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+    ) -> tuple[ThreadRecord | None, StoredCheckpoint | None]:
+        """``get_thread(thread_id)`` and ``get_checkpoint(thread_id, checkpoint_id, step=step)`` together (the
+        checkpoint is ``None`` when the thread is). This default makes the two calls; a backend with network round
+        trips answers both in one."""
+        record = await self.get_thread(thread_id)
+        if record is None:
+            return None, None
+        return record, await self.get_checkpoint(thread_id, checkpoint_id, step=step)
+
     @abc.abstractmethod
     async def list_checkpoints(
         self,

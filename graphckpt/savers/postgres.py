@@ -341,6 +341,12 @@ _THREAD_COLS: LiteralString = (
 _CP_COLS: LiteralString = (
     "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
 )
+_THREAD_AND_CP_COLS: LiteralString = (
+    "t.thread_id, t.head_checkpoint_id, t.head_step, t.status, t.run_id, t.created_at, t.updated_at, "
+    "t.parent_thread_id, t.parent_checkpoint_id, t.error, t.metadata, "
+    "c.thread_id, c.checkpoint_id, c.parent_thread_id, c.parent_checkpoint_id, c.step, c.created_at, c.status, "
+    "c.metadata, c.body"
+)
 _SQL: dict[str, LiteralString] = {
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
@@ -380,6 +386,14 @@ _SQL: dict[str, LiteralString] = {
     + _THREAD_COLS
     + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL OR status = %(status)s)
         ORDER BY updated_at DESC, thread_id DESC""",
+    "thread_cp_by_id": "SELECT "
+    + _THREAD_AND_CP_COLS
+    + """ FROM {threads} t LEFT JOIN {checkpoints} c
+        ON c.thread_id = t.thread_id AND c.checkpoint_id = %(cp)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
+    "thread_cp_by_step": "SELECT "
+    + _THREAD_AND_CP_COLS
+    + """ FROM {threads} t LEFT JOIN {checkpoints} c
+        ON c.thread_id = t.thread_id AND c.step = %(step)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
     "cp_by_id": "SELECT " + _CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s",
     "cp_by_step": "SELECT " + _CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND step = %(step)s",
     "cp_head": "SELECT "
@@ -454,7 +468,7 @@ class PostgresSaver(Saver):
                     self._dsn,
                     min_size=self._pool_min,
                     max_size=self._pool_max,
-                    kwargs={"autocommit": True, "client_encoding": "UTF8"},
+                    kwargs={"autocommit": True, "client_encoding": "UTF8", "prepare_threshold": 0},  # as _connect
                     configure=_configure,
                     open=False,
                     name="graphckpt",
@@ -698,6 +712,21 @@ class PostgresSaver(Saver):
         if found is not None and checkpoint_id is not None and step is not None and found.step != step:
             return None
         return found
+
+    async def get_thread_and_checkpoint(
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+    ) -> tuple[ThreadRecord | None, StoredCheckpoint | None]:
+        if checkpoint_id is None and step is None:
+            return await super().get_thread_and_checkpoint(thread_id)
+        params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
+        query = "thread_cp_by_id" if checkpoint_id is not None else "thread_cp_by_step"
+        rows = await self._fetch(f"get_thread_and_checkpoint of thread {thread_id!r}", query, params)
+        if not rows:
+            return None, None
+        record, cp_row = _thread(rows[0][:11]), rows[0][11:]
+        if cp_row[0] is None or (step is not None and cp_row[4] != step):
+            return record, None
+        return record, _checkpoint(cp_row)
 
     async def list_checkpoints(
         self,
