@@ -297,7 +297,8 @@ class App:
             await runner
         finally:
             if not runner.done():
-                runner.cancel()
+                runner.cancel()  # a stream abandoned midway stops its run, and has stopped it when this returns
+                await asyncio.wait([runner])
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -672,9 +673,7 @@ class App:
         :class:`SyncCallError` (their runs stop as after a crash: every committed checkpoint stays). (After async use
         only, prefer ``await app.aclose()``.)"""
         if self._portal._loop is not None:
-            self._portal.cancel_calls()
-            self._sync(self.aclose())
-            self._portal.close()
+            self._portal.shutdown(self.aclose())
             return
         try:
             asyncio.get_running_loop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -27,7 +28,9 @@ class Portal:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._calls: set[asyncio.Task[Any]] = set()  # the tasks of calls in flight (touched on the loop only)
-        self._cancelled = False  # set by cancel_calls: a cancelled call raises SyncCallError
+        self._streams: set[AsyncIterator[Any]] = set()  # iterators being driven by ``iterate``
+        self._cancelled = False  # set by shutdown, until close: a cancelled or new call raises SyncCallError
+        self._generation = 0  # loops closed so far: a stream begun on an earlier loop cannot go on
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -54,6 +57,9 @@ class Portal:
         if threading.current_thread() is self._thread:
             coro.close()
             raise SyncCallError("a sync graphckpt call was made from inside a node; use the async API there")
+        if self._cancelled:
+            coro.close()
+            raise SyncCallError("the app is being closed")
         try:
             return asyncio.run_coroutine_threadsafe(self._tracked(coro), loop).result()
         except concurrent.futures.CancelledError:
@@ -70,22 +76,37 @@ class Portal:
         finally:
             self._calls.discard(task)
 
-    def cancel_calls(self) -> None:
-        """Cancel the calls other threads have in flight and wait until they have unwound; each raises
-        :class:`SyncCallError` in its thread. (A run stops as after a crash: its checkpoints are durable.)"""
+    def shutdown(self, final: Coroutine[Any, Any, None]) -> None:
+        """Cancel the calls other threads have in flight and wait until they have unwound (each raises
+        :class:`SyncCallError` in its thread; a run stops as after a crash, its checkpoints durable), stop the
+        streams whose readers are between items, run ``final`` (closing the saver), then :meth:`close`."""
         loop = self._loop
-        if loop is None or loop.is_closed() or threading.current_thread() is self._thread:
+        if loop is None or loop.is_closed():
+            final.close()
+            self.close()
             return
+        if threading.current_thread() is self._thread:
+            final.close()
+            raise SyncCallError("the app was closed from inside a node; use `await app.aclose()` there")
 
-        async def cancel() -> None:
+        async def cancel_then_final() -> None:
             calls = list(self._calls)
             for task in calls:
                 task.cancel()
             if calls:
                 await asyncio.wait(calls)
+            for stream in list(self._streams):  # streams whose reader is between items: stop their runs too
+                closer = getattr(stream, "aclose", None)
+                if closer is not None:
+                    with contextlib.suppress(Exception):
+                        await closer()
+            await final
 
         self._cancelled = True
-        asyncio.run_coroutine_threadsafe(cancel(), loop).result()
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_then_final(), loop).result()
+        finally:
+            self.close()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Drive an async iterator on the portal loop, one item per ``next()``."""
@@ -96,15 +117,20 @@ class Portal:
             except StopAsyncIteration:
                 return False, None
 
+        generation = self._generation
+        self._streams.add(agen)
         try:
             while True:
+                if self._generation != generation:
+                    raise SyncCallError("the app was closed while this stream was being read")
                 more, item = self.call(step())
                 if not more:
                     return
                 yield item  # type: ignore[misc]
         finally:
+            self._streams.discard(agen)
             closer = getattr(agen, "aclose", None)
-            if closer is not None and self._loop is not None and not self._cancelled:
+            if closer is not None and self._loop is not None and not self._cancelled and self._generation == generation:
                 self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
 
     def close(self) -> None:
@@ -117,4 +143,5 @@ class Portal:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+        self._generation += 1
         self._cancelled = False

@@ -413,3 +413,54 @@ def test_close_ends_sync_calls_other_threads_have_in_flight(tmp_path: Any, kind:
         assert snap.step == 2 and snap.values["n"] == 2
     finally:
         reopened.close()
+
+
+def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path: Any) -> None:
+    """The reader holds a stream between two items while another thread closes the app: the run stops (nothing is
+    committed after the close) and the reader's next ``next()`` raises SyncCallError."""
+    from graphckpt import SyncCallError
+
+    started, release, got_first, go_on = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+
+    class S(TypedDict, total=False):
+        n: int
+
+    def step(s: S, ctx: Context) -> dict[str, Any]:  # (ctx: a worker thread, never inline on the app's loop)
+        if s.get("n", 0) == 2:
+            started.set()
+            release.wait(30)
+        return {"n": s.get("n", 0) + 1}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        stream = app.stream({"n": 0}, thread_id="t", mode="values")
+        try:
+            next(stream)
+            got_first.set()
+            go_on.wait(30)
+            for _ in stream:
+                pass
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert started.wait(30) and got_first.wait(30)
+    app.close()
+    release.set()
+    go_on.set()
+    reader.join(30)
+    assert not reader.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
+    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    try:
+        assert reopened.get_state("t").step == 2
+    finally:
+        reopened.close()
