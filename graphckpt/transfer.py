@@ -1,7 +1,8 @@
 """Moving a thread, with its whole lineage, between savers as JSON lines.
 
 The export is raw: stored bytes travel base64-encoded and unchanged, so no state schema is needed on either side and
-a thread imported elsewhere resumes exactly where it was. Lines, in order::
+a thread imported elsewhere resumes exactly where it was. (A chunk travels as the deltas it packs, each with the
+checkpoint of its step.) Lines, in order::
 
     {"kind": "header", "format": "graphckpt-thread", "version": 1, "thread_id": ...}
     {"kind": "checkpoint", ...}   one per checkpoint, oldest first: ancestors' (up to each fork point) then the thread's
@@ -54,7 +55,8 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
         blobs = await saver.get_blobs([BlobRange(tid, ch, first, last) for ch in channels]) if channels else []
         by_step: dict[int, list[Blob]] = {}
         for blob in blobs:
-            by_step.setdefault(blob.step, []).append(blob)
+            for part in _unpacked(blob, last) if blob.kind == "chunk" else (blob,):
+                by_step.setdefault(part.step, []).append(part)
         for cp in cps:
             count += 1
             yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])))
@@ -216,6 +218,31 @@ async def _import_checkpoint(
     await saver.commit(cp, expected_head=heads.get(cp.thread_id), run_id=run_id)
     heads[cp.thread_id] = cp.checkpoint_id
     return True
+
+
+def _unpacked(chunk: Blob, last: int) -> list[Blob]:
+    """The deltas a chunk packs (each one's bytes unchanged), up to step ``last``. Each travels with the checkpoint
+    of its own step: a chunk can reach past the end of the exported segment (a fork point), and the target may
+    already hold the checkpoint at the chunk's first step (an earlier import), which the import skips."""
+    unpacker = msgpack.Unpacker(raw=False, ext_hook=msgpack.ExtType, max_buffer_size=max(len(chunk.data), 1))
+    out: list[Blob] = []
+    try:
+        unpacker.feed(chunk.data)
+        for _ in range(unpacker.read_array_header() // 2):
+            step = unpacker.unpack()
+            start = unpacker.tell()
+            unpacker.skip()
+            if type(step) is not int:
+                raise ValueError("a step is not an integer")
+            if step <= last:
+                out.append(Blob(chunk.thread_id, chunk.channel, step, "delta", chunk.data[start : unpacker.tell()]))
+    except Exception as exc:
+        raise CorruptCheckpointError(
+            f"thread {chunk.thread_id!r} has a corrupt chunk of {chunk.channel!r} at step {chunk.step} "
+            f"({type(exc).__name__})",
+            thread_id=chunk.thread_id,
+        ) from None
+    return out
 
 
 def _lineage(cp: StoredCheckpoint) -> list[tuple[str, int]]:
