@@ -23,7 +23,7 @@ from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
-__all__ = ["CHUNK", "Body", "Codec", "Loose"]
+__all__ = ["CHUNK", "Body", "Codec", "Loose", "split_chunk"]
 
 logger = logging.getLogger(__name__)
 
@@ -383,6 +383,27 @@ def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:
     for step, data in deltas:
         parts += (msgpack.packb(step), data)
     return b"".join(parts)
+
+
+def split_chunk(data: bytes) -> list[tuple[int, bytes]]:
+    """The ``(step, data)`` of each delta a chunk packs, each one's bytes as they were stored (see
+    :func:`_pack_chunk`). Raises ``ValueError`` when ``data`` is not a chunk."""
+    unpacker = msgpack.Unpacker(raw=False, ext_hook=msgpack.ExtType, max_buffer_size=max(len(data), 1))
+    out: list[tuple[int, bytes]] = []
+    try:
+        unpacker.feed(data)
+        for _ in range(unpacker.read_array_header() // 2):
+            step = unpacker.unpack()
+            start = unpacker.tell()
+            unpacker.skip()
+            if type(step) is not int:
+                raise ValueError("a step is not an integer")
+            out.append((step, data[start : unpacker.tell()]))
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"not a chunk ({type(exc).__name__})") from None
+    return out
 
 
 def _is_chunk(data: Any) -> bool:

@@ -17,6 +17,9 @@ from graphckpt.errors import SyncCallError
 
 __all__ = ["Portal"]
 
+_CLOSED_CHECK = 1.0
+"""Seconds between checks, while a sync call waits, that the loop it was sent to has not been closed meanwhile."""
+
 T = TypeVar("T")
 
 
@@ -60,14 +63,24 @@ class Portal:
         if self._cancelled:
             coro.close()
             raise SyncCallError("the app is being closed")
-        try:
-            return asyncio.run_coroutine_threadsafe(self._tracked(coro), loop).result()
-        except concurrent.futures.CancelledError:
-            if self._cancelled:
-                raise SyncCallError("the app was closed while this call was running") from None
-            raise
+        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
+        while True:
+            try:
+                return future.result(timeout=_CLOSED_CHECK)
+            except concurrent.futures.CancelledError:
+                if self._cancelled or loop.is_closed():
+                    raise SyncCallError("the app was closed while this call was running") from None
+                raise
+            except TimeoutError:
+                if future.done():
+                    raise  # the call's own TimeoutError
+                if loop.is_closed():  # submitted just as the app closed: it will never run
+                    raise SyncCallError("the app was closed while this call was running") from None
 
     async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._cancelled:  # checked on the loop, where shutdown's cancelling runs: no call slips between them
+            coro.close()
+            raise SyncCallError("the app is being closed")
         task = asyncio.current_task()
         assert task is not None
         self._calls.add(task)

@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 
 from graphckpt import ids
+from graphckpt.codec import split_chunk
 from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite
 
@@ -224,25 +225,14 @@ def _unpacked(chunk: Blob, last: int) -> list[Blob]:
     """The deltas a chunk packs (each one's bytes unchanged), up to step ``last``. Each travels with the checkpoint
     of its own step: a chunk can reach past the end of the exported segment (a fork point), and the target may
     already hold the checkpoint at the chunk's first step (an earlier import), which the import skips."""
-    unpacker = msgpack.Unpacker(raw=False, ext_hook=msgpack.ExtType, max_buffer_size=max(len(chunk.data), 1))
-    out: list[Blob] = []
     try:
-        unpacker.feed(chunk.data)
-        for _ in range(unpacker.read_array_header() // 2):
-            step = unpacker.unpack()
-            start = unpacker.tell()
-            unpacker.skip()
-            if type(step) is not int:
-                raise ValueError("a step is not an integer")
-            if step <= last:
-                out.append(Blob(chunk.thread_id, chunk.channel, step, "delta", chunk.data[start : unpacker.tell()]))
-    except Exception as exc:
+        deltas = split_chunk(chunk.data)
+    except ValueError as exc:
         raise CorruptCheckpointError(
-            f"thread {chunk.thread_id!r} has a corrupt chunk of {chunk.channel!r} at step {chunk.step} "
-            f"({type(exc).__name__})",
+            f"thread {chunk.thread_id!r} has a corrupt chunk of {chunk.channel!r} at step {chunk.step} ({exc})",
             thread_id=chunk.thread_id,
         ) from None
-    return out
+    return [Blob(chunk.thread_id, chunk.channel, step, "delta", data) for step, data in deltas if step <= last]
 
 
 def _lineage(cp: StoredCheckpoint) -> list[tuple[str, int]]:
