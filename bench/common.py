@@ -49,6 +49,7 @@ class Sizes:
     w6_steps: int = 500
     w6_fork_at: int = 250
     w6_more: int = 10
+    w6_warm_forks: int = 15
     floor_commits: int = 1000
     floor_row_bytes: int = 256
 
@@ -67,6 +68,7 @@ QUICK = Sizes(
     w6_steps=12,
     w6_fork_at=6,
     w6_more=3,
+    w6_warm_forks=2,
     floor_commits=20,
 )
 

@@ -182,11 +182,22 @@ def _targets() -> list[Target]:
             Target(
                 "W6",
                 saver,
-                "fork, ms (finding the checkpoint not included)",
+                "fork, ms, one call right after gc.collect() (cold; finding the checkpoint not included)",
                 "<= 0.5 ms",
                 fig(gc, "W6", saver, "fork_ms"),
                 lambda v: v <= 0.5,
                 **both("W6", saver, "fork_ms"),
+            )
+        )
+        rows.append(
+            Target(
+                "W6",
+                saver,
+                "fork, ms, median of 15 back to back (warm)",
+                "<= 0.5 ms",
+                fig(gc, "W6", saver, "fork_warm_ms"),
+                lambda v: v <= 0.5,
+                **both("W6", saver, "fork_warm_ms"),
             )
         )
         rows.append(

@@ -183,7 +183,8 @@ def _python_start_ms(env: dict[str, str]) -> float:
 
 
 def w6_fork(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> Figures:
-    """W6: fork a 500-step thread at step 250, run 10 more steps; time of finding and forking, bytes added."""
+    """W6: fork a 500-step thread at step 250, run 10 more steps; time of finding and forking (one fork, cold, right
+    after a collection: the target's figure; then the median of repeated forks, warm), bytes added."""
     steps, fork_at, more = sizes.w6_steps, sizes.w6_fork_at, sizes.w6_more
     app = engine.build_messages(store, steps, W6_MESSAGE_BYTES)
     try:
@@ -198,10 +199,17 @@ def w6_fork(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> Figu
         after_fork = storage.payload_bytes(store)
         out, more_ms = _timed(lambda: app.resume(fork))
         after_more = storage.payload_bytes(store)
+        warm = []  # context for the cold figure above: the same fork repeated back to back in a warm process
+        for i in range(sizes.w6_warm_forks):
+            started = time.perf_counter()
+            app.fork("w6", ref, {"stop": fork_at + more}, f"w6-warm-{i}")
+            warm.append(1e3 * (time.perf_counter() - started))
     finally:
         app.close()
     assert out["n"] == fork_at + more and len(out["messages"]) == fork_at + more, f"W6 fork ended at n={out['n']}"
     figures = {"find_ms": find_ms, "fork_ms": fork_ms, "more_ms_per_step": more_ms / more}
+    if warm:
+        figures["fork_warm_ms"] = statistics.median(warm)
     if before is not None and after_fork is not None and after_more is not None:
         figures |= {"fork_bytes": after_fork - before, "more_bytes_per_step": (after_more - after_fork) / more}
     return figures
