@@ -34,8 +34,8 @@ concurrent commits still run in parallel (and share WAL flushes on the server).
 Storage: ``blobs.kind`` is a small integer (``0`` snapshot, ``1`` delta, ``4`` chunk, ``+2`` when ``data`` is
 compressed by the saver). PostgreSQL only compresses values of rows above ~2 KiB, so blobs of ``_COMPRESS_MIN``
 bytes and more are compressed here, with zstd, when that saves at least an eighth; the saver still never interprets
-them. (Earlier development versions compressed with zlib; both formats are read, told apart by their magic bytes. zstd decodes
-about four times faster, which is most of the cost of reading a long list's past state.)
+them. (Earlier development versions compressed with zlib; both formats are read, told apart by their magic bytes.
+zstd decodes about four times faster, which is most of the cost of reading a long list's past state.)
 ``threads.updated_at`` is not indexed, so moving the head is a HOT update (no index entries per step);
 ``list_threads`` sorts instead.
 """
