@@ -23,7 +23,7 @@ from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
-__all__ = ["CHUNK", "Body", "Codec", "Loose", "split_chunk"]
+__all__ = ["CHUNK", "CHUNK_DELTA_MAX", "Body", "Codec", "Loose", "split_chunk"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ INLINE_TOTAL = 512
 """At most this many bytes of carried channels per checkpoint; the rest get blob rows."""
 CHUNK = 32
 """A reducer channel's deltas are packed into one ``chunk`` row this many at a time (see ``channel_blobs``)."""
+CHUNK_DELTA_MAX = 8192
+"""A delta encoded in more bytes keeps its own row and is never packed: packing saves per-row costs, which large
+deltas do not feel, and would write them twice. So a chunk holds at most ``CHUNK * CHUNK_DELTA_MAX`` bytes, and a
+run keeps at most that much of a channel in memory to pack."""
 
 Loose = dict[str, list[tuple[int, bytes]]]
 """Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot: (step, data)."""
@@ -136,7 +140,8 @@ class Codec:
 
         With ``loose`` (the thread's delta rows not yet packed, see :data:`Loose`), every ``CHUNK``-th delta of a
         channel is stored as a ``chunk`` holding it and the loose ones before it, which the saver puts in place of
-        their rows: a past state is then a few rows to read, and long values pack densely.
+        their rows: a past state is then a few rows to read, and long values pack densely. Deltas larger than
+        ``CHUNK_DELTA_MAX`` keep their own rows (see :func:`_pend`).
         """
         blobs: list[Blob] = []
         forced = set(full)
@@ -167,8 +172,7 @@ class Codec:
                     loose.pop(name, None)
                 else:
                     pending = loose.setdefault(name, [])
-                    pending.append((step, data))
-                    if len(pending) >= CHUNK:
+                    if _pend(pending, step, data):
                         at, kind, data = pending[0][0], "chunk", _pack_chunk(pending)
                         del loose[name]
             blobs.append(Blob(thread_id, name, at, kind, data))  # type: ignore[arg-type]
@@ -224,11 +228,13 @@ class Codec:
         run continuing from ``cp`` packs them)."""
         ranges = self.ranges(cp.step, body)
         blobs = await saver.get_blobs(ranges) if ranges else []
-        if loose is not None:
-            for blob in blobs:  # every delta row of the thread itself is loose: a chunk replaces the rows it packs
-                if blob.kind == "delta" and blob.thread_id == cp.thread_id:
-                    loose.setdefault(blob.channel, []).append((blob.step, blob.data))
-                elif blob.kind == "snapshot" and blob.thread_id == cp.thread_id:
+        if loose is not None:  # replay the packing rule over the thread's own rows, in step order per channel
+            for blob in blobs:
+                if blob.thread_id != cp.thread_id:
+                    continue
+                if blob.kind == "delta":
+                    _pend(loose.setdefault(blob.channel, []), blob.step, blob.data)
+                else:  # a snapshot or a chunk: no row before it waits to be packed
                     loose.pop(blob.channel, None)
         return self.fold_many([(cp, body)], blobs)[0]
 
@@ -366,6 +372,18 @@ class Codec:
             thread_id=cp.thread_id,
             checkpoint_id=cp.checkpoint_id,
         )
+
+
+def _pend(pending: list[tuple[int, bytes]], step: int, data: bytes) -> bool:
+    """The packing rule, shared by the writer and by a resumed run rebuilding its state from storage: ``data``, the
+    delta stored at ``step``, joins the deltas waiting to be packed, unless it is larger than ``CHUNK_DELTA_MAX``:
+    then it keeps its own row and the ones waiting stay unpacked (a chunk only ever replaces consecutive rows).
+    True when ``CHUNK`` deltas wait: the caller packs them."""
+    if len(data) > CHUNK_DELTA_MAX:
+        pending.clear()
+        return False
+    pending.append((step, data))
+    return len(pending) >= CHUNK
 
 
 def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append
-from graphckpt.codec import CHUNK
+from graphckpt.codec import CHUNK, CHUNK_DELTA_MAX
 from graphckpt.savers.base import Blob, BlobRange
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.savers.sqlite import SqliteSaver
@@ -156,3 +156,35 @@ async def test_a_chunk_of_the_wrong_shape_is_a_corrupt_checkpoint(tmp_path: Path
             conn.execute("UPDATE blobs SET data = ? WHERE step = ? AND channel = 'items'", (bad, chunk.step))
         with pytest.raises(CorruptCheckpointError, match=r"thread 't'.*unexpected blob"):
             await app.aget_state("t", step=CHUNK)
+
+
+async def test_large_deltas_keep_their_own_rows_and_are_never_packed(saver: Saver) -> None:
+    """The appends at n=10 and n=50 are larger than CHUNK_DELTA_MAX: they keep their rows, the small ones waiting
+    before them stay unpacked, and a run resumed in a new app (rebuilding what waits from storage) never packs across
+    them: every checkpoint reads exactly what was appended."""
+    big = "x" * (CHUNK_DELTA_MAX + 100)
+    large_at = (10, 50)
+
+    def sized_app() -> Any:
+        def step(s: Log) -> dict[str, Any]:
+            return {"items": [f"item-{s.n}" + (big if s.n in large_at else "")], "n": s.n + 1}
+
+        g = StateGraph(Log)
+        g.add_node("step", step)
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
+        return g.compile(saver=saver, recursion_limit=1000)
+
+    def want(n: int) -> list[str]:
+        return [f"item-{k}" + (big if k in large_at else "") for k in range(n)]
+
+    # first run: a chunk after n=10, then n=43..49 wait, n=50 is large, n=51..54 wait when the run ends
+    await sized_app().ainvoke({"stop": 55}, thread_id="t")
+    await sized_app().ainvoke({"stop": 3 * CHUNK}, thread_id="t")  # a new turn, in a new app
+    blobs = await item_blobs(saver, "t")
+    large = [b for b in blobs if len(b.data) > CHUNK_DELTA_MAX]
+    assert len(large) == 2 and all(b.kind == "delta" for b in large)
+    assert [b.kind for b in blobs].count("chunk") == 2
+    assert all(len(b.data) <= CHUNK * CHUNK_DELTA_MAX for b in blobs if b.kind == "chunk")
+    for snap in await sized_app().ahistory("t"):
+        assert snap.values.items == want(snap.values.n)
