@@ -1,8 +1,8 @@
 """Delta chunks against a store that never packs: random turns (multi-turn on done threads), failures resumed
 through a fresh app, forks (no update, a plain update, a reducer update) at random steps, forks of forks, deletes of
-fork sources and app restarts run once with ``CHUNK`` = 2 on a real saver and once unpacked on a ``MemorySaver``;
-every checkpoint of every live thread must read the same (in ``history``, by step and as the head). Two nodes write
-the reducer channel in the same step."""
+fork sources and app restarts run once with ``CHUNK`` = 2 (and sometimes a tiny ``CHUNK_DELTA_MAX``) on a real
+saver and once unpacked on a ``MemorySaver``; every checkpoint of every live thread must read the same (in
+``history``, by step and as the head). Two nodes write the reducer channel in the same step."""
 
 from __future__ import annotations
 
@@ -79,8 +79,10 @@ async def until_done(app: Any, tid: str) -> None:
             continue
 
 
-async def play(saver: Saver, plan: list[Any], chunk: int, snapshot_every: int, fails: bool) -> dict[str, Any]:
-    codec.CHUNK = chunk
+async def play(
+    saver: Saver, plan: list[Any], chunk: int, snapshot_every: int, fails: bool, delta_max: int = 8192
+) -> dict[str, Any]:
+    codec.CHUNK, codec.CHUNK_DELTA_MAX = chunk, delta_max
     app = make_app(saver, snapshot_every)
     threads: list[str] = []
     live: list[str] = []
@@ -133,7 +135,7 @@ async def play(saver: Saver, plan: list[Any], chunk: int, snapshot_every: int, f
     return out
 
 
-def run(kind: str, plan: list[Any], snapshot_every: int) -> None:
+def run(kind: str, plan: list[Any], snapshot_every: int, delta_max: int = 8192) -> None:
     try:
         FAIL.clear()
         ref = asyncio.run(play(MemorySaver(), plan, 10**9, snapshot_every, fails=False))
@@ -144,7 +146,7 @@ def run(kind: str, plan: list[Any], snapshot_every: int) -> None:
                 saver = await open_saver(kind, Path(tmp), schema)
                 try:
                     async with saver:
-                        return await play(saver, plan, 2, snapshot_every, fails=True)
+                        return await play(saver, plan, 2, snapshot_every, fails=True, delta_max=delta_max)
                 finally:
                     if schema is not None:
                         import psycopg
@@ -156,14 +158,19 @@ def run(kind: str, plan: list[Any], snapshot_every: int) -> None:
             got = asyncio.run(go())
         assert got == ref
     finally:
-        codec.CHUNK = 32
+        codec.CHUNK, codec.CHUNK_DELTA_MAX = 32, 8192
         FAIL.clear()
 
 
 @settings(max_examples=80, deadline=None)
-@given(plan=ops, snapshot_every=st.sampled_from([3, 5, 1000]), kind=st.sampled_from(["memory", "sqlite"]))
-def test_chunked_equals_unpacked(plan: list[Any], snapshot_every: int, kind: str) -> None:
-    run(kind, plan, snapshot_every)
+@given(
+    plan=ops,
+    snapshot_every=st.sampled_from([3, 5, 1000]),
+    kind=st.sampled_from(["memory", "sqlite"]),
+    delta_max=st.sampled_from([8192, 10]),  # 10: from n = 10 on, the two-item deltas keep their own rows
+)
+def test_chunked_equals_unpacked(plan: list[Any], snapshot_every: int, kind: str, delta_max: int) -> None:
+    run(kind, plan, snapshot_every, delta_max)
 
 
 @pytest.mark.postgres
