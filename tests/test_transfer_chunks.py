@@ -1,4 +1,5 @@
-"""Bugs found in review of the delta chunks, the lazy sync fork and the portal shutdown (one test per finding)."""
+"""Export and import of threads whose deltas are packed into chunks: a chunk travels as the deltas it packs, each with
+the checkpoint of its own step, up to the end of the exported segment."""
 
 from __future__ import annotations
 
