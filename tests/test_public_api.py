@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import graphckpt
 from graphckpt import errors
 
@@ -57,3 +59,17 @@ def test_core_runs_a_graph_without_the_extras() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "2"
+
+
+@pytest.mark.parametrize("absent", ["psycopg", "zstandard"])
+def test_postgres_saver_without_its_extra_names_the_extra(absent: str) -> None:
+    code = (
+        "import sys\n"
+        f"sys.modules[{absent!r}] = None\n"
+        "try:\n"
+        "    from graphckpt.savers.postgres import PostgresSaver\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'graphckpt[postgres]'" in out.stdout and absent in out.stdout, out.stdout

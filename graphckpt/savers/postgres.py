@@ -52,14 +52,17 @@ import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, LiteralString, cast
 
-import psycopg
-import zstandard
-from psycopg import sql
-from psycopg.adapt import Dumper, Loader
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import Format
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
+try:
+    import psycopg
+    import zstandard
+    from psycopg import sql
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.pq import Format
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadConflictError, ThreadNotFoundError
