@@ -7,6 +7,7 @@ exporting must all see exactly the values an unpacked store would give.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ import msgpack
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append
+from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append, codec
 from graphckpt.codec import CHUNK, CHUNK_DELTA_MAX
 from graphckpt.savers.base import Blob, BlobRange
 from graphckpt.savers.memory import MemorySaver
@@ -29,9 +30,11 @@ class Log(BaseModel):
     fail_at: int = -1
 
 
-def log_app(saver: Saver, **options: Any) -> Any:
+def log_app(saver: Saver, item: Callable[[Log], str] = lambda s: f"item-{s.n}", **options: Any) -> Any:
+    """``step`` appends ``item(state)`` and counts, until ``n`` reaches ``stop``."""
+
     def step(s: Log) -> dict[str, Any]:
-        return {"items": [f"item-{s.n}"], "n": s.n + 1}
+        return {"items": [item(s)], "n": s.n + 1}
 
     g = StateGraph(Log)
     g.add_node("step", step)
@@ -84,17 +87,13 @@ async def test_fork_inside_a_chunk_sees_only_its_own_lineage(saver: Saver) -> No
 async def test_resume_in_a_new_app_packs_the_deltas_stored_before_the_failure(saver: Saver) -> None:
     broken = [True]
 
-    def flaky_app() -> Any:  # a fresh app, as a new process would build: the loose deltas come from storage
-        def step(s: Log) -> dict[str, Any]:
-            if s.n == s.fail_at and broken[0]:
-                raise RuntimeError(f"planned failure at n={s.n}")
-            return {"items": [f"item-{s.n}"], "n": s.n + 1}
+    def flaky_item(s: Log) -> str:
+        if s.n == s.fail_at and broken[0]:
+            raise RuntimeError(f"planned failure at n={s.n}")
+        return f"item-{s.n}"
 
-        g = StateGraph(Log)
-        g.add_node("step", step)
-        g.add_edge(START, "step")
-        g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
-        return g.compile(saver=saver, recursion_limit=1000)
+    def flaky_app() -> Any:  # a fresh app, as a new process would build: the loose deltas come from storage
+        return log_app(saver, flaky_item)
 
     # the list is stored at step 1, deltas from step 2: at the failure, one chunk and 15 loose deltas are stored
     fail_at, more = CHUNK + 16, CHUNK - 1
@@ -166,14 +165,7 @@ async def test_large_deltas_keep_their_own_rows_and_are_never_packed(saver: Save
     large_at = (10, 50)
 
     def sized_app() -> Any:
-        def step(s: Log) -> dict[str, Any]:
-            return {"items": [f"item-{s.n}" + (big if s.n in large_at else "")], "n": s.n + 1}
-
-        g = StateGraph(Log)
-        g.add_node("step", step)
-        g.add_edge(START, "step")
-        g.add_conditional_edges("step", lambda s: "step" if s.n < s.stop else END)
-        return g.compile(saver=saver, recursion_limit=1000)
+        return log_app(saver, lambda s: f"item-{s.n}" + (big if s.n in large_at else ""))
 
     def want(n: int) -> list[str]:
         return [f"item-{k}" + (big if k in large_at else "") for k in range(n)]
@@ -188,3 +180,41 @@ async def test_large_deltas_keep_their_own_rows_and_are_never_packed(saver: Save
     assert all(len(b.data) <= CHUNK * CHUNK_DELTA_MAX for b in blobs if b.kind == "chunk")
     for snap in await sized_app().ahistory("t"):
         assert snap.values.items == want(snap.values.n)
+
+
+async def test_importing_a_second_fork_after_the_source_packed_its_deltas(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first export carries the source's loose deltas 2..5; by the second export they (and 6..8) sit in one chunk
+    # keyed by step 2, a checkpoint the target already has and the import skips: steps 6..8 were lost.
+    monkeypatch.setattr(codec, "CHUNK", 8)
+    app = log_app(saver)
+    await app.ainvoke({"stop": 6}, thread_id="src")  # items stored at step 1, deltas 2..6 stay loose
+    await app.afork("src", step=5, update={"stop": 7}, new_thread_id="f1")
+    target = MemorySaver()
+    await import_thread(target, [line async for line in export_thread(saver, "f1")])
+    await app.ainvoke({"stop": 12}, thread_id="src")  # a new turn: deltas 2..9 are packed
+    await app.afork("src", step=8, update={"stop": 10}, new_thread_id="f2")
+    await import_thread(target, [line async for line in export_thread(saver, "f2")])
+    copy = log_app(target)
+    head = (await copy.aget_state("f2")).values
+    assert head.n == 7 and head.items == expected(7)
+    for snap in await copy.ahistory("f2"):
+        assert snap.values.items == expected(snap.values.n)
+
+
+async def test_resuming_an_imported_ancestor_cut_inside_a_chunk(saver: Saver, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The export of a fork carries the source up to the fork point, with the source's chunk whole (its deltas past
+    # the fork point too). Continuing that source in the target folded them as well as its own new deltas.
+    monkeypatch.setattr(codec, "CHUNK", 4)
+    app = log_app(saver)
+    await app.ainvoke({"stop": 10}, thread_id="src")  # chunks at 2 (2..5) and 6 (6..9)
+    await app.afork("src", step=3, update={"stop": 4}, new_thread_id="f")
+    target = MemorySaver()
+    await import_thread(target, [line async for line in export_thread(saver, "f")])
+    copy = log_app(target)
+    assert (await copy.aget_state("src")).values.items == expected(3)
+    done = await copy.aresume("src")
+    assert done.values.items == expected(10)
+    for snap in await copy.ahistory("src"):
+        assert snap.values.items == expected(snap.values.n)
