@@ -364,6 +364,27 @@ async def test_a_bad_recursion_limit_is_refused_before_anything_is_written(saver
     assert await saver.get_thread("t") is None
 
 
+class _Counter(TypedDict, total=False):
+    n: int
+
+
+def _blocked_at_n2(tmp_path: Any, started: threading.Event, release: threading.Event) -> Any:
+    """A loop counting ``n`` to 5 on a SQLite file; at ``n == 2`` its node sets ``started`` and waits for ``release``
+    (in a worker thread: a node taking ``ctx`` never runs inline on the app's loop)."""
+
+    def step(s: _Counter, ctx: Context) -> dict[str, Any]:
+        if s.get("n", 0) == 2:
+            started.set()
+            release.wait(30)
+        return {"n": s.get("n", 0) + 1}
+
+    g = StateGraph(_Counter)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    return g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+
+
 @pytest.mark.parametrize("kind", ["invoke", "stream"])
 def test_close_ends_sync_calls_other_threads_have_in_flight(tmp_path: Any, kind: str) -> None:
     """A sync call running while another thread closes the app raises SyncCallError instead of waiting forever;
@@ -371,21 +392,7 @@ def test_close_ends_sync_calls_other_threads_have_in_flight(tmp_path: Any, kind:
     from graphckpt import SyncCallError
 
     started, release = threading.Event(), threading.Event()
-
-    class S(TypedDict, total=False):
-        n: int
-
-    def step(s: S, ctx: Context) -> dict[str, Any]:  # (ctx: a worker thread, never inline on the app's loop)
-        if s.get("n", 0) == 2:
-            started.set()
-            release.wait(30)
-        return {"n": s.get("n", 0) + 1}
-
-    g = StateGraph(S)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
-    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    app = _blocked_at_n2(tmp_path, started, release)
     outcome: list[BaseException | None] = []
 
     def run() -> None:
@@ -407,7 +414,7 @@ def test_close_ends_sync_calls_other_threads_have_in_flight(tmp_path: Any, kind:
     worker.join(30)
     assert not worker.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
-    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    reopened = _blocked_at_n2(tmp_path, threading.Event(), threading.Event())
     try:
         snap = reopened.get_state("t")
         assert snap.step == 2 and snap.values["n"] == 2
@@ -422,20 +429,7 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
 
     started, release, got_first, go_on = threading.Event(), threading.Event(), threading.Event(), threading.Event()
 
-    class S(TypedDict, total=False):
-        n: int
-
-    def step(s: S, ctx: Context) -> dict[str, Any]:  # (ctx: a worker thread, never inline on the app's loop)
-        if s.get("n", 0) == 2:
-            started.set()
-            release.wait(30)
-        return {"n": s.get("n", 0) + 1}
-
-    g = StateGraph(S)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
-    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    app = _blocked_at_n2(tmp_path, started, release)
     outcome: list[BaseException | None] = []
 
     def read() -> None:
@@ -459,7 +453,7 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
     reader.join(30)
     assert not reader.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
-    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    reopened = _blocked_at_n2(tmp_path, threading.Event(), threading.Event())
     try:
         assert reopened.get_state("t").step == 2
     finally:
