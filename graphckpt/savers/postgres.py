@@ -182,6 +182,53 @@ _compact_json = functools.partial(json.dumps, separators=(",", ":"))
 _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
+
+def _commit_function(store_blobs: LiteralString) -> LiteralString:
+    """``graphckpt_commit`` as a migration (re)creates it: the whole commit in one call. Migrations differ only in
+    ``store_blobs``, the statements storing the ``p_b_*`` blobs; the rest is shared and frozen (changing it means a
+    new migration). Volatile: every statement takes a fresh snapshot, so the DELETE (run after the UPDATE holds the
+    thread row lock) sees every pending write committed before."""
+    return (
+        """CREATE OR REPLACE FUNCTION {graphckpt_commit}(
+                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
+                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
+                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
+                OUT won boolean, OUT head text)
+            LANGUAGE plpgsql VOLATILE AS $fn$
+            BEGIN
+                IF p_expected IS NULL THEN
+                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
+                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
+                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
+                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
+                    ON CONFLICT (thread_id) DO NOTHING;
+                    won := FOUND;
+                ELSE
+                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
+                        error = NULL, metadata = p_meta, updated_at = p_now
+                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
+                    won := FOUND;
+                    IF NOT won THEN
+                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
+                        WHERE t.thread_id = p_tid AND NOT t.deleted;
+                    END IF;
+                END IF;
+                IF NOT won THEN
+                    RETURN;
+                END IF;
+                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
+                    parent_checkpoint_id, status, metadata, body)
+                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);"""
+        + store_blobs
+        + """
+                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
+                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
+                END IF;
+            END
+            $fn$"""
+    )
+
+
 _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     (
         1,
@@ -231,49 +278,14 @@ _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
                 kind text COLLATE "C" NOT NULL,
                 data bytea NOT NULL,
                 PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))""",
-            # The whole commit in one call. Volatile: every statement takes a fresh snapshot, so the DELETE (run
-            # after the UPDATE holds the thread row lock) sees every pending write committed before.
-            """CREATE FUNCTION {graphckpt_commit}(
-                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
-                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
-                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
-                OUT won boolean, OUT head text)
-            LANGUAGE plpgsql VOLATILE AS $fn$
-            BEGIN
-                IF p_expected IS NULL THEN
-                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
-                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
-                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
-                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
-                    ON CONFLICT (thread_id) DO NOTHING;
-                    won := FOUND;
-                ELSE
-                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
-                        error = NULL, metadata = p_meta, updated_at = p_now
-                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
-                    won := FOUND;
-                    IF NOT won THEN
-                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
-                        WHERE t.thread_id = p_tid AND NOT t.deleted;
-                    END IF;
-                END IF;
-                IF NOT won THEN
-                    RETURN;
-                END IF;
-                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
-                    parent_checkpoint_id, status, metadata, body)
-                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);
-                -- One prepared INSERT per blob is cheaper than INSERT ... SELECT FROM unnest() for the few blobs
-                -- of a step.
+            # One prepared INSERT per blob is cheaper than INSERT ... SELECT FROM unnest() for the few blobs of a step.
+            _commit_function(
+                """
                 FOR i IN 1..cardinality(p_b_ch) LOOP
                     INSERT INTO {blobs} (step, kind, thread_id, channel, data)
                     VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
-                END LOOP;
-                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
-                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
-                END IF;
-            END
-            $fn$""",
+                END LOOP;"""
+            ),
         ),
     ),
     (
@@ -283,38 +295,10 @@ _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             # The old constraint (0..3) implies the new one, so existing rows need no validating scan.
             """ALTER TABLE {blobs} DROP CONSTRAINT blobs_kind_check,
                 ADD CONSTRAINT blobs_kind_check CHECK (kind IN (0, 1, 2, 3, 4, 6)) NOT VALID""",
-            # As version 1, plus: a chunk at step a deletes its thread's and channel's blobs with a < step < p_step
-            # and replaces the row at a (a delta it packs).
-            """CREATE OR REPLACE FUNCTION {graphckpt_commit}(
-                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
-                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
-                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
-                OUT won boolean, OUT head text)
-            LANGUAGE plpgsql VOLATILE AS $fn$
-            BEGIN
-                IF p_expected IS NULL THEN
-                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
-                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
-                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
-                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
-                    ON CONFLICT (thread_id) DO NOTHING;
-                    won := FOUND;
-                ELSE
-                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
-                        error = NULL, metadata = p_meta, updated_at = p_now
-                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
-                    won := FOUND;
-                    IF NOT won THEN
-                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
-                        WHERE t.thread_id = p_tid AND NOT t.deleted;
-                    END IF;
-                END IF;
-                IF NOT won THEN
-                    RETURN;
-                END IF;
-                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
-                    parent_checkpoint_id, status, metadata, body)
-                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);
+            # A chunk at step a deletes its thread's and channel's blobs with a < step < p_step and replaces the row
+            # at a (a delta it packs).
+            _commit_function(
+                """
                 FOR i IN 1..cardinality(p_b_ch) LOOP
                     IF p_b_kind[i] < 4 THEN
                         INSERT INTO {blobs} (step, kind, thread_id, channel, data)
@@ -326,12 +310,8 @@ _MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
                         VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i])
                         ON CONFLICT (thread_id, channel, step) DO UPDATE SET kind = excluded.kind, data = excluded.data;
                     END IF;
-                END LOOP;
-                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
-                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
-                END IF;
-            END
-            $fn$""",
+                END LOOP;"""
+            ),
         ),
     ),
 )
@@ -344,12 +324,10 @@ _THREAD_COLS: LiteralString = (
 _CP_COLS: LiteralString = (
     "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
 )
-_THREAD_AND_CP_COLS: LiteralString = (
-    "t.thread_id, t.head_checkpoint_id, t.head_step, t.status, t.run_id, t.created_at, t.updated_at, "
-    "t.parent_thread_id, t.parent_checkpoint_id, t.error, t.metadata, "
-    "c.thread_id, c.checkpoint_id, c.parent_thread_id, c.parent_checkpoint_id, c.step, c.created_at, c.status, "
-    "c.metadata, c.body"
-)
+_THREAD_AND_CP_COLS: LiteralString = ", ".join(
+    [*(f"t.{c}" for c in _THREAD_COLS.split(", ")), *(f"c.{c}" for c in _CP_COLS.split(", "))]
+)  # built from the two literal column lists above
+_N_THREAD_COLS = len(_THREAD_COLS.split(", "))
 _SQL: dict[str, LiteralString] = {
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
@@ -726,7 +704,7 @@ class PostgresSaver(Saver):
         rows = await self._fetch(f"get_thread_and_checkpoint of thread {thread_id!r}", query, params)
         if not rows:
             return None, None
-        record, cp_row = _thread(rows[0][:11]), rows[0][11:]
+        record, cp_row = _thread(rows[0][:_N_THREAD_COLS]), rows[0][_N_THREAD_COLS:]
         if cp_row[0] is None or (step is not None and cp_row[4] != step):
             return record, None
         return record, _checkpoint(cp_row)
