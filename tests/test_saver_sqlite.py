@@ -194,6 +194,53 @@ async def test_busy_timeout_expiry_is_a_saver_error_naming_the_file(tmp_path: Pa
         assert head is not None and head.checkpoint_id == b.checkpoint_id
 
 
+async def _lock_new_file(path: Path) -> asyncio.subprocess.Process:
+    """Another process creates ``path`` in rollback-journal mode and holds its write lock until its stdin closes."""
+    locker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _LOCKER, str(path), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert locker.stdout is not None
+    assert await locker.stdout.readline() == b"locked\n"
+    return locker
+
+
+@pytest.mark.slow
+async def test_opening_a_file_another_process_is_creating_waits_for_its_lock(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once (no busy handler) while another connection holds the write lock of a
+    # rollback-mode file: processes creating one file together used to fail with "database is locked" at open.
+    path = tmp_path / "c.db"
+    locker = await _lock_new_file(path)
+    assert locker.stdin is not None
+    saver = SqliteSaver(path, busy_timeout=30)
+    opening = asyncio.create_task(saver.setup())
+    try:
+        await asyncio.sleep(0.3)
+        assert not opening.done(), opening.exception() if opening.done() else None  # still waiting, not failed
+    finally:
+        locker.stdin.close()
+        assert await asyncio.wait_for(locker.wait(), 10) == 0
+    await asyncio.wait_for(opening, 30)
+    try:
+        await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
+        assert await _writer_pragma(saver, "journal_mode") == "wal"
+    finally:
+        await saver.aclose()
+
+
+@pytest.mark.slow
+async def test_opening_a_file_locked_past_the_busy_timeout_is_a_saver_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    locker = await _lock_new_file(path)
+    assert locker.stdin is not None
+    try:
+        with pytest.raises(SaverError, match=r"busy_timeout=0\.2") as info:
+            await SqliteSaver(path, busy_timeout=0.2).setup()
+        assert str(path) in str(info.value)
+    finally:
+        locker.stdin.close()
+        assert await asyncio.wait_for(locker.wait(), 10) == 0
+
+
 _WORKER = """
 import asyncio, sys
 from graphckpt.savers.sqlite import SqliteSaver

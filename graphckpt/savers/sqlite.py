@@ -17,7 +17,9 @@ Storage layout (schema version 1; see ``_MIGRATIONS``; new files have pages of `
                  commit.
 
 The schema version is SQLite's ``PRAGMA user_version``; ``_MIGRATIONS`` is append-only, and opening a file applies
-the missing migrations in one ``BEGIN IMMEDIATE`` transaction, so processes opening one file together do not race.
+the missing migrations in one ``BEGIN IMMEDIATE`` transaction, so processes opening one file together do not race;
+the switch to WAL mode is retried for up to ``busy_timeout`` (SQLite refuses it at once, without waiting, while
+another process holds the write lock of a file it is still creating).
 The page size applies to files created by this version (SQLite fixes it when the first table is created).
 
 Transactions. Every write method (commit, claim, put_writes, delete_thread) is one ``BEGIN IMMEDIATE`` transaction
@@ -69,6 +71,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import starmap
@@ -201,6 +204,24 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     """The lock is held by another connection (``SQLITE_BUSY``/``SQLITE_LOCKED``, any extended code)."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc)
+
+
+def _retry_busy(statement: Callable[[], _T], timeout: float) -> _T:
+    """Run ``statement``, retrying while the file is locked, for up to ``timeout`` seconds.
+
+    For statements that SQLite refuses at once instead of calling the busy handler: switching a file to WAL while
+    another connection holds its write lock in rollback mode (processes creating one file together) fails
+    immediately with ``SQLITE_BUSY`` whatever the busy timeout, since waiting there could deadlock."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -343,7 +364,7 @@ class SqliteSaver(Saver):
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA page_size = {_PAGE_SIZE:d}")  # a new file only: before WAL and the first table
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], self.busy_timeout)
             if mode != "wal" and self.path != ":memory:":
                 raise SaverError(f"SQLite database {self.path!r} cannot use WAL mode (journal_mode is {mode!r})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated in __init__
