@@ -19,6 +19,8 @@ from typing import Any
 
 MESSAGE_BYTES = 1024
 """Size of the message W2 (and W4's read thread, W6) appends per step."""
+SQLITE_WAL_AHEAD = 4 * 1024 * 1024
+"""Bytes of WAL the SQLite FLOOR variant writes ahead: ``SqliteSaver``'s default ``preallocate_wal``."""
 
 W5_MESSAGE_BYTES = 32
 """W5 appends small messages: it measures start-up and resume, not serialization."""

@@ -9,6 +9,7 @@ import copy
 import gc
 import json
 import pickle
+import signal
 import sqlite3
 import sys
 import textwrap
@@ -239,6 +240,91 @@ async def test_opening_a_file_locked_past_the_busy_timeout_is_a_saver_error(tmp_
     finally:
         locker.stdin.close()
         assert await asyncio.wait_for(locker.wait(), 10) == 0
+
+
+_MIB = 1024 * 1024
+
+
+def _wal(path: Path) -> bytes:
+    return Path(f"{path}-wal").read_bytes()
+
+
+def _wal_size(path: Path) -> int:
+    return Path(f"{path}-wal").stat().st_size
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "grown"),
+    [({}, True), ({"preallocate_wal": 0}, False), ({"synchronous": "NORMAL"}, False), ({"synchronous": "OFF"}, False)],
+)
+async def test_the_first_write_preallocates_the_wal_with_synchronous_full(
+    tmp_path: Path, kwargs: dict[str, object], grown: bool
+) -> None:
+    path = tmp_path / "c.db"
+    async with SqliteSaver(path, **kwargs) as saver:  # type: ignore[arg-type]
+        await saver.list_threads()  # reads do not preallocate
+        assert _wal_size(path) < _MIB
+        await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
+        assert (_wal_size(path) >= 4 * _MIB) is grown
+
+
+async def test_preallocating_the_wal_never_overwrites_another_connections_frames(tmp_path: Path) -> None:
+    path, run = tmp_path / "c.db", new_id()
+    async with SqliteSaver(path, preallocate_wal=0) as first:
+        parent = None
+        for step in range(30):  # frames in the WAL, not checkpointed while `first` keeps the file open
+            cp = make_checkpoint("a", step, parent=parent, channels={"x": b"%d" % step})
+            await first.commit(cp, expected_head=parent.checkpoint_id if parent else None, run_id=run)
+            parent = cp
+        before = _wal(path)
+        assert 0 < len(before) < _MIB
+        async with SqliteSaver(path) as second:
+            await second.commit(make_checkpoint("b", 0), expected_head=None, run_id=run)
+            assert _wal_size(path) >= 4 * _MIB
+            assert _wal(path)[: len(before)] == before  # appended past the end only
+            assert [cp.step for cp in await second.list_checkpoints("a")] == list(range(29, -1, -1))
+        await first.commit(make_checkpoint("a", 30, parent=parent), expected_head=parent.checkpoint_id, run_id=run)
+        assert await _writer_pragma(first, "integrity_check") == "ok"
+    async with SqliteSaver(path) as reopened:
+        assert [cp.step for cp in await reopened.list_checkpoints("a")] == list(range(30, -1, -1))
+        assert len(await reopened.get_blobs([BlobRange("a", "x", 0, 29)])) == 30
+        assert {t.thread_id for t in await reopened.list_threads()} == {"a", "b"}
+
+
+_KILLED_AFTER_COMMITS = """
+import asyncio, os, signal, sys
+from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt.testing import make_checkpoint
+
+async def main(path):
+    saver = SqliteSaver(path)
+    parent = None
+    for step in range(20):
+        cp = make_checkpoint("t", step, parent=parent, channels={"x": b"%d" % step})
+        await saver.commit(cp, expected_head=parent.checkpoint_id if parent else None, run_id="r")
+        parent = cp
+    os.kill(os.getpid(), signal.SIGKILL)  # no close: the WAL keeps its frames and the zeros after them
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.slow
+async def test_a_preallocated_wal_recovers_every_commit_after_sigkill(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _KILLED_AFTER_COMMITS, str(path))
+    assert await asyncio.wait_for(proc.wait(), 60) == -signal.SIGKILL
+    assert _wal_size(path) >= 4 * _MIB
+    async with SqliteSaver(path) as saver:
+        assert [cp.step for cp in await saver.list_checkpoints("t")] == list(range(19, -1, -1))
+        assert len(await saver.get_blobs([BlobRange("t", "x", 0, 19)])) == 20
+        assert await _writer_pragma(saver, "integrity_check") == "ok"
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "4MB"])
+def test_preallocate_wal_must_be_a_byte_count(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="preallocate_wal"):
+        SqliteSaver(tmp_path / "c.db", preallocate_wal=bad)  # type: ignore[arg-type]
 
 
 _WORKER = """

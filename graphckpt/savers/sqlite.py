@@ -61,6 +61,16 @@ Durability (``synchronous``):
     half-applied: the file stays consistent). Much faster on slow disks.
 ``"OFF"``
     no fsync at all; an OS crash or power loss may lose recent transactions or, rarely, corrupt the file.
+
+WAL preallocation (``preallocate_wal``, default 4 MiB, with ``"FULL"`` only). SQLite appends each commit's pages to
+the ``-wal`` file, and while that file grows every fsync must also make its new size durable: on ext4 a commit costs
+~0.15 ms against ~0.10 ms when it overwrites blocks the file already has. SQLite reuses the WAL file from its start
+after each checkpoint (every ~1000 pages), but deletes it when its last connection closes, so every process that
+opens the file pays the growth again. So the first write of each open saver, holding the write lock, extends the
+WAL file with zeros (written, not just reserved: reserved blocks cost the same as growth) up to ``preallocate_wal``
+bytes, and fsyncs it once (~5 ms for 4 MiB). It only appends past the file's end, which no other connection writes
+while we hold the write lock, and SQLite reads a WAL only up to the first frame whose salt and checksum do not
+match its header, which zeros never do. Pass ``preallocate_wal=0`` to turn it off (say, for many small files).
 """
 
 from __future__ import annotations
@@ -92,6 +102,8 @@ Synchronous = Literal["FULL", "NORMAL", "OFF"]
 _Row = tuple[Any, ...]
 
 _PAGE_SIZE: Final = 4096
+_PREALLOCATE_WAL: Final = 4 * 1024 * 1024
+"""About one checkpoint cycle of the WAL: SQLite's default ``wal_autocheckpoint`` of 1000 pages of 4 KiB."""
 """Page size of new files (SQLite's default). Most of a long list's bytes sit in chunk rows (see
 :data:`graphckpt.codec.CHUNK`), whose overflow pages are full whatever their size, so larger pages would mostly
 make every small table and index bigger (a file has eight; each needs at least one page). Measured on benchmark W2
@@ -224,6 +236,26 @@ def _retry_busy(statement: Callable[[], _T], timeout: float) -> _T:
         pause = min(pause * 2, 0.05)
 
 
+def _extend_with_zeros(path: str, size: int) -> None:
+    """Append written zeros to the existing file ``path`` up to ``size`` bytes and fsync it; never touches the bytes it
+    already has. Best effort: a missing file or an OS error (a full disk, say) leaves it as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        end = os.fstat(fd).st_size
+        piece = bytes(min(size - end, 1 << 20)) if end < size else b""
+        while end < size:
+            end += os.pwrite(fd, piece[: size - end], end)
+        if piece:
+            os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
     """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception."""
     conn.execute("BEGIN IMMEDIATE")
@@ -257,6 +289,8 @@ class SqliteSaver(Saver):
     for exactly what each survives. ``busy_timeout``: seconds to wait for another connection's write lock before
     raising :class:`~graphckpt.errors.SaverError`. ``commit_inline`` / ``read_inline``: run writes / reads on the
     calling thread when that needs no waiting (see the module docstring); ``False`` hands each to a thread.
+    ``preallocate_wal``: bytes of WAL file written ahead on the first write, with ``synchronous="FULL"`` (see the
+    module docstring); 0 turns it off.
     """
 
     def __init__(
@@ -267,16 +301,21 @@ class SqliteSaver(Saver):
         busy_timeout: float = 5.0,
         commit_inline: bool = True,
         read_inline: bool = True,
+        preallocate_wal: int = _PREALLOCATE_WAL,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', not {synchronous!r}")
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be >= 0, not {busy_timeout!r}")
+        if isinstance(preallocate_wal, bool) or not isinstance(preallocate_wal, int) or preallocate_wal < 0:
+            raise ValueError(f"preallocate_wal must be an int of bytes >= 0, not {preallocate_wal!r}")
         self.path = os.fspath(path)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
         self.commit_inline = commit_inline
         self.read_inline = read_inline
+        self.preallocate_wal = preallocate_wal
+        self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
         self._executor: ThreadPoolExecutor | None = None  # the writer thread
         self._conn: sqlite3.Connection | None = None  # the writer's connection, used under _conn_lock
         self._inline: sqlite3.Connection | None = None  # busy timeout 0; used under _inline_lock, on any thread
@@ -306,6 +345,7 @@ class SqliteSaver(Saver):
             else:
                 self._inline = await self._submit(lambda: self._connection(timeout=0.0))
                 self._inline_lock = threading.Lock()
+            self._wal_ready = self.path == ":memory:" or self.synchronous != "FULL" or not self.preallocate_wal
         except BaseException as exc:
             await self._release()
             if isinstance(exc, sqlite3.Error):
@@ -406,6 +446,8 @@ class SqliteSaver(Saver):
         (one hop, however many statements)."""
         if not self._open:
             await self.setup()
+        if not self._wal_ready:
+            body = self._preallocating_wal(body)
         if self.commit_inline and self._inline_lock.acquire(blocking=False):
             try:
                 conn = self._inline
@@ -439,6 +481,17 @@ class SqliteSaver(Saver):
                     raise self._error(exc) from exc
 
         return await self._submit(run)
+
+    def _preallocating_wal(self, body: Callable[[sqlite3.Connection], _T]) -> Callable[[sqlite3.Connection], _T]:
+        """``body``, first extending the WAL file ahead (see the module docstring); runs under the write lock."""
+
+        def run(conn: sqlite3.Connection) -> _T:
+            if not self._wal_ready:
+                self._wal_ready = True  # once per open saver, even if it fails: it only saves time
+                _extend_with_zeros(self.path + "-wal", self.preallocate_wal)
+            return body(conn)
+
+        return run
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[_Row]:
         """One query: inline when the inline connection is free, else one hop to the reader thread."""
