@@ -328,6 +328,15 @@ _THREAD_AND_CP_COLS: LiteralString = ", ".join(
     [*(f"t.{c}" for c in _THREAD_COLS.split(", ")), *(f"c.{c}" for c in _CP_COLS.split(", "))]
 )  # built from the two literal column lists above
 _N_THREAD_COLS = len(_THREAD_COLS.split(", "))
+_NUL_FREE_METADATA: LiteralString = r"""(CASE
+                WHEN strpos(c.metadata::text, '\u0000') = 0 AND strpos(c.metadata::text, '\uffff') = 0
+                THEN c.metadata::jsonb
+                ELSE regexp_replace(regexp_replace(c.metadata::text,
+                    '(?<!\\)((?:\\\\)*)\\uffff', '\1\\uffff1', 'g'),
+                    '(?<!\\)((?:\\\\)*)\\u0000', '\1\\uffff0', 'g')::jsonb END)"""
+"""``c.metadata`` as ``jsonb``, with :func:`_nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
+(``_compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
+second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 _SQL: dict[str, LiteralString] = {
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
@@ -382,14 +391,17 @@ _SQL: dict[str, LiteralString] = {
     + """ FROM {checkpoints} WHERE (thread_id, checkpoint_id) =
         (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
     # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
-    # converted only when a filter is given). Keys and values stay one bound jsonb parameter.
+    # converted only when a filter is given). Keys and values stay one bound jsonb parameter. jsonb cannot hold NUL:
+    # both sides go through _nul_free's one-to-one mapping.
     "list_cps": "SELECT "
     + _CP_COLS
     + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
         AND (%(before)s::bigint IS NULL OR step < %(before)s::bigint)
         AND (%(filter)s::jsonb IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
-            WHERE c.metadata::jsonb -> f.key IS DISTINCT FROM f.value))
+            WHERE """
+    + _NUL_FREE_METADATA
+    + """ -> f.key IS DISTINCT FROM f.value))
         ORDER BY step DESC LIMIT %(limit)s::bigint""",
     "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
         SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
@@ -721,7 +733,7 @@ class PostgresSaver(Saver):
             "tid": thread_id,
             "limit": limit,
             "before": before_step,
-            "filter": Jsonb(dict(filter)) if filter else None,
+            "filter": Jsonb(_nul_free(dict(filter))) if filter else None,
         }
         rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
         return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
@@ -783,6 +795,23 @@ def _checkpoint(row: tuple[Any, ...]) -> StoredCheckpoint:
         metadata=metadata,
         body=bytes(body),
     )
+
+
+def _nul_free(value: Any) -> Any:
+    """``value`` with every string and key mapped so that it holds no NUL, one to one: U+FFFF becomes U+FFFF ``1``,
+    then NUL becomes U+FFFF ``0``. ``list_checkpoints`` maps metadata that escapes either the same way on the server,
+    so filters compare as before, in ``jsonb``, which has no room for NUL."""
+    if isinstance(value, str):
+        return (
+            value.replace("\uffff", "\uffff1").replace("\x00", "\uffff0")
+            if "\x00" in value or "\uffff" in value
+            else value
+        )
+    if isinstance(value, Mapping):
+        return {_nul_free(k): _nul_free(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nul_free(v) for v in value]
+    return value
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:
