@@ -23,7 +23,7 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, ThreadConflictError
 from graphckpt.ids import new_id
-from graphckpt.savers.base import Blob, BlobRange, metadata_matches
+from graphckpt.savers.base import Blob, BlobRange, StoredWrite, metadata_matches
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
 
@@ -312,3 +312,20 @@ async def test_filters_work_on_threads_whose_metadata_holds_nul_characters(pg_ds
             expected = [step for step in reversed(range(len(metas))) if metadata_matches(metas[step], f)]
             assert [cp.step for cp in await saver.list_checkpoints("t", filter=f)] == expected, f
         assert [dict(cp.metadata) for cp in await saver.list_checkpoints("t")] == metas[::-1]
+
+
+async def test_put_writes_with_one_key_twice_in_a_call_keeps_the_last(pg_dsn: str, pg_schema: str) -> None:
+    """As in the memory and SQLite savers: a later write replaces an earlier one with the same key, also within one
+    call (``INSERT ... ON CONFLICT DO UPDATE`` refuses to touch a row twice in one statement)."""
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        first = make_checkpoint("t", 0)
+        await saver.commit(first, expected_head=None, run_id="r")
+        writes = [
+            StoredWrite("a", "result", 0, b"1"),
+            StoredWrite("b", "effect", 0, b"x"),
+            StoredWrite("a", "result", 0, b"2"),
+        ]
+        await saver.put_writes("t", first.checkpoint_id, writes, run_id="r", status="failed", error="e")
+        assert await saver.get_writes("t", first.checkpoint_id) == writes[1:][::-1]
+        thread = await saver.get_thread("t")
+        assert thread is not None and (thread.status, thread.error) == ("failed", "e")

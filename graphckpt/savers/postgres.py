@@ -645,6 +645,9 @@ class PostgresSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
+            # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
+            writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
         params = {
             "tid": thread_id,
             "cp": checkpoint_id,
