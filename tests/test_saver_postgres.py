@@ -329,3 +329,26 @@ async def test_put_writes_with_one_key_twice_in_a_call_keeps_the_last(pg_dsn: st
         assert await saver.get_writes("t", first.checkpoint_id) == writes[1:][::-1]
         thread = await saver.get_thread("t")
         assert thread is not None and (thread.status, thread.error) == ("failed", "e")
+
+
+async def test_a_role_without_ddl_rights_uses_a_schema_set_up_by_another(pg_dsn: str, pg_schema: str) -> None:
+    """Least privilege: the owner sets the schema up; the application's role may read and write its tables but not
+    create anything (by default a role cannot CREATE in a database it does not own). Opening needs no DDL then."""
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as owner:
+        await owner.setup()
+    role = f"gc_test_role_{secrets.token_hex(6)}"
+    schema, ident = sql.Identifier(pg_schema), sql.Identifier(role)
+    _query(pg_dsn, sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+    try:
+        _query(pg_dsn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, ident))
+        _query(
+            pg_dsn,
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}").format(schema, ident),
+        )
+        async with PostgresSaver(psycopg.conninfo.make_conninfo(pg_dsn, user=role), schema=pg_schema) as app:
+            first = make_checkpoint("t", 0, channels={"x": b"1"})
+            await app.commit(first, expected_head=None, run_id="r")
+            assert await app.get_checkpoint("t") == dataclasses.replace(first, blobs=())
+    finally:
+        _query(pg_dsn, sql.SQL("DROP OWNED BY {}").format(ident))
+        _query(pg_dsn, sql.SQL("DROP ROLE {}").format(ident))

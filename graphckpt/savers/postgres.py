@@ -18,7 +18,8 @@ epoch from :func:`graphckpt.ids.now` (patchable in tests). A deleted thread whos
 Migration rule: ``_MIGRATIONS`` is append-only. A released entry is never edited or removed; a schema change is a new
 entry with the next version. :meth:`PostgresSaver.setup` applies the missing versions in one transaction under a
 ``pg_advisory_xact_lock`` keyed by the schema, recording each in ``graphckpt_migrations``, so concurrent set-ups
-from many processes are safe and idempotent.
+from many processes are safe and idempotent. When none is missing it takes no lock and runs no DDL (a role that may
+only read and write the tables can use a schema its owner set up).
 
 Round trips: ``commit`` is one prepared statement, ``SELECT * FROM graphckpt_commit(...)``: the function moves the head
 by compare-and-set and, only if that won, inserts the checkpoint and its blobs (a chunk first deletes the rows it
@@ -501,11 +502,18 @@ class PostgresSaver(Saver):
         return sql.SQL(text).format(**{t: name(t) for t in tables})
 
     async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        migrations = self._compose("{graphckpt_migrations}")
+        # Up to date: no lock and no DDL, so a role without the right to create anything can use a schema that its
+        # owner set up (CREATE SCHEMA/TABLE IF NOT EXISTS check that right before they look whether it exists).
+        cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (migrations.as_string(conn),))
+        if (await cur.fetchone()) == (True,):
+            cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
+            if {row[0] for row in await cur.fetchall()} >= {version for version, _ in _MIGRATIONS}:
+                return
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"graphckpt:{self._schema}",))
             if self._schema:
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-            migrations = self._compose("{graphckpt_migrations}")
             # No primary key (an index would cost 16 KiB): the advisory lock already makes each version unique.
             await conn.execute(
                 sql.SQL(
