@@ -352,3 +352,19 @@ async def test_a_role_without_ddl_rights_uses_a_schema_set_up_by_another(pg_dsn:
     finally:
         _query(pg_dsn, sql.SQL("DROP OWNED BY {}").format(ident))
         _query(pg_dsn, sql.SQL("DROP ROLE {}").format(ident))
+
+
+async def test_schema_names_that_need_quoting_work_everywhere(pg_dsn: str, pg_schema: str) -> None:
+    """Upper case, spaces, quotes, a semicolon, and the dollar-quote tag of graphckpt_commit's body."""
+    for name in [f"{pg_schema} Odd \"Q\" 's';--", f"{pg_schema}$fn$x"]:
+        try:
+            async with PostgresSaver(pg_dsn, schema=name) as saver:
+                first = make_checkpoint("t", 0, channels={"x": b"1"})
+                await saver.commit(first, expected_head=None, run_id="r")
+                second = make_checkpoint("t", 1, parent=first, channels={"x": b"2"})
+                await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
+                assert [b.data for b in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"1", b"2"]
+            tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(name))
+            assert tables == [(5,)]
+        finally:
+            _query(pg_dsn, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

@@ -526,10 +526,18 @@ class PostgresSaver(Saver):
                 if version in applied:
                     continue
                 for statement in statements:
-                    await conn.execute(self._compose(statement))
+                    await conn.execute(self._compose(self._dollar_quoted(statement)))
                 await conn.execute(
                     sql.SQL("INSERT INTO {} (version, applied_at) VALUES (%s, now())").format(migrations), (version,)
                 )
+
+    def _dollar_quoted(self, statement: LiteralString) -> LiteralString:
+        """``statement`` with a dollar-quote tag for graphckpt_commit's body that the schema's name (quoted inside the
+        body) does not contain; the body itself is the same whatever the tag."""
+        tag = "$fn$"
+        while self._schema and tag in self._schema:
+            tag = tag[:-1] + "_$"
+        return statement.replace("$fn$", tag)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
