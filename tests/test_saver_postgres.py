@@ -23,7 +23,7 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, ThreadConflictError
 from graphckpt.ids import new_id
-from graphckpt.savers.base import Blob, BlobRange
+from graphckpt.savers.base import Blob, BlobRange, StoredWrite, metadata_matches
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
 
@@ -279,3 +279,92 @@ async def test_overlapping_calls_use_the_pool_and_all_succeed(pg_dsn: str, pg_sc
         assert [t.head_checkpoint_id for t in threads if t is not None] == [cp.checkpoint_id for cp in cps]
         blobs = await saver.get_blobs([BlobRange(f"t{i}", "x", 0, 0) for i in range(8)])
         assert sorted(b.data for b in blobs) == sorted(bytes([i]) * 300 for i in range(8))
+
+
+async def test_filters_work_on_threads_whose_metadata_holds_nul_characters(pg_dsn: str, pg_schema: str) -> None:
+    """``jsonb`` cannot hold ``\\u0000``, which ``json`` metadata can: one such checkpoint must not make every filtered
+    read of its thread fail, and NUL (or U+FFFF) in keys and values filters like any other character."""
+    metas = [
+        {"tags": {"user": "a\x00b"}},
+        {"tags": {"user": "a\uffff0b"}},  # what a careless NUL escape would turn "a\x00b" into
+        {"tags": {"user": "a\\u0000b"}},  # backslash, then the text u0000
+        {"k\x00": 1, "tags": {"user": "ab"}},
+        {"k\x00": 1.0, "tags": {"user": "\x00\x00\uffff"}},
+        {"source": "loop"},
+    ]
+    filters = [
+        {"tags": {"user": "a\x00b"}},
+        {"tags": {"user": "a\uffff0b"}},
+        {"tags": {"user": "a\\u0000b"}},
+        {"tags": {"user": "ab"}},
+        {"k\x00": 1},
+        {"tags": {"user": "\x00\x00\uffff"}},
+        {"source": "loop"},
+        {"k": 1},
+    ]
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        head = None
+        for step, meta in enumerate(metas):
+            cp = make_checkpoint("t", step, parent=head, metadata=meta)
+            await saver.commit(cp, expected_head=None if head is None else head.checkpoint_id, run_id="r")
+            head = cp
+        for f in filters:
+            expected = [step for step in reversed(range(len(metas))) if metadata_matches(metas[step], f)]
+            assert [cp.step for cp in await saver.list_checkpoints("t", filter=f)] == expected, f
+        assert [dict(cp.metadata) for cp in await saver.list_checkpoints("t")] == metas[::-1]
+
+
+async def test_put_writes_with_one_key_twice_in_a_call_keeps_the_last(pg_dsn: str, pg_schema: str) -> None:
+    """As in the memory and SQLite savers: a later write replaces an earlier one with the same key, also within one
+    call (``INSERT ... ON CONFLICT DO UPDATE`` refuses to touch a row twice in one statement)."""
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
+        first = make_checkpoint("t", 0)
+        await saver.commit(first, expected_head=None, run_id="r")
+        writes = [
+            StoredWrite("a", "result", 0, b"1"),
+            StoredWrite("b", "effect", 0, b"x"),
+            StoredWrite("a", "result", 0, b"2"),
+        ]
+        await saver.put_writes("t", first.checkpoint_id, writes, run_id="r", status="failed", error="e")
+        assert await saver.get_writes("t", first.checkpoint_id) == writes[1:][::-1]
+        thread = await saver.get_thread("t")
+        assert thread is not None and (thread.status, thread.error) == ("failed", "e")
+
+
+async def test_a_role_without_ddl_rights_uses_a_schema_set_up_by_another(pg_dsn: str, pg_schema: str) -> None:
+    """Least privilege: the owner sets the schema up; the application's role may read and write its tables but not
+    create anything (by default a role cannot CREATE in a database it does not own). Opening needs no DDL then."""
+    async with PostgresSaver(pg_dsn, schema=pg_schema) as owner:
+        await owner.setup()
+    role = f"gc_test_role_{secrets.token_hex(6)}"
+    schema, ident = sql.Identifier(pg_schema), sql.Identifier(role)
+    _query(pg_dsn, sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+    try:
+        _query(pg_dsn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, ident))
+        _query(
+            pg_dsn,
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}").format(schema, ident),
+        )
+        async with PostgresSaver(psycopg.conninfo.make_conninfo(pg_dsn, user=role), schema=pg_schema) as app:
+            first = make_checkpoint("t", 0, channels={"x": b"1"})
+            await app.commit(first, expected_head=None, run_id="r")
+            assert await app.get_checkpoint("t") == dataclasses.replace(first, blobs=())
+    finally:
+        _query(pg_dsn, sql.SQL("DROP OWNED BY {}").format(ident))
+        _query(pg_dsn, sql.SQL("DROP ROLE {}").format(ident))
+
+
+async def test_schema_names_that_need_quoting_work_everywhere(pg_dsn: str, pg_schema: str) -> None:
+    """Upper case, spaces, quotes, a semicolon, and the dollar-quote tag of graphckpt_commit's body."""
+    for name in [f"{pg_schema} Odd \"Q\" 's';--", f"{pg_schema}$fn$x"]:
+        try:
+            async with PostgresSaver(pg_dsn, schema=name) as saver:
+                first = make_checkpoint("t", 0, channels={"x": b"1"})
+                await saver.commit(first, expected_head=None, run_id="r")
+                second = make_checkpoint("t", 1, parent=first, channels={"x": b"2"})
+                await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
+                assert [b.data for b in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"1", b"2"]
+            tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(name))
+            assert tables == [(5,)]
+        finally:
+            _query(pg_dsn, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

@@ -18,7 +18,8 @@ epoch from :func:`graphckpt.ids.now` (patchable in tests). A deleted thread whos
 Migration rule: ``_MIGRATIONS`` is append-only. A released entry is never edited or removed; a schema change is a new
 entry with the next version. :meth:`PostgresSaver.setup` applies the missing versions in one transaction under a
 ``pg_advisory_xact_lock`` keyed by the schema, recording each in ``graphckpt_migrations``, so concurrent set-ups
-from many processes are safe and idempotent.
+from many processes are safe and idempotent. When none is missing it takes no lock and runs no DDL (a role that may
+only read and write the tables can use a schema its owner set up).
 
 Round trips: ``commit`` is one prepared statement, ``SELECT * FROM graphckpt_commit(...)``: the function moves the head
 by compare-and-set and, only if that won, inserts the checkpoint and its blobs (a chunk first deletes the rows it
@@ -328,6 +329,15 @@ _THREAD_AND_CP_COLS: LiteralString = ", ".join(
     [*(f"t.{c}" for c in _THREAD_COLS.split(", ")), *(f"c.{c}" for c in _CP_COLS.split(", "))]
 )  # built from the two literal column lists above
 _N_THREAD_COLS = len(_THREAD_COLS.split(", "))
+_NUL_FREE_METADATA: LiteralString = r"""(CASE
+                WHEN strpos(c.metadata::text, '\u0000') = 0 AND strpos(c.metadata::text, '\uffff') = 0
+                THEN c.metadata::jsonb
+                ELSE regexp_replace(regexp_replace(c.metadata::text,
+                    '(?<!\\)((?:\\\\)*)\\uffff', '\1\\uffff1', 'g'),
+                    '(?<!\\)((?:\\\\)*)\\u0000', '\1\\uffff0', 'g')::jsonb END)"""
+"""``c.metadata`` as ``jsonb``, with :func:`_nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
+(``_compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
+second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 _SQL: dict[str, LiteralString] = {
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
@@ -382,14 +392,17 @@ _SQL: dict[str, LiteralString] = {
     + """ FROM {checkpoints} WHERE (thread_id, checkpoint_id) =
         (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
     # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
-    # converted only when a filter is given). Keys and values stay one bound jsonb parameter.
+    # converted only when a filter is given). Keys and values stay one bound jsonb parameter. jsonb cannot hold NUL:
+    # both sides go through _nul_free's one-to-one mapping.
     "list_cps": "SELECT "
     + _CP_COLS
     + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
         AND (%(before)s::bigint IS NULL OR step < %(before)s::bigint)
         AND (%(filter)s::jsonb IS NULL OR NOT EXISTS (
             SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
-            WHERE c.metadata::jsonb -> f.key IS DISTINCT FROM f.value))
+            WHERE """
+    + _NUL_FREE_METADATA
+    + """ -> f.key IS DISTINCT FROM f.value))
         ORDER BY step DESC LIMIT %(limit)s::bigint""",
     "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
         SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
@@ -489,11 +502,18 @@ class PostgresSaver(Saver):
         return sql.SQL(text).format(**{t: name(t) for t in tables})
 
     async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        migrations = self._compose("{graphckpt_migrations}")
+        # Up to date: no lock and no DDL, so a role without the right to create anything can use a schema that its
+        # owner set up (CREATE SCHEMA/TABLE IF NOT EXISTS check that right before they look whether it exists).
+        cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (migrations.as_string(conn),))
+        if (await cur.fetchone()) == (True,):
+            cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
+            if {row[0] for row in await cur.fetchall()} >= {version for version, _ in _MIGRATIONS}:
+                return
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"graphckpt:{self._schema}",))
             if self._schema:
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-            migrations = self._compose("{graphckpt_migrations}")
             # No primary key (an index would cost 16 KiB): the advisory lock already makes each version unique.
             await conn.execute(
                 sql.SQL(
@@ -506,10 +526,18 @@ class PostgresSaver(Saver):
                 if version in applied:
                     continue
                 for statement in statements:
-                    await conn.execute(self._compose(statement))
+                    await conn.execute(self._compose(self._dollar_quoted(statement)))
                 await conn.execute(
                     sql.SQL("INSERT INTO {} (version, applied_at) VALUES (%s, now())").format(migrations), (version,)
                 )
+
+    def _dollar_quoted(self, statement: LiteralString) -> LiteralString:
+        """``statement`` with a dollar-quote tag for graphckpt_commit's body that the schema's name (quoted inside the
+        body) does not contain; the body itself is the same whatever the tag."""
+        tag = "$fn$"
+        while self._schema and tag in self._schema:
+            tag = tag[:-1] + "_$"
+        return statement.replace("$fn$", tag)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -633,6 +661,9 @@ class PostgresSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
+            # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
+            writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
         params = {
             "tid": thread_id,
             "cp": checkpoint_id,
@@ -721,7 +752,7 @@ class PostgresSaver(Saver):
             "tid": thread_id,
             "limit": limit,
             "before": before_step,
-            "filter": Jsonb(dict(filter)) if filter else None,
+            "filter": Jsonb(_nul_free(dict(filter))) if filter else None,
         }
         rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
         return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
@@ -783,6 +814,23 @@ def _checkpoint(row: tuple[Any, ...]) -> StoredCheckpoint:
         metadata=metadata,
         body=bytes(body),
     )
+
+
+def _nul_free(value: Any) -> Any:
+    """``value`` with every string and key mapped so that it holds no NUL, one to one: U+FFFF becomes U+FFFF ``1``,
+    then NUL becomes U+FFFF ``0``. ``list_checkpoints`` maps metadata that escapes either the same way on the server,
+    so filters compare as before, in ``jsonb``, which has no room for NUL."""
+    if isinstance(value, str):
+        return (
+            value.replace("\uffff", "\uffff1").replace("\x00", "\uffff0")
+            if "\x00" in value or "\uffff" in value
+            else value
+        )
+    if isinstance(value, Mapping):
+        return {_nul_free(k): _nul_free(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nul_free(v) for v in value]
+    return value
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:
