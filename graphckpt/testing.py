@@ -24,7 +24,16 @@ import pytest
 
 from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
 from graphckpt.ids import new_id
-from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import (
+    Blob,
+    BlobRange,
+    Saver,
+    Status,
+    StoredCheckpoint,
+    StoredWrite,
+    ThreadRecord,
+    metadata_matches,
+)
 
 __all__ = ["SaverConformance", "make_checkpoint"]
 
@@ -289,6 +298,43 @@ class SaverConformance:
         assert _ids(await saver.list_checkpoints(t, filter={"w": 1})) == [a.checkpoint_id]
         assert _ids(await saver.list_checkpoints(t, filter={"tags": {"w": 1, "l": [2, 0.5]}})) == [a.checkpoint_id]
         assert _ids(await saver.list_checkpoints(t, filter={"tags": {"w": True, "l": [2.0, 0.5]}})) == [b.checkpoint_id]
+
+    async def test_filter_nul_backslashes_and_big_integers(self, saver: Saver) -> None:
+        """Strings and keys holding NUL, U+FFFF or backslashes, and integers beyond 64 bits, filter exactly as
+        :func:`~graphckpt.savers.base.metadata_matches` says (SQL JSON functions may stop at NUL or round big
+        numbers); a checkpoint holding NUL does not break the filters of its thread."""
+        metas: list[dict[str, Any]] = [
+            {"tags": {"user": "a\x00b"}, "o": {"p": "c:\\d", "q": "\x00"}},
+            {"tags": {"user": "a\uffff0b"}},  # what a careless NUL mapping would turn "a\x00b" into
+            {"tags": {"user": "a\\u0000b"}, "user": "a"},  # a backslash, then the letters u0000
+            {"k\x00": 1, "tags": {"user": "ab"}, "user": "a\x00"},
+            {"k\x00": 1.0, "tags": {"user": "\x00\x00\uffff"}, "big": 10**30},
+            {"source": "loop", "big": 10**30 + 1, "neg": -(10**40)},
+        ]
+        cps = await self._filter_thread(saver, metas)
+        filters: list[dict[str, Any]] = [
+            {"tags": {"user": "a\x00b"}},
+            {"tags": {"user": "a\uffff0b"}},
+            {"tags": {"user": "a\\u0000b"}},
+            {"tags": {"user": "ab"}},
+            {"tags": {"user": "a"}},
+            {"o": {"p": "c:\\d", "q": "\x00"}},
+            {"o": {"p": "c:\\d", "q": ""}},
+            {"user": "a"},
+            {"user": "a\x00"},
+            {"k\x00": 1},
+            {"k": 1},
+            {"tags": {"user": "\x00\x00\uffff"}},
+            {"big": 10**30},
+            {"big": 10**30 + 1},
+            {"neg": -(10**40)},
+            {"source": "loop"},
+        ]
+        t = cps[0].thread_id
+        for flt in filters:
+            expected = [cps[i].checkpoint_id for i in reversed(range(len(metas))) if metadata_matches(metas[i], flt)]
+            assert _ids(await saver.list_checkpoints(t, filter=flt)) == expected, flt
+        assert [dict(cp.metadata) for cp in await saver.list_checkpoints(t)] == metas[::-1]
 
     async def test_filter_keys_are_top_level_names_not_paths(self, saver: Saver) -> None:
         """A key such as ``usage.in`` or ``$.source`` names a top-level key literally; it is never a JSON path."""

@@ -77,6 +77,7 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
+    nul_free,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -335,7 +336,7 @@ _NUL_FREE_METADATA: LiteralString = r"""(CASE
                 ELSE regexp_replace(regexp_replace(c.metadata::text,
                     '(?<!\\)((?:\\\\)*)\\uffff', '\1\\uffff1', 'g'),
                     '(?<!\\)((?:\\\\)*)\\u0000', '\1\\uffff0', 'g')::jsonb END)"""
-"""``c.metadata`` as ``jsonb``, with :func:`_nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
+"""``c.metadata`` as ``jsonb``, with :func:`nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
 (``_compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
 second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 _SQL: dict[str, LiteralString] = {
@@ -393,7 +394,7 @@ _SQL: dict[str, LiteralString] = {
         (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
     # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
     # converted only when a filter is given). Keys and values stay one bound jsonb parameter. jsonb cannot hold NUL:
-    # both sides go through _nul_free's one-to-one mapping.
+    # both sides go through nul_free's one-to-one mapping.
     "list_cps": "SELECT "
     + _CP_COLS
     + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
@@ -752,7 +753,7 @@ class PostgresSaver(Saver):
             "tid": thread_id,
             "limit": limit,
             "before": before_step,
-            "filter": Jsonb(_nul_free(dict(filter))) if filter else None,
+            "filter": Jsonb(nul_free(dict(filter))) if filter else None,
         }
         rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
         return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
@@ -814,23 +815,6 @@ def _checkpoint(row: tuple[Any, ...]) -> StoredCheckpoint:
         metadata=metadata,
         body=bytes(body),
     )
-
-
-def _nul_free(value: Any) -> Any:
-    """``value`` with every string and key mapped so that it holds no NUL, one to one: U+FFFF becomes U+FFFF ``1``,
-    then NUL becomes U+FFFF ``0``. ``list_checkpoints`` maps metadata that escapes either the same way on the server,
-    so filters compare as before, in ``jsonb``, which has no room for NUL."""
-    if isinstance(value, str):
-        return (
-            value.replace("\uffff", "\uffff1").replace("\x00", "\uffff0")
-            if "\x00" in value or "\uffff" in value
-            else value
-        )
-    if isinstance(value, Mapping):
-        return {_nul_free(k): _nul_free(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nul_free(v) for v in value]
-    return value
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:

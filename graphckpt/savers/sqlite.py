@@ -92,7 +92,16 @@ import aiosqlite
 
 from graphckpt import ids
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError, ThreadNotFoundError
-from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import (
+    Blob,
+    BlobRange,
+    Saver,
+    Status,
+    StoredCheckpoint,
+    StoredWrite,
+    ThreadRecord,
+    nul_free,
+)
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["SqliteSaver"]
@@ -102,12 +111,12 @@ Synchronous = Literal["FULL", "NORMAL", "OFF"]
 _Row = tuple[Any, ...]
 
 _PAGE_SIZE: Final = 4096
-_PREALLOCATE_WAL: Final = 4 * 1024 * 1024
-"""About one checkpoint cycle of the WAL: SQLite's default ``wal_autocheckpoint`` of 1000 pages of 4 KiB."""
 """Page size of new files (SQLite's default). Most of a long list's bytes sit in chunk rows (see
 :data:`graphckpt.codec.CHUNK`), whose overflow pages are full whatever their size, so larger pages would mostly
 make every small table and index bigger (a file has eight; each needs at least one page). Measured on benchmark W2
 (300 x 1 KiB appends): 4 KiB pages 1.45x the messages, 8 KiB 1.60x. Files made with 8 KiB pages keep them."""
+_PREALLOCATE_WAL: Final = 4 * 1024 * 1024
+"""About one checkpoint cycle of the WAL: SQLite's default ``wal_autocheckpoint`` of 1000 pages of 4 KiB."""
 
 # Migration 1 was changed in place before the first release (page size, WITHOUT ROWID tables, checkpoints keyed by
 # (thread_id, step)). Files made by earlier development versions have the same columns and constraints, so they keep
@@ -180,21 +189,35 @@ def _integral(value: Any) -> Any:
     return value
 
 
+_NUL_FREE_METADATA = r"""(CASE WHEN instr(c.metadata, '\u0000') OR instr(c.metadata, '\uffff')
+    THEN replace(replace(replace(replace(c.metadata, '\\', char(1)), '\uffff', '\uffff1'), '\u0000', '\uffff0'),
+        char(1), '\\')
+    ELSE c.metadata END)"""
+"""``c.metadata`` with :func:`~graphckpt.savers.base.nul_free`'s mapping applied when it escapes NUL or U+FFFF
+(``json_each`` stops a string or key at NUL). The text is ASCII (written by :func:`_dump_json`), so a raw ``char(1)``
+never occurs in it and stands in for each escaped backslash meanwhile: ``\\u0000`` (a backslash, then the letters
+``u0000``) is not a NUL."""
+
+
 def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
     """SQL matching one metadata filter item on checkpoint ``c``; only fixed SQL text, the key and value are bound.
 
     ``json_each`` decodes keys itself, so any key (quotes, dots, backslashes, non-ASCII) works, unlike a JSON path.
-    Equality is JSON equality: null, true and false by type, numbers numerically, strings as text, arrays and
-    objects by their canonical text (both sides are written with sorted keys).
+    Equality is JSON equality: null, true and false by type, numbers numerically (integers beyond 64 bits by their
+    digits), strings as text, arrays and objects by their canonical text (both sides are written with sorted keys).
+    Keys and strings holding NUL go through :func:`~graphckpt.savers.base.nul_free` on both sides.
     """
-    where = "EXISTS (SELECT 1 FROM json_each(c.metadata) AS m WHERE m.key = ? AND {})"
+    key, value = nul_free(key), nul_free(value)
+    where = f"EXISTS (SELECT 1 FROM json_each({_NUL_FREE_METADATA}) AS m WHERE m.key = ? AND {{}})"
     if value is None:
         return where.format("m.type = 'null'"), [key]
     if isinstance(value, bool):
         return where.format("m.type = ?"), [key, "true" if value else "false"]
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's numbers are 64-bit: compare the digits
+        clause = f"m.type IN ('integer', 'real') AND ({_NUL_FREE_METADATA} -> m.fullkey) = ?"
+        return where.format(clause), [key, str(value)]
     if isinstance(value, int | float):
-        number = float(value) if isinstance(value, int) and not -(2**63) <= value < 2**63 else value
-        return where.format("m.type IN ('integer', 'real') AND m.value = ?"), [key, number]
+        return where.format("m.type IN ('integer', 'real') AND m.value = ?"), [key, value]
     if isinstance(value, str):
         return where.format("m.type = 'text' AND m.value = ?"), [key, value]
     text = _dump_json(value, f"metadata filter value for key {key!r}")
