@@ -34,6 +34,7 @@ class Portal:
         self._streams: set[AsyncIterator[Any]] = set()  # iterators being driven by ``iterate``
         self._cancelled = False  # set by shutdown, until close: a cancelled or new call raises SyncCallError
         self._generation = 0  # loops closed so far: a stream begun on an earlier loop cannot go on
+        self._stop = threading.Event()  # the current loop's: set when close() stops it
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -45,7 +46,18 @@ class Portal:
                 def run() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    while True:
+                        try:
+                            loop.run_forever()
+                        except (KeyboardInterrupt, SystemExit):
+                            # raised by a node: asyncio sets it on the task, then lets it escape the loop. The
+                            # task's caller gets it from its future; the loop goes on serving the other calls
+                            if not stop.is_set():
+                                continue
+                        return
+
+                stop = threading.Event()  # set by close(): run_forever ended because it was asked to
+                self._stop = stop
 
                 self._thread = threading.Thread(target=run, name="graphckpt-portal", daemon=True)
                 self._thread.start()
@@ -149,10 +161,11 @@ class Portal:
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""
         with self._lock:
-            loop, thread = self._loop, self._thread
+            loop, thread, stop = self._loop, self._thread, self._stop
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
+        stop.set()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()

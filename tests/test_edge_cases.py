@@ -458,3 +458,53 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
         assert reopened.get_state("t").step == 2
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("kind", ["invoke", "inline", "stream"])
+def test_keyboard_interrupt_in_a_node_reaches_the_sync_caller(tmp_path: Any, kind: str, exc_type: type) -> None:
+    """A KeyboardInterrupt (or SystemExit) raised by a node reaches the thread that made the sync call, as it
+    would escape ``asyncio.run(app.ainvoke(...))``, instead of killing the app's loop and leaving the caller (and
+    a later ``close()``) waiting forever. The thread stays ``running``: ``resume`` finishes it."""
+    raised = threading.Event()
+
+    def plain(s: _Counter) -> dict[str, Any]:  # fast and without ctx: from the second step on, it runs inline
+        if s.get("n", 0) == 3 and not raised.is_set():
+            raised.set()
+            raise exc_type()
+        return {"n": s.get("n", 0) + 1}
+
+    def with_ctx(s: _Counter, ctx: Context) -> dict[str, Any]:  # never inline: in a worker thread
+        return plain(s)
+
+    g = StateGraph(_Counter)
+    g.add_node("step", plain if kind == "inline" else with_ctx)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            if kind == "stream":
+                for _ in app.stream({"n": 0}, thread_id="t"):
+                    pass
+            else:
+                app.invoke({"n": 0}, thread_id="t")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "the sync call never returned"
+    assert len(outcome) == 1 and isinstance(outcome[0], exc_type), outcome
+    closer = threading.Thread(target=app.close, daemon=True)
+    try:
+        assert app.get_state("t").status == "running"
+        assert app.resume("t").values["n"] == 5
+    finally:
+        closer.start()
+        closer.join(30)
+    assert not closer.is_alive(), "close() never returned"
