@@ -29,6 +29,7 @@ from graphckpt.engine import (
     TaskResult,
     decode_recorded,
     frontier_status,
+    note_sync_call,
     route,
     step_metadata,
 )
@@ -651,6 +652,7 @@ class App:
         self._sync(self.adelete_thread(thread_id))
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1
         try:
@@ -663,6 +665,7 @@ class App:
                 self._sync_calls -= 1
 
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1  # a stream in flight: other sync calls must not block the loop meanwhile
         try:

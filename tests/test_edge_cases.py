@@ -335,6 +335,27 @@ def test_a_sync_node_may_use_asyncio_run() -> None:
         app.close()
 
 
+def test_a_sync_node_may_make_sync_calls_of_its_own_app_on_every_step() -> None:
+    """In its worker thread a sync node may call the app's sync API; once measured fast it must not be run inline
+    on the app's loop, where that call raises SyncCallError (it did from the second step on)."""
+    apps: list[Any] = []
+
+    def step(s: S) -> dict[str, Any]:
+        return {"n": s.n + 1, "notes": [t.thread_id for t in apps[0].threads()]}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 20 else END)
+    app = g.compile(saver=MemorySaver())
+    apps.append(app)
+    try:
+        done = app.invoke({}, thread_id="t")
+        assert done.values.n == 20 and done.values.notes == ["t"] * 20
+    finally:
+        app.close()
+
+
 def test_close_after_async_use_closes_the_saver(tmp_path: Any) -> None:
     saver = SqliteSaver(tmp_path / "c.db")
     app = one_node(lambda s: {"n": 1}).compile(saver=saver)
