@@ -155,8 +155,12 @@ class Portal:
         finally:
             self._streams.discard(agen)
             closer = getattr(agen, "aclose", None)
-            if closer is not None and self._loop is not None and not self._cancelled and self._generation == generation:
-                self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
+            loop = self._loop
+            if closer is not None and loop is not None and not self._cancelled and self._generation == generation:
+                if threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
+                    loop.create_task(self._tracked(closer()))
+                else:
+                    self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
 
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""

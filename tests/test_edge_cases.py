@@ -529,3 +529,56 @@ def test_keyboard_interrupt_in_a_node_reaches_the_sync_caller(tmp_path: Any, kin
         closer.start()
         closer.join(30)
     assert not closer.is_alive(), "close() never returned"
+
+
+def test_a_stream_abandoned_in_a_cycle_may_be_collected_on_the_apps_loop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An abandoned sync stream held in a reference cycle is finalized wherever the cyclic GC runs, possibly on the
+    app's own loop (here: an async node calling ``gc.collect``). Stopping its run there must not be a blocking sync
+    call (it raised SyncCallError, reported as an exception ignored in the generator)."""
+    import gc
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    release = threading.Event()
+
+    def step(s: S) -> dict[str, Any]:
+        if s.n == 1:
+            release.wait(30)
+        return {"n": s.n + 1}
+
+    async def collect(s: S) -> dict[str, Any]:
+        gc.collect()
+        return {"n": 1}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_node("collect", collect)
+    g.add_conditional_edges(START, lambda s: "collect" if s.request == "collect" else "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 3 else END)
+    g.add_edge("collect", END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+
+    class Holder:
+        pass
+
+    gc.disable()  # the cycle below is collected by the node, on the app's loop
+    try:
+        holder = Holder()
+        holder.self = holder  # type: ignore[attr-defined]
+        holder.stream = app.stream({}, thread_id="s")  # type: ignore[attr-defined]
+        assert next(holder.stream) == {"step": {"n": 1}}  # type: ignore[attr-defined]
+        del holder
+        app.invoke({"request": "collect"}, thread_id="c")
+        assert app._sync_calls == 0
+    finally:
+        gc.enable()
+        release.set()
+        app.close()
+    assert unraisable == []
+    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    try:
+        assert reopened.resume("s").values.n == 3
+    finally:
+        reopened.close()
