@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -75,7 +76,15 @@ class Portal:
         if self._cancelled:
             coro.close()
             raise SyncCallError("the app is being closed")
-        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
+        tracked = self._tracked(coro)
+        try:
+            future = asyncio.run_coroutine_threadsafe(tracked, loop)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            tracked.close()  # never started: no "never awaited" warning
+            coro.close()
+            raise SyncCallError("the app was closed while this call was being made") from None
         while True:
             try:
                 return future.result(timeout=_CLOSED_CHECK)
@@ -84,9 +93,11 @@ class Portal:
                     raise SyncCallError("the app was closed while this call was running") from None
                 raise
             except TimeoutError:
-                if future.done():
-                    raise  # the call's own TimeoutError
+                if future.done():  # it finished meanwhile: its result, or its own exception
+                    return future.result()
                 if loop.is_closed():  # submitted just as the app closed: it will never run
+                    if inspect.getcoroutinestate(tracked) == inspect.CORO_CREATED:
+                        tracked.close()  # no "never awaited" warning
                     raise SyncCallError("the app was closed while this call was running") from None
 
     async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:

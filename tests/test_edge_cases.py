@@ -582,3 +582,99 @@ def test_a_stream_abandoned_in_a_cycle_may_be_collected_on_the_apps_loop(
         assert reopened.resume("s").values.n == 3
     finally:
         reopened.close()
+
+
+def _at_line_of_portal_call(text: str, action: Any) -> Any:
+    """A tracer for ``sys.settrace`` in a calling thread: runs ``action(frame)`` once, when ``Portal.call`` is about
+    to run its line containing ``text``. Pins a race between two threads deterministically."""
+    import inspect
+
+    from graphckpt.portal import Portal
+
+    lines, first = inspect.getsourcelines(Portal.call)
+    target = first + next(i for i, line in enumerate(lines) if text in line)
+    code = Portal.call.__code__
+    done: list[bool] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == target and not done:
+            done.append(True)
+            action(frame)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    return tracer
+
+
+def test_a_sync_call_made_as_another_thread_closes_the_app_raises_sync_call_error(tmp_path: Any) -> None:
+    """The caller read the app's loop, then another thread closed the app before the call was submitted: the call
+    raises SyncCallError (it raised RuntimeError 'Event loop is closed' and left coroutines never awaited)."""
+    import sys
+
+    from graphckpt import SyncCallError
+
+    app = one_node(lambda s: {"n": 1}).compile(saver=SqliteSaver(tmp_path / "c.db"))
+    app.invoke({}, thread_id="t")
+    about_to_submit, closed = threading.Event(), threading.Event()
+
+    def pause(frame: Any) -> None:
+        about_to_submit.set()
+        closed.wait(30)
+
+    outcome: list[Any] = []
+
+    def call() -> None:
+        sys.settrace(_at_line_of_portal_call("run_coroutine_threadsafe", pause))
+        try:
+            outcome.append(app.get_state("t"))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert about_to_submit.wait(30)
+    app.close()
+    closed.set()
+    caller.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
+
+
+def test_a_sync_call_finishing_as_its_wait_times_out_returns_its_result(tmp_path: Any) -> None:
+    """``Portal.call`` waits in slices to notice a closed loop; a call that finishes just after a slice timed out
+    returns its result (the slice's TimeoutError was raised instead)."""
+    import sys
+
+    release = threading.Event()
+
+    def slow(s: S, ctx: Context) -> dict[str, Any]:
+        release.wait(30)
+        return {"n": 7}
+
+    app = one_node(slow).compile(saver=SqliteSaver(tmp_path / "c.db"))
+    finished = threading.Event()
+
+    def finish_now(frame: Any) -> None:  # the first slice timed out: the call finishes before the caller looks
+        frame.f_locals["future"].add_done_callback(lambda _: finished.set())
+        release.set()
+        assert finished.wait(30)
+
+    outcome: list[Any] = []
+
+    def call() -> None:
+        sys.settrace(_at_line_of_portal_call("if future.done():", finish_now))
+        try:
+            outcome.append(app.invoke({}, thread_id="t").values.n)
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join(60)
+    app.close()
+    assert outcome == [7]
