@@ -13,7 +13,7 @@ import itertools
 import threading
 import typing
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from graphckpt import ids
 from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Task, ThreadInfo
@@ -29,6 +29,7 @@ from graphckpt.engine import (
     TaskResult,
     decode_recorded,
     frontier_status,
+    note_sync_call,
     route,
     step_metadata,
 )
@@ -370,6 +371,8 @@ class App:
 
     async def _resolve(self, spec: CheckpointSpec) -> Snapshot:
         if isinstance(spec, Snapshot):
+            if isinstance(spec._values_loader, _ThroughPortal):  # a sync fork's: its first read is a sync call,
+                await asyncio.to_thread(getattr, spec, "values")  # which must not block the loop it waits for
             return spec
         thread_id, checkpoint_id = spec
         return await self.aget_state(thread_id, checkpoint_id)
@@ -423,6 +426,7 @@ class App:
         ranges = self.codec.ranges(src_cp.step, src_body)
         state = self.codec.state
         fetch_ranges: list[BlobRange] = []  # fetched beside the commit
+        through_portal = False  # the values are loaded on first access by a sync call (lazy)
         load_source: Callable[[], list[dict[str, Any]]]
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
             # the source's values are needed now: to fold the update, or to store them again in this version
@@ -435,6 +439,7 @@ class App:
                 load_source = functools.partial(self.codec.fold_many, [(src_cp, src_body)], [])
             elif lazy:
                 load_source = self._source_loader(src_cp, src_body, ranges, new_thread_id)
+                through_portal = True
             else:
                 fetch_ranges = ranges
             fork_values = functools.cache(lambda: {**load_source()[0], **validated})
@@ -480,8 +485,10 @@ class App:
                 raise
             load_source = functools.partial(_fold_fetched, self.codec, src_cp, src_body, fetch)
         make = state.make
-        return make_snapshot(cp, status, lambda: (body.tasks, interrupts, body.schema_version),
-                             lambda: make(fork_values()))  # fmt: skip
+        values_of: Callable[[], Any] = lambda: make(fork_values())  # noqa: E731
+        if through_portal:
+            values_of = _ThroughPortal(values_of)
+        return make_snapshot(cp, status, lambda: (body.tasks, interrupts, body.schema_version), values_of)
 
     def _source_loader(
         self, src_cp: StoredCheckpoint, src_body: Body, ranges: list[BlobRange], new_thread_id: str
@@ -645,6 +652,7 @@ class App:
         self._sync(self.adelete_thread(thread_id))
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1
         try:
@@ -657,6 +665,7 @@ class App:
                 self._sync_calls -= 1
 
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1  # a stream in flight: other sync calls must not block the loop meanwhile
         try:
@@ -689,6 +698,18 @@ _NO_CP = StoredCheckpoint("", "", None, None, -1, 0.0, "running", {}, b"")
 async def _as_sync_facade(coro: Coroutine[Any, Any, T], only_caller: Callable[[], bool]) -> T:
     SYNC_FACADE.set(only_caller)  # this coroutine runs in its own task: the setting stays in its context
     return await coro
+
+
+class _ThroughPortal(Generic[T]):
+    """A loader that makes a sync call (the sync fork's values): it cannot run on the portal loop's own thread."""
+
+    __slots__ = ("load",)
+
+    def __init__(self, load: Callable[[], T]) -> None:
+        self.load = load
+
+    def __call__(self) -> T:
+        return self.load()
 
 
 def _fold_fetched(

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ __all__ = [
     "TaskResult",
     "decode_recorded",
     "frontier_status",
+    "note_sync_call",
     "route",
     "step_metadata",
 ]
@@ -72,11 +74,27 @@ on its app. Then a super-step whose only task is a *fast* sync node (measured un
 without ``ctx`` and without ``timeout`` calls the node directly on the portal loop instead of hopping to a worker
 thread (~0.05 ms a step), as a plain function call: the caller is blocked anyway and nothing else runs on that loop.
 The node sees no running event loop (so it may call ``asyncio.run``). Everything else (slow or unmeasured nodes,
-sync nodes that take ``ctx`` or have a timeout, tasks beside other tasks, and any task while another sync call or a
-stream is in flight) runs in worker threads, and runs started through the async API never block their loop."""
+sync nodes that take ``ctx``, have a timeout or have called the app's sync API, tasks beside other tasks, and any
+task while another sync call or a stream is in flight) runs in worker threads, and runs started through the async
+API never block their loop."""
 
 INLINE_MAX_MS = 0.5
 """A sync node whose calls took less than this (milliseconds, moving average) may run inline (see SYNC_FACADE)."""
+
+_SYNC_NODE: contextvars.ContextVar[tuple[dict[str, float], str] | None] = contextvars.ContextVar(
+    "graphckpt_sync_node", default=None
+)
+"""Set in a sync node's worker thread: the ``node_ms`` of its run and the node's name (see :func:`note_sync_call`)."""
+
+
+def note_sync_call(node_ms: dict[str, float]) -> None:
+    """Called by each sync call of the app whose sync nodes' durations are ``node_ms``: when a sync node of that app
+    makes it (from its worker thread, where it works), the node is never run inline again. On the loop that call
+    needs it could not be made (:class:`~graphckpt.errors.SyncCallError`), so a node that does so fine in a thread
+    must not start failing once it has been measured fast."""
+    running = _SYNC_NODE.get()
+    if running is not None and running[0] is node_ms:
+        node_ms[running[1]] = math.inf
 
 
 @dataclass(slots=True)
@@ -286,7 +304,9 @@ class Run:
         if spec.is_async:
             coro = spec.fn(*args)
         else:
-            run = functools.partial(contextvars.copy_context().run, spec.fn, *args)
+            context = contextvars.copy_context()
+            context.run(_SYNC_NODE.set, (self.node_ms, spec.name))  # see note_sync_call
+            run = functools.partial(context.run, spec.fn, *args)
             coro = self.loop.run_in_executor(None, _timed, run, [] if span is None else span)
         started = time.monotonic()
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ class Portal:
         self._streams: set[AsyncIterator[Any]] = set()  # iterators being driven by ``iterate``
         self._cancelled = False  # set by shutdown, until close: a cancelled or new call raises SyncCallError
         self._generation = 0  # loops closed so far: a stream begun on an earlier loop cannot go on
+        self._stop = threading.Event()  # the current loop's: set when close() stops it
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -45,7 +47,18 @@ class Portal:
                 def run() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    while True:
+                        try:
+                            loop.run_forever()
+                        except (KeyboardInterrupt, SystemExit):
+                            # raised by a node: asyncio sets it on the task, then lets it escape the loop. The
+                            # task's caller gets it from its future; the loop goes on serving the other calls
+                            if not stop.is_set():
+                                continue
+                        return
+
+                stop = threading.Event()  # set by close(): run_forever ended because it was asked to
+                self._stop = stop
 
                 self._thread = threading.Thread(target=run, name="graphckpt-portal", daemon=True)
                 self._thread.start()
@@ -63,7 +76,15 @@ class Portal:
         if self._cancelled:
             coro.close()
             raise SyncCallError("the app is being closed")
-        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
+        tracked = self._tracked(coro)
+        try:
+            future = asyncio.run_coroutine_threadsafe(tracked, loop)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            tracked.close()  # never started: no "never awaited" warning
+            coro.close()
+            raise SyncCallError("the app was closed while this call was being made") from None
         while True:
             try:
                 return future.result(timeout=_CLOSED_CHECK)
@@ -72,9 +93,11 @@ class Portal:
                     raise SyncCallError("the app was closed while this call was running") from None
                 raise
             except TimeoutError:
-                if future.done():
-                    raise  # the call's own TimeoutError
+                if future.done():  # it finished meanwhile: its result, or its own exception
+                    return future.result()
                 if loop.is_closed():  # submitted just as the app closed: it will never run
+                    if inspect.getcoroutinestate(tracked) == inspect.CORO_CREATED:
+                        tracked.close()  # no "never awaited" warning
                     raise SyncCallError("the app was closed while this call was running") from None
 
     async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -143,16 +166,21 @@ class Portal:
         finally:
             self._streams.discard(agen)
             closer = getattr(agen, "aclose", None)
-            if closer is not None and self._loop is not None and not self._cancelled and self._generation == generation:
-                self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
+            loop = self._loop
+            if closer is not None and loop is not None and not self._cancelled and self._generation == generation:
+                if threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
+                    loop.create_task(self._tracked(closer()))
+                else:
+                    self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
 
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""
         with self._lock:
-            loop, thread = self._loop, self._thread
+            loop, thread, stop = self._loop, self._thread, self._stop
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
+        stop.set()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()

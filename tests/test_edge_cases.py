@@ -335,6 +335,27 @@ def test_a_sync_node_may_use_asyncio_run() -> None:
         app.close()
 
 
+def test_a_sync_node_may_make_sync_calls_of_its_own_app_on_every_step() -> None:
+    """In its worker thread a sync node may call the app's sync API; once measured fast it must not be run inline
+    on the app's loop, where that call raises SyncCallError (it did from the second step on)."""
+    apps: list[Any] = []
+
+    def step(s: S) -> dict[str, Any]:
+        return {"n": s.n + 1, "notes": [t.thread_id for t in apps[0].threads()]}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 20 else END)
+    app = g.compile(saver=MemorySaver())
+    apps.append(app)
+    try:
+        done = app.invoke({}, thread_id="t")
+        assert done.values.n == 20 and done.values.notes == ["t"] * 20
+    finally:
+        app.close()
+
+
 def test_close_after_async_use_closes_the_saver(tmp_path: Any) -> None:
     saver = SqliteSaver(tmp_path / "c.db")
     app = one_node(lambda s: {"n": 1}).compile(saver=saver)
@@ -458,3 +479,202 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
         assert reopened.get_state("t").step == 2
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("kind", ["invoke", "inline", "stream"])
+def test_keyboard_interrupt_in_a_node_reaches_the_sync_caller(tmp_path: Any, kind: str, exc_type: type) -> None:
+    """A KeyboardInterrupt (or SystemExit) raised by a node reaches the thread that made the sync call, as it
+    would escape ``asyncio.run(app.ainvoke(...))``, instead of killing the app's loop and leaving the caller (and
+    a later ``close()``) waiting forever. The thread stays ``running``: ``resume`` finishes it."""
+    raised = threading.Event()
+
+    def plain(s: _Counter) -> dict[str, Any]:  # fast and without ctx: from the second step on, it runs inline
+        if s.get("n", 0) == 3 and not raised.is_set():
+            raised.set()
+            raise exc_type()
+        return {"n": s.get("n", 0) + 1}
+
+    def with_ctx(s: _Counter, ctx: Context) -> dict[str, Any]:  # never inline: in a worker thread
+        return plain(s)
+
+    g = StateGraph(_Counter)
+    g.add_node("step", plain if kind == "inline" else with_ctx)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < 5 else END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            if kind == "stream":
+                for _ in app.stream({"n": 0}, thread_id="t"):
+                    pass
+            else:
+                app.invoke({"n": 0}, thread_id="t")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "the sync call never returned"
+    assert len(outcome) == 1 and isinstance(outcome[0], exc_type), outcome
+    closer = threading.Thread(target=app.close, daemon=True)
+    try:
+        assert app.get_state("t").status == "running"
+        assert app.resume("t").values["n"] == 5
+    finally:
+        closer.start()
+        closer.join(30)
+    assert not closer.is_alive(), "close() never returned"
+
+
+def test_a_stream_abandoned_in_a_cycle_may_be_collected_on_the_apps_loop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An abandoned sync stream held in a reference cycle is finalized wherever the cyclic GC runs, possibly on the
+    app's own loop (here: an async node calling ``gc.collect``). Stopping its run there must not be a blocking sync
+    call (it raised SyncCallError, reported as an exception ignored in the generator)."""
+    import gc
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    release = threading.Event()
+
+    def step(s: S) -> dict[str, Any]:
+        if s.n == 1:
+            release.wait(30)
+        return {"n": s.n + 1}
+
+    async def collect(s: S) -> dict[str, Any]:
+        gc.collect()
+        return {"n": 1}
+
+    g = StateGraph(S)
+    g.add_node("step", step)
+    g.add_node("collect", collect)
+    g.add_conditional_edges(START, lambda s: "collect" if s.request == "collect" else "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 3 else END)
+    g.add_edge("collect", END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+
+    class Holder:
+        pass
+
+    gc.disable()  # the cycle below is collected by the node, on the app's loop
+    try:
+        holder = Holder()
+        holder.self = holder  # type: ignore[attr-defined]
+        holder.stream = app.stream({}, thread_id="s")  # type: ignore[attr-defined]
+        assert next(holder.stream) == {"step": {"n": 1}}  # type: ignore[attr-defined]
+        del holder
+        app.invoke({"request": "collect"}, thread_id="c")
+        assert app._sync_calls == 0
+    finally:
+        gc.enable()
+        release.set()
+        app.close()
+    assert unraisable == []
+    reopened = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    try:
+        assert reopened.resume("s").values.n == 3
+    finally:
+        reopened.close()
+
+
+def _at_line_of_portal_call(text: str, action: Any) -> Any:
+    """A tracer for ``sys.settrace`` in a calling thread: runs ``action(frame)`` once, when ``Portal.call`` is about
+    to run its line containing ``text``. Pins a race between two threads deterministically."""
+    import inspect
+
+    from graphckpt.portal import Portal
+
+    lines, first = inspect.getsourcelines(Portal.call)
+    target = first + next(i for i, line in enumerate(lines) if text in line)
+    code = Portal.call.__code__
+    done: list[bool] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == target and not done:
+            done.append(True)
+            action(frame)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    return tracer
+
+
+def test_a_sync_call_made_as_another_thread_closes_the_app_raises_sync_call_error(tmp_path: Any) -> None:
+    """The caller read the app's loop, then another thread closed the app before the call was submitted: the call
+    raises SyncCallError (it raised RuntimeError 'Event loop is closed' and left coroutines never awaited)."""
+    import sys
+
+    from graphckpt import SyncCallError
+
+    app = one_node(lambda s: {"n": 1}).compile(saver=SqliteSaver(tmp_path / "c.db"))
+    app.invoke({}, thread_id="t")
+    about_to_submit, closed = threading.Event(), threading.Event()
+
+    def pause(frame: Any) -> None:
+        about_to_submit.set()
+        closed.wait(30)
+
+    outcome: list[Any] = []
+
+    def call() -> None:
+        sys.settrace(_at_line_of_portal_call("run_coroutine_threadsafe", pause))
+        try:
+            outcome.append(app.get_state("t"))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert about_to_submit.wait(30)
+    app.close()
+    closed.set()
+    caller.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], SyncCallError), outcome
+
+
+def test_a_sync_call_finishing_as_its_wait_times_out_returns_its_result(tmp_path: Any) -> None:
+    """``Portal.call`` waits in slices to notice a closed loop; a call that finishes just after a slice timed out
+    returns its result (the slice's TimeoutError was raised instead)."""
+    import sys
+
+    release = threading.Event()
+
+    def slow(s: S, ctx: Context) -> dict[str, Any]:
+        release.wait(30)
+        return {"n": 7}
+
+    app = one_node(slow).compile(saver=SqliteSaver(tmp_path / "c.db"))
+    finished = threading.Event()
+
+    def finish_now(frame: Any) -> None:  # the first slice timed out: the call finishes before the caller looks
+        frame.f_locals["future"].add_done_callback(lambda _: finished.set())
+        release.set()
+        assert finished.wait(30)
+
+    outcome: list[Any] = []
+
+    def call() -> None:
+        sys.settrace(_at_line_of_portal_call("if future.done():", finish_now))
+        try:
+            outcome.append(app.invoke({}, thread_id="t").values.n)
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join(60)
+    app.close()
+    assert outcome == [7]

@@ -313,3 +313,24 @@ def test_sync_fork_values_read_on_the_apps_own_loop_raise_a_clear_error() -> Non
         assert forks[0].values.log == expected_log(3)  # from outside the loop it loads
     finally:
         app.close()
+
+
+def test_sync_diff_of_sync_forks_loads_their_values(unopened_saver: Saver) -> None:
+    """``diff`` runs on the app's loop; a sync fork's values are loaded by a sync call, which must not be made
+    from that loop's thread (it raised SyncCallError "made from inside a node")."""
+    import asyncio
+
+    app = long_app(unopened_saver)
+    try:
+        app.invoke({"stop": 12}, thread_id="src")
+        fork = app.fork("src", step=4, update={"stop": 6}, new_thread_id="f")
+        other = app.fork("src", step=7, new_thread_id="g")
+        diff = app.diff(fork, other)
+        assert diff.a == fork.ref and diff.b == other.ref
+        assert set(diff.changed) == {"log", "n", "stop"}
+        assert fork.values == Long(log=expected_log(4), n=4, stop=6)
+        later = app.fork("src", step=5, new_thread_id="h")
+        assert asyncio.run(app.adiff(later, ("src", None))).a == later.ref  # from another loop too
+        assert later.values.n == 5
+    finally:
+        app.close()
