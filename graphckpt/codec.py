@@ -233,7 +233,11 @@ class Codec:
                 if blob.thread_id != cp.thread_id:
                     continue
                 if blob.kind == "delta":
-                    _pend(loose.setdefault(blob.channel, []), blob.step, blob.data)
+                    pending = loose.setdefault(blob.channel, [])
+                    if _pend(pending, blob.step, blob.data):
+                        # CHUNK rows the writer never packed (an import stores every delta as its own row, so do
+                        # older versions): they stay rows; only the newest CHUNK - 1 wait, as they would in a run
+                        del pending[0]
                 else:  # a snapshot or a chunk: no row before it waits to be packed
                     loose.pop(blob.channel, None)
         return self.fold_many([(cp, body)], blobs)[0]
