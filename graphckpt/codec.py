@@ -41,7 +41,8 @@ deltas do not feel, and would write them twice. So a chunk holds at most ``CHUNK
 run keeps at most that much of a channel in memory to pack."""
 
 Loose = dict[str, list[tuple[int, bytes]]]
-"""Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot: (step, data)."""
+"""Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot, at most the newest
+``CHUNK - 1`` of them: (step, data)."""
 
 
 @dataclass(slots=True)
