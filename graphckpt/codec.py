@@ -41,7 +41,8 @@ deltas do not feel, and would write them twice. So a chunk holds at most ``CHUNK
 run keeps at most that much of a channel in memory to pack."""
 
 Loose = dict[str, list[tuple[int, bytes]]]
-"""Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot: (step, data)."""
+"""Per channel, the deltas a thread stored as rows of their own since its last chunk or snapshot, at most the newest
+``CHUNK - 1`` of them: (step, data)."""
 
 
 @dataclass(slots=True)
@@ -233,7 +234,11 @@ class Codec:
                 if blob.thread_id != cp.thread_id:
                     continue
                 if blob.kind == "delta":
-                    _pend(loose.setdefault(blob.channel, []), blob.step, blob.data)
+                    pending = loose.setdefault(blob.channel, [])
+                    if _pend(pending, blob.step, blob.data):
+                        # CHUNK rows the writer never packed (an import stores every delta as its own row, so do
+                        # older versions): they stay rows; only the newest CHUNK - 1 wait, as they would in a run
+                        del pending[0]
                 else:  # a snapshot or a chunk: no row before it waits to be packed
                     loose.pop(blob.channel, None)
         return self.fold_many([(cp, body)], blobs)[0]

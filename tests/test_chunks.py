@@ -218,3 +218,21 @@ async def test_resuming_an_imported_ancestor_cut_inside_a_chunk(saver: Saver, mo
     assert done.values.items == expected(10)
     for snap in await copy.ahistory("src"):
         assert snap.values.items == expected(snap.values.n)
+
+
+async def test_a_resumed_run_packs_at_most_chunk_deltas_of_an_imported_thread(saver: Saver) -> None:
+    # An import stores every delta as a row of its own (export splits chunks): the target's thread has many more than
+    # CHUNK loose deltas. Continuing it packed them all into one chunk, past the bound on a chunk's size (and on what a
+    # run holds in memory to pack).
+    source = MemorySaver()
+    steps = 3 * CHUNK + 5
+    await log_app(source).ainvoke({"stop": steps}, thread_id="t")
+    await import_thread(saver, [line async for line in export_thread(source, "t")])
+    assert [b.kind for b in await item_blobs(saver, "t")].count("delta") == steps - 1
+    copy = log_app(saver)
+    done = await copy.ainvoke({"stop": steps + CHUNK}, thread_id="t")
+    assert done.values.items == expected(steps + CHUNK)
+    chunks = [b for b in await item_blobs(saver, "t") if b.kind == "chunk"]
+    assert chunks and all(len(codec.split_chunk(b.data)) <= CHUNK for b in chunks)
+    for snap in await copy.ahistory("t"):
+        assert snap.values.items == expected(snap.values.n)
