@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from graphckpt.checkpoint import Interrupt, Task
-from graphckpt.errors import CorruptCheckpointError, InvalidUpdateError, SerializationError
+from graphckpt.errors import CorruptCheckpointError, GraphSetupError, InvalidUpdateError, SerializationError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
@@ -279,6 +279,7 @@ class Codec:
         for i in sorted(range(len(items)), key=lambda i: items[i][0].step):
             cp, body = items[i]
             stored: dict[str, Any] = {name: self._loads(cp, data) for name, data in body.inline.items()}
+            unfoldable: list[str] = []  # fields the schema dropped, with deltas after their snapshot
             uppers = _segment_ends(body.lineage)
             for name, (base, _) in body.channels.items():
                 found, at = by_channel.get(name, []), steps.get(name, [])
@@ -295,7 +296,10 @@ class Codec:
                 if first and found[first - 1].kind == "chunk":  # a chunk begun before ``done`` may reach past it
                     first -= 1
                 pending = found[first : bisect.bisect_right(at, cp.step)]
-                if pending and channel is not None:  # (a field the schema dropped is dropped below: deltas unread)
+                if pending and channel is None:  # its reducer is gone with it: its value cannot be known
+                    unfoldable.append(name)
+                    continue
+                if pending and channel is not None:
                     writes: list[Any] = []
                     for blob in pending:
                         delta = self._blob(cp, blob, decoded)
@@ -313,7 +317,7 @@ class Codec:
                     value = channel.fold(value, writes)  # one fold for all the deltas: one copy of the value
                 cache[name] = (base, cp.step, value)
                 stored[name] = value
-            out[i] = self.upgrade(cp, body, stored)
+            out[i] = self.upgrade(cp, body, stored, unfoldable)
         return out
 
     def _blob(self, cp: StoredCheckpoint, blob: Blob, decoded: dict[tuple[str, int], Any]) -> Any:
@@ -322,8 +326,14 @@ class Codec:
             decoded[key] = self._loads(cp, blob.data)
         return decoded[key]
 
-    def upgrade(self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any]) -> dict[str, Any]:
-        """Run migrations from ``body.schema_version``, drop unknown fields, fill defaults, validate if migrated."""
+    def upgrade(
+        self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any], unfoldable: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Run migrations from ``body.schema_version``, drop unknown fields, fill defaults, validate if migrated.
+
+        ``unfoldable``: reducer fields the schema no longer declares whose deltas could not be folded (their reducer
+        went with them). They are not in ``stored``: a migration that reads one gets a :class:`GraphSetupError`
+        saying to keep declaring the field, instead of the stale value of its last snapshot."""
         migrations = self.migrations
         version = body.schema_version
         if version > self.version:
@@ -336,9 +346,19 @@ class Codec:
         while version < self.version:
             migrate = migrations.get(version)
             if migrate is not None:
-                stored = dict(migrate(dict(stored)))
+                try:
+                    stored = dict(migrate(dict(stored)))
+                except KeyError as exc:
+                    if not exc.args or exc.args[0] not in unfoldable:
+                        raise
+                    raise GraphSetupError(
+                        f"the migration from schema version {version} reads field {exc.args[0]!r} of checkpoint "
+                        f"{cp.checkpoint_id} of thread {cp.thread_id!r}, a reducer field this schema no longer "
+                        f"declares: without its reducer its stored deltas cannot be folded into its value. Keep "
+                        f"declaring it (with its reducer) in the new schema; the migration can then move its value"
+                    ) from exc
             version += 1
-        unknown = sorted(k for k in stored if k not in self.state.channels)
+        unknown = sorted([*(k for k in stored if k not in self.state.channels), *unfoldable])
         if unknown:
             logger.warning(
                 "checkpoint %s of thread %r has field(s) the schema no longer has: %s; they were dropped",
@@ -347,7 +367,7 @@ class Codec:
                 ", ".join(unknown),
             )
             for k in unknown:
-                del stored[k]
+                stored.pop(k, None)
         if body.schema_version != self.version:
             for name, value in stored.items():
                 try:

@@ -205,8 +205,10 @@ class _AnyChannels(dict[str, Channel]):
 
 
 class _RawCodec(Codec):
-    def upgrade(self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any]) -> dict[str, Any]:
-        """As stored: no migrations, nothing dropped, no defaults."""
+    def upgrade(
+        self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any], unfoldable: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """As stored: no migrations, nothing dropped, no defaults (every channel is known: nothing is unfoldable)."""
         return stored
 
 
