@@ -52,7 +52,9 @@ from graphckpt.savers.sqlite import SqliteSaver
 
 pytestmark = pytest.mark.slow
 
-STEPS = 200
+STEPS = 1000
+"""Long enough that the random kills (each lets a process run up to ~150 ms) do not finish the thread before every
+planned hook fired: with 200, faster commits made that happen (a hook fired 4 times of 5)."""
 THREAD = "crash"
 REF_THREAD = "reference"
 HOOKS = {
@@ -151,6 +153,7 @@ class Campaign:
     kills: Counter[str] = field(default_factory=Counter)
     window_kills: Counter[str] = field(default_factory=Counter)
     commit_landed: Counter[str] = field(default_factory=Counter)
+    head_at_finish: int = -1
     in_window: Counter[str] = field(default_factory=Counter)
     processes: int = 0
     _spawned: int = 0
@@ -186,6 +189,8 @@ class Campaign:
             if head >= STEPS:  # a random kill landed after the last commit, before the process exited: nothing
                 plan.clear()  # is left to interrupt (the kill count is checked against MIN_KILLS at the end)
             kind = plan.pop() if plan else "finish"
+            if kind == "finish":
+                self.head_at_finish = head  # margin: how far the kills got of STEPS (see the summary line)
             env: dict[str, str] = {}
             target = -1
             if kind not in ("random", "finish"):
@@ -333,7 +338,8 @@ def _campaign(backend: str, db: str, schema: str | None, tmp: Path, saver: Any) 
     print(
         f"\ncrash {backend}: seed={seed} kills={camp.kills.total()} by kind={dict(camp.kills)} "
         f"processes={camp.processes} resumes={camp.processes - 1} in-window kills by kind={dict(camp.window_kills)} "
-        f"commit outcomes={dict(camp.commit_landed)} {summary} time={elapsed:.1f}s"
+        f"commit outcomes={dict(camp.commit_landed)} {summary} head at finish={camp.head_at_finish}/{STEPS} "
+        f"time={elapsed:.1f}s"
     )
     assert camp.kills.total() >= MIN_KILLS
     for kind, n in HOOKS[backend].items():
