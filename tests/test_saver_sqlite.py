@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -289,6 +290,20 @@ async def test_preallocating_the_wal_never_overwrites_another_connections_frames
         assert [cp.step for cp in await reopened.list_checkpoints("a")] == list(range(30, -1, -1))
         assert len(await reopened.get_blobs([BlobRange("a", "x", 0, 29)])) == 30
         assert {t.thread_id for t in await reopened.list_threads()} == {"a", "b"}
+
+
+async def test_the_wal_preallocated_is_this_databases_after_a_chdir(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    async with SqliteSaver("c.db") as saver, SqliteSaver(tmp_path / "b" / "c.db", preallocate_wal=0) as other:
+        await saver.list_threads()  # opened in a/
+        await other.commit(make_checkpoint("o", 0), expected_head=None, run_id="r")
+        before = _wal(tmp_path / "b" / "c.db")
+        monkeypatch.chdir(tmp_path / "b")  # "c.db" now names the other database
+        await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
+        assert _wal_size(tmp_path / "a" / "c.db") >= 4 * _MIB
+        assert _wal(tmp_path / "b" / "c.db") == before
 
 
 _KILLED_AFTER_COMMITS = """

@@ -339,6 +339,7 @@ class SqliteSaver(Saver):
         self.read_inline = read_inline
         self.preallocate_wal = preallocate_wal
         self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
+        self._wal_path = ""
         self._executor: ThreadPoolExecutor | None = None  # the writer thread
         self._conn: sqlite3.Connection | None = None  # the writer's connection, used under _conn_lock
         self._inline: sqlite3.Connection | None = None  # busy timeout 0; used under _inline_lock, on any thread
@@ -425,6 +426,9 @@ class SqliteSaver(Saver):
         if self.path != ":memory:" and not parent.is_dir():
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        # where SQLite keeps the WAL (it resolves the path as it opens the file), not wherever a relative path points
+        # after a chdir: the preallocation must never touch another database's WAL
+        self._wal_path = os.path.realpath(self.path) + "-wal"
         try:
             conn.execute(f"PRAGMA page_size = {_PAGE_SIZE:d}")  # a new file only: before WAL and the first table
             mode = _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], self.busy_timeout)
@@ -511,7 +515,7 @@ class SqliteSaver(Saver):
         def run(conn: sqlite3.Connection) -> _T:
             if not self._wal_ready:
                 self._wal_ready = True  # once per open saver, even if it fails: it only saves time
-                _extend_with_zeros(self.path + "-wal", self.preallocate_wal)
+                _extend_with_zeros(self._wal_path, self.preallocate_wal)
             return body(conn)
 
         return run
