@@ -39,3 +39,5 @@ def test_quick_run_writes_report(tmp_path: Path) -> None:
     assert text.startswith("# graphckpt benchmark results")
     assert "| workload | saver | measure |" in text
     assert "| W1 | sqlite |" in text
+    floor = next(line for line in text.splitlines() if line.startswith("| graphckpt | sqlite |"))
+    assert "- |" not in floor.split("|", 4)[4], floor  # both FLOORs (plain and WAL written ahead) were measured
