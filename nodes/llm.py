@@ -149,7 +149,7 @@ class ChatModel:
                     status: int | None = exc.status_code
                     cause = None
                     retry_after = parse_retry_after(exc.response.headers)
-                    detail = self._redact(_error_detail(exc))
+                    detail = self._redact(_error_detail(exc), client.api_key)
                     if not is_retryable_status(exc.status_code):
                         raise LLMError(
                             f"model {model!r} at {endpoint} answered HTTP {status} (not retried): {detail}",
@@ -195,11 +195,11 @@ class ChatModel:
         ) as client:
             yield client
 
-    def _redact(self, text: str) -> str:
-        """``text`` without the API key (ours, or anything shaped like an OpenAI key)."""
-        key = self.api_key or os.environ.get("OPENAI_API_KEY")
-        if key and len(key) >= 4:
-            text = text.replace(key, "***")
+    def _redact(self, text: str, client_key: str | None = None) -> str:
+        """``text`` without the API key (ours, the client's, or anything shaped like an OpenAI key)."""
+        for key in (self.api_key, os.environ.get("OPENAI_API_KEY"), client_key):
+            if key and len(key) >= 4:
+                text = text.replace(key, "***")
         return re.sub(r"sk-[A-Za-z0-9_\-*]{4,}", "sk-***", text)
 
 

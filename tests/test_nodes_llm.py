@@ -191,6 +191,18 @@ async def test_given_client_has_its_own_retries_turned_off(server: FakeOpenAISer
     assert server.request_count == 1
 
 
+@pytest.mark.parametrize("status", [401, 500])
+async def test_given_clients_key_is_not_in_the_error(server: FakeOpenAIServer, sleeps: Sleeps, status: int) -> None:
+    own_key = "local-gateway-token-42"  # not shaped like an OpenAI key: only knowing it can redact it
+    server.script(error(status, f"Incorrect API key provided: {own_key}"))
+    async with openai.AsyncOpenAI(base_url=server.base_url, api_key=own_key) as client:
+        node = chat_node("hi", output_key="answer", client=client, model="m", retry=LLMRetry(max_retries=0))
+        with pytest.raises(LLMError, match=f"HTTP {status}") as info:
+            await node(Task(), FakeContext())
+    assert own_key not in str(info.value)
+    assert "Incorrect API key provided: ***" in str(info.value)
+
+
 async def test_configuration_from_the_environment(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
