@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 import openai
+import pydantic
 
 from ._base import NodeContext, format_template, state_mapping
 from .errors import LLMError
@@ -144,7 +145,16 @@ class ChatModel:
                 llm_calls.record_request()
                 try:
                     completion = await client.chat.completions.create(**kwargs)
-                    return _normalize(cast(Any, completion).model_dump(mode="json"), model, endpoint)
+                    if not isinstance(completion, pydantic.BaseModel):  # the client hands over a non-JSON body as is
+                        raise LLMError(
+                            f"model {model!r} at {endpoint} answered with something that is not a chat completion "
+                            f"({self._redact(_excerpt(completion), client.api_key)}); is the base URL the API's?",
+                            model=model,
+                            endpoint=endpoint,
+                            status=200,
+                            attempts=attempt,
+                        )
+                    return _normalize(completion.model_dump(mode="json"), model, endpoint)
                 except openai.APIStatusError as exc:
                     status: int | None = exc.status_code
                     cause = None
@@ -319,6 +329,11 @@ def _endpoint(url: str) -> str:
     """``url`` without its query string and user info (which could hold a key)."""
     url = url.split("?", 1)[0]
     return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    text = " ".join(str(value).split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:

@@ -14,7 +14,7 @@ import openai
 import pydantic
 import pytest
 from fake_context import FakeContext
-from openai_server import FakeOpenAIServer, completion, error, slow
+from openai_server import FakeOpenAIServer, completion, error, html_page, slow
 
 import nodes
 from nodes import OFFLINE_MODEL, ChatModel, LLMError, LLMRetry, PromptError, chat_node, llm_calls, tool, tool_node
@@ -201,6 +201,19 @@ async def test_given_clients_key_is_not_in_the_error(server: FakeOpenAIServer, s
             await node(Task(), FakeContext())
     assert own_key not in str(info.value)
     assert "Incorrect API key provided: ***" in str(info.value)
+
+
+async def test_an_html_page_instead_of_a_completion_names_model_and_endpoint(
+    server: FakeOpenAIServer, sleeps: Sleeps
+) -> None:
+    server.script(html_page(text="<html><body>Welcome to nginx!</body></html>"), completion("never"))
+    with pytest.raises(LLMError) as info:
+        await node_for(server, sleeps)(Task(), FakeContext())
+    message = str(info.value)
+    assert "'fake-model'" in message and f"{server.base_url}/chat/completions" in message
+    assert "not a chat completion" in message and "Welcome to nginx!" in message
+    assert info.value.status == 200 and info.value.retryable is False
+    assert server.request_count == 1
 
 
 async def test_configuration_from_the_environment(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
