@@ -117,6 +117,9 @@ class Serializer:
             if isinstance(obj, enum.Enum):
                 return msgpack.ExtType(_ENUM, pack([name, obj.value]))
             fields = {key: getattr(obj, key) for key in type(obj).model_fields}
+            extra = obj.__pydantic_extra__  # extra="allow" (the openai client's models): kept, or they are lost
+            if extra:
+                fields.update((key, value) for key, value in extra.items() if key not in fields)
             return msgpack.ExtType(_MODEL, pack([name, fields]))
         if tp in (bool, int, float, str, list, dict, bytes):
             raise SerializationError(f"cannot store this {tp.__name__}: it is too large or nests too deeply")

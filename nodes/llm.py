@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 import openai
+import pydantic
 
 from ._base import NodeContext, format_template, state_mapping
 from .errors import LLMError
@@ -144,12 +145,21 @@ class ChatModel:
                 llm_calls.record_request()
                 try:
                     completion = await client.chat.completions.create(**kwargs)
-                    return _normalize(cast(Any, completion).model_dump(mode="json"), model, endpoint)
+                    if not isinstance(completion, pydantic.BaseModel):  # the client hands over a non-JSON body as is
+                        raise LLMError(
+                            f"model {model!r} at {endpoint} answered with something that is not a chat completion "
+                            f"({self._redact(_excerpt(completion), client.api_key)}); is the base URL the API's?",
+                            model=model,
+                            endpoint=endpoint,
+                            status=200,
+                            attempts=attempt,
+                        )
+                    return _normalize(completion.model_dump(mode="json"), model, endpoint)
                 except openai.APIStatusError as exc:
                     status: int | None = exc.status_code
                     cause = None
                     retry_after = parse_retry_after(exc.response.headers)
-                    detail = self._redact(_error_detail(exc))
+                    detail = self._redact(_error_detail(exc), client.api_key)
                     if not is_retryable_status(exc.status_code):
                         raise LLMError(
                             f"model {model!r} at {endpoint} answered HTTP {status} (not retried): {detail}",
@@ -195,11 +205,11 @@ class ChatModel:
         ) as client:
             yield client
 
-    def _redact(self, text: str) -> str:
-        """``text`` without the API key (ours, or anything shaped like an OpenAI key)."""
-        key = self.api_key or os.environ.get("OPENAI_API_KEY")
-        if key and len(key) >= 4:
-            text = text.replace(key, "***")
+    def _redact(self, text: str, client_key: str | None = None) -> str:
+        """``text`` without the API key (ours, the client's, or anything shaped like an OpenAI key)."""
+        for key in (self.api_key, os.environ.get("OPENAI_API_KEY"), client_key):
+            if key and len(key) >= 4:
+                text = text.replace(key, "***")
         return re.sub(r"sk-[A-Za-z0-9_\-*]{4,}", "sk-***", text)
 
 
@@ -319,6 +329,11 @@ def _endpoint(url: str) -> str:
     """``url`` without its query string and user info (which could hold a key)."""
     url = url.split("?", 1)[0]
     return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    text = " ".join(str(value).split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:

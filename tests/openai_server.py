@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "slow"]
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "html_page", "slow"]
 
 
 @dataclass
@@ -37,6 +37,8 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     wait_for_release: float = 0.0
     """If > 0, block on the server's ``release`` event for at most this many seconds before answering."""
+    raw: bytes | None = None
+    """Sent as the body instead of ``body`` as JSON (with ``headers`` naming its ``Content-Type``)."""
 
 
 @dataclass
@@ -89,10 +91,15 @@ def error(status: int, message: str = "scripted error", *, headers: Mapping[str,
     return Reply(status, body, dict(headers or {}))
 
 
+def html_page(status: int = 200, text: str = "<html><body>Welcome to nginx!</body></html>") -> Reply:
+    """An HTML page instead of an API answer, as a base URL that is not the API (a web server, a proxy) sends."""
+    return Reply(status, headers={"Content-Type": "text/html; charset=utf-8"}, raw=text.encode())
+
+
 def slow(reply: Reply | None = None, *, max_wait: float = 10.0) -> Reply:
     """``reply`` (default: a completion), sent only once ``release`` is set or ``max_wait`` seconds have passed."""
     base = reply or completion("slow answer")
-    return Reply(base.status, base.body, base.headers, wait_for_release=max_wait)
+    return Reply(base.status, base.body, base.headers, wait_for_release=max_wait, raw=base.raw)
 
 
 class FakeOpenAIServer:
@@ -183,9 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.wait_for_release:
             owner.release.wait(reply.wait_for_release)
         payload = reply.body if reply.body is not None else _echo(body).body
-        data = json.dumps(payload).encode()
+        data = reply.raw if reply.raw is not None else json.dumps(payload).encode()
         self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
+        if not any(name.lower() == "content-type" for name in reply.headers):
+            self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-request-id", f"req-{len(owner.requests)}")
         for name, value in reply.headers.items():

@@ -7,13 +7,15 @@ client; the server counts the requests, so "no second call" is checked on the wi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
+import openai
 import pytest
+from openai.types.chat import ChatCompletionMessage
 from openai_server import FakeOpenAIServer, completion, error
 from pydantic import BaseModel
 
-from graphckpt import END, START, NodeError, RetryPolicy, Saver, StateGraph
+from graphckpt import END, START, NodeError, RetryPolicy, Saver, StateGraph, append
 from nodes import approval_node, chat_node
 
 
@@ -77,3 +79,34 @@ async def test_non_retryable_model_error_fails_the_thread_once(server: FakeOpenA
     assert "fake-model" in str(info.value)
     assert server.request_count == 1
     assert (await app.aget_state("bad")).status == "failed"
+
+
+class Chat(BaseModel):
+    messages: Annotated[list[ChatCompletionMessage], append] = []
+
+
+async def test_openai_messages_in_the_state_read_back_identically(server: FakeOpenAIServer, saver: Saver) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+    reply = completion("thinking done", tool_calls=[call])
+    reply.body["choices"][0]["message"]["reasoning_content"] = "first the geocoding"  # a field the client lacks
+    server.script(reply, completion("second"))
+
+    async def ask(state: Chat) -> dict[str, Any]:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
+            answer = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        return {"messages": [answer.choices[0].message]}
+
+    g = StateGraph(Chat)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(saver=saver)
+    done = await app.ainvoke({}, thread_id="chat")
+    live = done.values.messages
+    await app.afork("chat", done.checkpoint_id, new_thread_id="again", goto="ask")
+    stored = (await app.aget_state("chat")).values.messages
+    assert stored == live and stored[0].model_dump() == live[0].model_dump()
+    assert stored[0].model_extra == {"reasoning_content": "first the geocoding"}
+    assert stored[0].tool_calls is not None and stored[0].tool_calls[0].function.name == "lookup"
+    grown = (await app.aresume("again")).values.messages  # the append reducer folds stored and new messages
+    assert [m.content for m in grown] == ["thinking done", "second"] and grown[0] == live[0]

@@ -8,10 +8,10 @@ import pydantic
 import pytest
 from fake_context import FakeContext, Interrupted
 
-from graphckpt import END, START, StateGraph
+from graphckpt import END, START, Saver, SerializationError, StateGraph
 from graphckpt.errors import ThreadStateError
 from graphckpt.savers.memory import MemorySaver
-from nodes import ApprovalError, PromptError, approval_node, parse_approval
+from nodes import Approval, ApprovalError, PromptError, approval_node, parse_approval
 from nodes.human import MAX_ASKS
 
 
@@ -124,6 +124,23 @@ async def test_bad_answer_through_the_engine_interrupts_again_then_completes() -
     done = await app.aresume("t", {"approved": True, "comment": "lgtm"})
     assert done.status == "done"
     assert done.values.approved is True and done.values.review_comment == "lgtm"
+
+
+async def test_an_answer_that_cannot_be_stored_leaves_the_thread_interrupted(saver: Saver) -> None:
+    g = StateGraph(Deploy)
+    g.add_node("approve", approval_node("Deploy {service}?"))
+    g.add_edge(START, "approve")
+    g.add_edge("approve", END)
+    app = g.compile(saver=saver)
+    assert (await app.ainvoke({}, thread_id="t")).status == "interrupted"
+    with pytest.raises(SerializationError, match=r"nodes\.human\.Approval"):
+        await app.aresume("t", Approval(approved=True))  # parse_approval takes it, the journal cannot store it
+    assert (await app.aget_state("t")).status == "interrupted"
+    assert [t.status for t in await app.athreads()] == ["interrupted"]
+    with pytest.raises(ThreadStateError, match="waiting for an answer"):
+        await app.aresume("t")
+    done = await app.aresume("t", True)
+    assert done.status == "done" and done.values.approved is True
 
 
 def test_callable_prompt_dict_state_and_custom_key() -> None:

@@ -14,7 +14,7 @@ import openai
 import pydantic
 import pytest
 from fake_context import FakeContext
-from openai_server import FakeOpenAIServer, completion, error, slow
+from openai_server import FakeOpenAIServer, completion, error, html_page, slow
 
 import nodes
 from nodes import OFFLINE_MODEL, ChatModel, LLMError, LLMRetry, PromptError, chat_node, llm_calls, tool, tool_node
@@ -188,6 +188,31 @@ async def test_given_client_has_its_own_retries_turned_off(server: FakeOpenAISer
         )
         with pytest.raises(LLMError):
             await node(Task(), FakeContext())
+    assert server.request_count == 1
+
+
+@pytest.mark.parametrize("status", [401, 500])
+async def test_given_clients_key_is_not_in_the_error(server: FakeOpenAIServer, sleeps: Sleeps, status: int) -> None:
+    own_key = "local-gateway-token-42"  # not shaped like an OpenAI key: only knowing it can redact it
+    server.script(error(status, f"Incorrect API key provided: {own_key}"))
+    async with openai.AsyncOpenAI(base_url=server.base_url, api_key=own_key) as client:
+        node = chat_node("hi", output_key="answer", client=client, model="m", retry=LLMRetry(max_retries=0))
+        with pytest.raises(LLMError, match=f"HTTP {status}") as info:
+            await node(Task(), FakeContext())
+    assert own_key not in str(info.value)
+    assert "Incorrect API key provided: ***" in str(info.value)
+
+
+async def test_an_html_page_instead_of_a_completion_names_model_and_endpoint(
+    server: FakeOpenAIServer, sleeps: Sleeps
+) -> None:
+    server.script(html_page(text="<html><body>Welcome to nginx!</body></html>"), completion("never"))
+    with pytest.raises(LLMError) as info:
+        await node_for(server, sleeps)(Task(), FakeContext())
+    message = str(info.value)
+    assert "'fake-model'" in message and f"{server.base_url}/chat/completions" in message
+    assert "not a chat completion" in message and "Welcome to nginx!" in message
+    assert info.value.status == 200 and info.value.retryable is False
     assert server.request_count == 1
 
 
