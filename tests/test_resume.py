@@ -140,6 +140,47 @@ async def test_idempotency_key_is_stable_across_reruns(saver: Saver) -> None:
     assert first_run[0].startswith("k:") and first_run[0].endswith(":0")
 
 
+async def test_effects_awaited_concurrently_are_journaled_apart(saver: Saver) -> None:
+    """Two ``aeffect`` calls gathered in one node (parallel tool calls) each get their own journal entry and key: the
+    one that finishes first must not take the other's index, or one result is lost and its call repeated on resume."""
+    calls: list[str] = []
+    keys: dict[str, str] = {}
+    fail = [True]
+
+    async def node(s: S, ctx: Context) -> dict[str, Any]:
+        second_done = asyncio.Event()
+
+        async def first() -> str:
+            keys["first"] = ctx.idempotency_key
+            await second_done.wait()  # finishes after the second call
+            calls.append("first")
+            return "one"
+
+        async def second() -> str:
+            keys["second"] = ctx.idempotency_key
+            calls.append("second")
+            second_done.set()
+            return "two"
+
+        results = await asyncio.gather(ctx.aeffect(first), ctx.aeffect(second))
+        if fail[0]:
+            raise RuntimeError("after the effects")
+        return {"log": list(results)}
+
+    g = StateGraph(S)
+    g.add_node("n", node)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="g")
+    fail[0] = False
+    snap = await app.aresume("g")
+    assert snap.values.log == ["one", "two"]
+    assert sorted(calls) == ["first", "second"]  # each call made once, the re-run got both from the journal
+    assert keys["first"].endswith(":0") and keys["second"].endswith(":1")
+
+
 async def test_resume_unknown_thread(saver: Saver) -> None:
     app = Flaky().graph().compile(saver=saver)
     with pytest.raises(ThreadNotFoundError, match="no thread 'nope'"):
