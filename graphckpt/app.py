@@ -431,7 +431,9 @@ class App:
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
             # the source's values are needed now: to fold the update, or to store them again in this version
             src_blobs = await self.saver.get_blobs(ranges) if ranges else []
-            values, writes = state.apply(self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated])
+            values, writes = state.apply(
+                self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated], sources=["fork"]
+            )
             fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
         else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
             values, writes = dict(validated), {k: [v] for k, v in validated.items()}

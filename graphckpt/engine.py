@@ -41,6 +41,7 @@ from graphckpt.errors import (
     ThreadConflictError,
 )
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite
+from graphckpt.state import ReducerError
 
 if TYPE_CHECKING:
     from graphckpt.graph import NodeSpec, StateGraph
@@ -435,7 +436,13 @@ class Run:
 
     async def commit_step(self, results: list[TaskResult]) -> None:
         """Fold the results into the state, route, and commit the next checkpoint."""
-        values, writes = self.codec.state.apply(self.head.values, [r.update for r in results])
+        try:
+            values, writes = self.codec.state.apply(
+                self.head.values, [r.update for r in results], sources=[r.task.node for r in results]
+            )
+        except ReducerError as exc:  # the node whose update the reducer refused failed; its siblings' results stay
+            await self.record_stop([_Failed(results[exc.update].task, exc)], results)
+            raise AssertionError("unreachable") from None
         checkpoint_id = ids.new_id()
         try:
             tasks, barriers = route(self.graph, values, results, self.head.body.barriers, checkpoint_id, self.codec)

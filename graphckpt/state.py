@@ -20,7 +20,7 @@ import typing_extensions
 
 from graphckpt.errors import GraphSetupError, InvalidUpdateError
 
-__all__ = ["Channel", "Reducer", "StateSchema", "append", "merge"]
+__all__ = ["Channel", "Reducer", "ReducerError", "StateSchema", "append", "merge"]
 
 Reducer = Callable[[Any, Any], Any]
 
@@ -40,6 +40,16 @@ def merge(old: Mapping[Any, Any] | None, new: Mapping[Any, Any]) -> dict[Any, An
 
 
 _MISSING: Any = object()
+
+
+class ReducerError(InvalidUpdateError):
+    """A field's reducer raised on a write: ``update`` is the position of the update that carried it (see
+    :meth:`StateSchema.apply`)."""
+
+    def __init__(self, message: str, *, field: str, update: int) -> None:
+        super().__init__(message)
+        self.field = field
+        self.update = update
 
 
 @dataclass(slots=True)
@@ -146,11 +156,13 @@ class StateSchema:
             raise InvalidUpdateError(f"{node}: required state field(s) missing: {', '.join(missing)}")
 
     def apply(
-        self, values: dict[str, Any], updates: Sequence[Mapping[str, Any]]
+        self, values: dict[str, Any], updates: Sequence[Mapping[str, Any]], *, sources: Sequence[str] = ()
     ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
         """Fold validated ``updates`` (in task order) into a copy of ``values``.
 
-        Returns the new values and, per changed channel, the list of writes it received (its delta)."""
+        Returns the new values and, per changed channel, the list of writes it received (its delta). A reducer that
+        raises is reported as :class:`ReducerError` naming the field and ``sources[i]`` (the writer of the update,
+        ``"input"`` by default) of the update ``i`` whose write it failed on; ``values`` are unchanged."""
         writes: dict[str, list[Any]] = {}
         for update in updates:
             for key, value in update.items():
@@ -159,8 +171,40 @@ class StateSchema:
             return values, writes
         new = dict(values)
         for key, ws in writes.items():
-            new[key] = self.channels[key].fold(values.get(key, _MISSING), ws)
+            channel = self.channels[key]
+            old = values.get(key, _MISSING)
+            try:
+                new[key] = channel.fold(old, ws)
+            except Exception as exc:
+                raise self._reducer_error(channel, old, updates, sources, exc) from exc
         return new, writes
+
+    def _reducer_error(
+        self,
+        channel: Channel,
+        old: Any,
+        updates: Sequence[Mapping[str, Any]],
+        sources: Sequence[str],
+        exc: Exception,
+    ) -> ReducerError:
+        """Find the update whose write made ``channel``'s reducer raise ``exc`` (folding the writes one at a time,
+        which only this error path does) and name its writer."""
+        at, value = 0, old
+        for i, update in enumerate(updates):
+            if channel.name not in update:
+                continue
+            at = i
+            try:
+                value = channel.fold(value, [update[channel.name]])
+            except Exception as cause:
+                exc = cause
+                break
+        source = sources[at] if at < len(sources) else "input"
+        return ReducerError(
+            f"{source}: the reducer of field {channel.name!r} failed on its update: {type(exc).__name__}: {exc}",
+            field=channel.name,
+            update=at,
+        )
 
 
 def _shallow_copy(value: Any) -> Any:

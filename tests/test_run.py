@@ -125,6 +125,49 @@ async def test_update_with_wrong_type_names_node_and_field(saver: Saver) -> None
     assert len(await app.ahistory("t")) == 1
 
 
+async def test_a_reducer_raising_on_an_update_fails_that_node_and_keeps_its_siblings(saver: Saver) -> None:
+    """``None`` fits ``list[str] | None`` but ``append`` cannot add it: the writer fails with InvalidUpdateError
+    naming it and the field, nothing is committed, the thread is ``failed`` (not left ``running`` by a bare
+    TypeError), and on resume only the failed node runs again."""
+
+    class Opt(BaseModel):
+        notes: Annotated[list[str] | None, append] = None
+        tags: Annotated[dict[str, int] | None, merge] = None
+
+    calls: list[str] = []
+    bad: dict[str, Any] = {"notes": None}
+
+    def good(s: Opt) -> dict[str, Any]:
+        calls.append("good")
+        return {"tags": {"good": 1}}
+
+    def writer(s: Opt) -> dict[str, Any]:
+        calls.append("writer")
+        return bad
+
+    g = StateGraph(Opt)
+    g.add_node("good", good)
+    g.add_node("writer", writer)
+    for node in ("good", "writer"):
+        g.add_edge(START, node)
+        g.add_edge(node, END)
+    app = g.compile(saver=saver)
+    with pytest.raises(
+        InvalidUpdateError, match="writer: the reducer of field 'notes' failed on its update: TypeError"
+    ):
+        await app.ainvoke({"notes": ["in"]}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.status == "failed" and snap.step == 0 and snap.values.notes == ["in"]
+    assert [(e.node, e.type) for e in snap.errors] == [("writer", "ReducerError")]
+    with pytest.raises(InvalidUpdateError, match="input: the reducer of field 'tags'"):
+        await app.ainvoke({"tags": None}, thread_id="other")  # the input goes through the reducers too
+    assert await saver.get_thread("other") is None
+    bad["notes"] = ["fixed"]
+    done = await app.aresume("t")
+    assert done.status == "done" and done.values.notes == ["in", "fixed"] and done.values.tags == {"good": 1}
+    assert calls == ["good", "writer", "writer"]
+
+
 async def test_unstorable_value_is_refused_naming_the_field(saver: Saver) -> None:
     class Loose(BaseModel):
         thing: Any = None
