@@ -247,6 +247,7 @@ class Run:
         if self._flusher is not None:
             await self._flusher
             self._flusher = None
+        self._queue.clear()  # what was not written is in the step's commit (or the stop's writes) below
         stops = [o for o in outcomes if not isinstance(o, TaskResult)]
         if stops:
             await self.record_stop(stops, outcomes)
