@@ -104,13 +104,19 @@ class StateSchema:
                 continue  # ClassVar and private attributes
             base, reducer = _split_reducer(name, hint)
             default: Callable[[], Any] | None = None
+            checked = base
             if self.is_model:
                 field = model_fields[name]
                 if field.default_factory is not None:
                     default = typing.cast(Callable[[], Any], field.default_factory)
                 elif not field.is_required():
                     default = _copying(field.default)
-            self.channels[name] = Channel(name, base, pydantic.TypeAdapter(base), reducer, default)
+                if field.metadata and reducer is None:
+                    # `x: int = Field(ge=0)` keeps its constraints here, not in the hint (`Annotated[int, Field(ge=0)]`
+                    # has them in both): a value the model would refuse must not be stored. (A reducer field's write
+                    # is not its value: its constraints cannot be checked on one write.)
+                    checked = typing.Annotated[(base, *field.metadata)]
+            self.channels[name] = Channel(name, base, pydantic.TypeAdapter(checked), reducer, default)
 
     def defaults(self) -> dict[str, Any]:
         return {name: ch.default() for name, ch in self.channels.items() if ch.default is not None}

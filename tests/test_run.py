@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from graphckpt import (
     END,
@@ -123,6 +123,30 @@ async def test_update_with_wrong_type_names_node_and_field(saver: Saver) -> None
     with pytest.raises(InvalidUpdateError, match="typo: value for field 'count' does not fit int"):
         await app.ainvoke({"request": "r"}, thread_id="t")
     assert len(await app.ahistory("t")) == 1
+
+
+async def test_update_breaking_a_field_constraint_is_refused_in_either_spelling(saver: Saver) -> None:
+    """``n: int = Field(ge=0)`` constrains like ``Annotated[int, Field(ge=0)]``: a node's update or an input the
+    model would refuse is an InvalidUpdateError naming node and field, and is not stored."""
+
+    class Bounded(BaseModel):
+        n: int = Field(default=0, ge=0)
+        m: Annotated[int, Field(ge=0)] = 0
+
+    g = StateGraph(Bounded)
+    g.add_node("dec", lambda s: {"n": s.n - 1})
+    g.add_edge(START, "dec")
+    g.add_edge("dec", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match=r"input: value for field 'n' does not fit int: .*greater than or eq"):
+        await app.ainvoke({"n": -1}, thread_id="in")
+    assert await saver.get_thread("in") is None
+    with pytest.raises(InvalidUpdateError, match=r"dec: value for field 'n' does not fit int: .*greater than or equal"):
+        await app.ainvoke({}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.status == "failed" and snap.values.n == 0 and snap.step == 0
+    with pytest.raises(InvalidUpdateError, match="input: value for field 'm'"):
+        await app.ainvoke({"m": -1}, thread_id="in")
 
 
 async def test_a_reducer_raising_on_an_update_fails_that_node_and_keeps_its_siblings(saver: Saver) -> None:
