@@ -22,7 +22,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -570,7 +570,7 @@ def route(
                 raise RouteError(r.task, exc) from exc
             for item in picked if isinstance(picked, (list, tuple)) else [picked]:
                 if br.path_map is not None and not isinstance(item, Send):
-                    if item not in br.path_map:
+                    if not _is_key_of(item, br.path_map):
                         raise RouteError(
                             r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map")
                         )
@@ -590,6 +590,13 @@ def route(
             add(join.target, finished[arrived[-1]])
     tasks = [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(targets)]
     return tasks, barriers
+
+
+def _is_key_of(item: Any, path_map: Mapping[Hashable, str]) -> bool:
+    try:
+        return item in path_map
+    except TypeError:  # unhashable (a list inside the router's list, a dict): no key of a path_map
+        return False
 
 
 def frontier_status(
