@@ -274,6 +274,15 @@ class Run:
                 out = await self._call(spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
+                try:
+                    self.codec.serde.dumps(intr.payload)  # recorded with the stop: refuse it here, naming the node
+                except SerializationError as exc:
+                    return _Failed(
+                        task,
+                        SerializationError(
+                            f"node {spec.name!r}: the payload of ctx.interrupt #{intr.index} cannot be stored: {exc}"
+                        ),
+                    )
                 return _Interrupted(task, intr.payload, intr.index)
             except (InvalidUpdateError, SerializationError) as exc:
                 return _Failed(task, exc)
