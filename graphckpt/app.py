@@ -208,6 +208,8 @@ class App:
             )
         if not open_interrupts and answer is not _NO_ANSWER:
             raise ThreadStateError(f"thread {thread_id!r} is not waiting for an answer (no ctx.interrupt is open)")
+        # an answer that cannot be stored is refused before the claim, which would mark the thread running
+        answer_data = self.codec.serde.dumps(answer) if open_interrupts else b""
         run_id = ids.new_id()
         await self.saver.claim(
             thread_id, expected_head=head.cp.checkpoint_id, expected_run_id=record.run_id, run_id=run_id
@@ -218,9 +220,8 @@ class App:
         recorded = decode_recorded(self.codec, head.cp, writes, head.body.tasks)
         if open_interrupts:
             task, index, _ = open_interrupts[0]
-            data = self.codec.serde.dumps(answer)
             await self.saver.put_writes(
-                thread_id, head.cp.checkpoint_id, [StoredWrite(task.id, "resume", index, data)], run_id=run_id
+                thread_id, head.cp.checkpoint_id, [StoredWrite(task.id, "resume", index, answer_data)], run_id=run_id
             )
             recorded.answers[(task.id, index)] = answer
         recorded.errors.clear()

@@ -132,6 +132,20 @@ async def test_an_unstorable_interrupt_payload_fails_the_node_and_keeps_its_sibl
     assert done.values.log == ["ask:yes", "other"] and calls == ["other"]
 
 
+async def test_an_unstorable_answer_is_refused_and_the_thread_still_waits(saver: Saver) -> None:
+    g = StateGraph(S)
+    g.add_node("ask", lambda s, ctx: {"log": [str(ctx.interrupt("q"))]})
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(saver=saver)
+    await app.ainvoke({}, thread_id="w")
+    with pytest.raises(SerializationError, match=r"cannot store a value of type _thread\.lock"):
+        await app.aresume("w", threading.Lock())
+    snap = await app.aget_state("w")
+    assert snap.status == "interrupted" and [i.payload for i in snap.interrupts] == ["q"]  # not marked running
+    assert (await app.aresume("w", "fine")).values.log == ["fine"]
+
+
 async def test_answer_without_open_interrupt_is_refused(saver: Saver) -> None:
     app = chain(saver, interrupt_before=["two"])
     await app.ainvoke({}, thread_id="x")
