@@ -208,7 +208,7 @@ class App:
             )
         if not open_interrupts and answer is not _NO_ANSWER:
             raise ThreadStateError(f"thread {thread_id!r} is not waiting for an answer (no ctx.interrupt is open)")
-        # an answer that cannot be stored fails here, before the claim marks the thread running
+        # an answer that cannot be stored is refused before the claim, which would mark the thread running
         answer_data = self.codec.serde.dumps(answer) if open_interrupts else b""
         run_id = ids.new_id()
         await self.saver.claim(
@@ -432,7 +432,9 @@ class App:
         if src_body.schema_version != self.graph.version or any(state.channels[k].reducer for k in validated):
             # the source's values are needed now: to fold the update, or to store them again in this version
             src_blobs = await self.saver.get_blobs(ranges) if ranges else []
-            values, writes = state.apply(self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated])
+            values, writes = state.apply(
+                self.codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated], sources=["fork"]
+            )
             fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
         else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
             values, writes = dict(validated), {k: [v] for k, v in validated.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 from collections.abc import Callable
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
 
 __all__ = ["Context", "NodeInterrupt"]
+
+_CURRENT_EFFECT: contextvars.ContextVar[tuple[Context, int] | None] = contextvars.ContextVar(
+    "graphckpt_current_effect", default=None
+)
+"""The context and index of the effect whose function is running (see :attr:`Context.idempotency_key`)."""
 
 
 class NodeInterrupt(BaseException):
@@ -77,22 +83,31 @@ class Context:
 
         The same on every re-run of the task, so an outside service can drop the duplicate of a call that was
         repeated because a crash fell between the call returning and its result being journaled."""
-        return f"{self.thread_id}:{self._task.id}:{self._effects}"
+        current = _CURRENT_EFFECT.get()
+        index = current[1] if current is not None and current[0] is self else self._effects
+        return f"{self.thread_id}:{self._task.id}:{index}"
 
     async def aeffect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Call ``fn(*args, **kwargs)`` (sync or async) once per task, ever: its result is journaled before this
         returns, and every re-run of the task (resume, retry, resume after an interrupt) gets the journaled result
-        without calling ``fn``. The result must be storable (plain data or schema types)."""
+        without calling ``fn``. The result must be storable (plain data or schema types).
+
+        Each call takes its index (call order) when it is made, so effects awaited concurrently (``asyncio.gather``)
+        each have their own journal entry and idempotency key."""
         index = self._effects
+        self._effects = index + 1
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
+            token = _CURRENT_EFFECT.set((self, index))
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            finally:
+                _CURRENT_EFFECT.reset(token)
             self._check_alive()
             await self._journal.record_effect(self._task, index, value)
-        self._effects = index + 1
         return value
 
     def effect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -104,16 +119,20 @@ class Context:
                 "use `await ctx.aeffect(...)` in async nodes"
             )
         index = self._effects
+        self._effects = index + 1
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
-            value = fn(*args, **kwargs)
+            token = _CURRENT_EFFECT.set((self, index))
+            try:
+                value = fn(*args, **kwargs)
+            finally:
+                _CURRENT_EFFECT.reset(token)
             if inspect.isawaitable(value):
                 raise GraphckptError(f"node {self.node!r}: ctx.effect() got an async function; use ctx.aeffect()")
             self._check_alive()
             fut = asyncio.run_coroutine_threadsafe(self._record(index, value), loop)
             fut.result()
-        self._effects = index + 1
         return value
 
     def abandon(self) -> None:

@@ -22,7 +22,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,6 +41,7 @@ from graphckpt.errors import (
     ThreadConflictError,
 )
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite
+from graphckpt.state import ReducerError
 
 if TYPE_CHECKING:
     from graphckpt.graph import NodeSpec, StateGraph
@@ -246,6 +247,7 @@ class Run:
         if self._flusher is not None:
             await self._flusher
             self._flusher = None
+        self._queue.clear()  # what was not written is in the step's commit (or the stop's writes) below
         stops = [o for o in outcomes if not isinstance(o, TaskResult)]
         if stops:
             await self.record_stop(stops, outcomes)
@@ -272,6 +274,15 @@ class Run:
                 out = await self._call(spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
+                try:
+                    self.codec.serde.dumps(intr.payload)  # recorded with the stop: refuse it here, naming the node
+                except SerializationError as exc:
+                    return _Failed(
+                        task,
+                        SerializationError(
+                            f"node {spec.name!r}: the payload of ctx.interrupt #{intr.index} cannot be stored: {exc}"
+                        ),
+                    )
                 return _Interrupted(task, intr.payload, intr.index)
             except (InvalidUpdateError, SerializationError) as exc:
                 return _Failed(task, exc)
@@ -435,7 +446,13 @@ class Run:
 
     async def commit_step(self, results: list[TaskResult]) -> None:
         """Fold the results into the state, route, and commit the next checkpoint."""
-        values, writes = self.codec.state.apply(self.head.values, [r.update for r in results])
+        try:
+            values, writes = self.codec.state.apply(
+                self.head.values, [r.update for r in results], sources=[r.task.node for r in results]
+            )
+        except ReducerError as exc:  # the node whose update the reducer refused failed; its siblings' results stay
+            await self.record_stop([_Failed(results[exc.update].task, exc)], results)
+            raise AssertionError("unreachable") from None
         checkpoint_id = ids.new_id()
         try:
             tasks, barriers = route(self.graph, values, results, self.head.body.barriers, checkpoint_id, self.codec)
@@ -562,7 +579,7 @@ def route(
                 raise RouteError(r.task, exc) from exc
             for item in picked if isinstance(picked, (list, tuple)) else [picked]:
                 if br.path_map is not None and not isinstance(item, Send):
-                    if item not in br.path_map:
+                    if not _is_key_of(item, br.path_map):
                         raise RouteError(
                             r.task, InvalidUpdateError(f"{node}: router returned {item!r}, not in path_map")
                         )
@@ -582,6 +599,13 @@ def route(
             add(join.target, finished[arrived[-1]])
     tasks = [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(targets)]
     return tasks, barriers
+
+
+def _is_key_of(item: Any, path_map: Mapping[Hashable, str]) -> bool:
+    try:
+        return item in path_map
+    except TypeError:  # unhashable (a list inside the router's list, a dict): no key of a path_map
+        return False
 
 
 def frontier_status(

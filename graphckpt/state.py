@@ -20,7 +20,7 @@ import typing_extensions
 
 from graphckpt.errors import GraphSetupError, InvalidUpdateError
 
-__all__ = ["Channel", "Reducer", "StateSchema", "append", "merge"]
+__all__ = ["Channel", "Reducer", "ReducerError", "StateSchema", "append", "merge"]
 
 Reducer = Callable[[Any, Any], Any]
 
@@ -40,6 +40,16 @@ def merge(old: Mapping[Any, Any] | None, new: Mapping[Any, Any]) -> dict[Any, An
 
 
 _MISSING: Any = object()
+
+
+class ReducerError(InvalidUpdateError):
+    """A field's reducer raised on a write: ``update`` is the position of the update that carried it (see
+    :meth:`StateSchema.apply`)."""
+
+    def __init__(self, message: str, *, field: str, update: int) -> None:
+        super().__init__(message)
+        self.field = field
+        self.update = update
 
 
 @dataclass(slots=True)
@@ -94,13 +104,19 @@ class StateSchema:
                 continue  # ClassVar and private attributes
             base, reducer = _split_reducer(name, hint)
             default: Callable[[], Any] | None = None
+            checked = base
             if self.is_model:
                 field = model_fields[name]
                 if field.default_factory is not None:
                     default = typing.cast(Callable[[], Any], field.default_factory)
                 elif not field.is_required():
                     default = _copying(field.default)
-            self.channels[name] = Channel(name, base, pydantic.TypeAdapter(base), reducer, default)
+                if field.metadata and reducer is None:
+                    # `x: int = Field(ge=0)` keeps its constraints here, not in the hint (`Annotated[int, Field(ge=0)]`
+                    # has them in both): a value the model would refuse must not be stored. (A reducer field's write
+                    # is not its value: its constraints cannot be checked on one write.)
+                    checked = typing.Annotated[(base, *field.metadata)]
+            self.channels[name] = Channel(name, base, pydantic.TypeAdapter(checked), reducer, default)
 
     def defaults(self) -> dict[str, Any]:
         return {name: ch.default() for name, ch in self.channels.items() if ch.default is not None}
@@ -146,11 +162,13 @@ class StateSchema:
             raise InvalidUpdateError(f"{node}: required state field(s) missing: {', '.join(missing)}")
 
     def apply(
-        self, values: dict[str, Any], updates: Sequence[Mapping[str, Any]]
+        self, values: dict[str, Any], updates: Sequence[Mapping[str, Any]], *, sources: Sequence[str] = ()
     ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
         """Fold validated ``updates`` (in task order) into a copy of ``values``.
 
-        Returns the new values and, per changed channel, the list of writes it received (its delta)."""
+        Returns the new values and, per changed channel, the list of writes it received (its delta). A reducer that
+        raises is reported as :class:`ReducerError` naming the field and ``sources[i]`` (the writer of the update,
+        ``"input"`` by default) of the update ``i`` whose write it failed on; ``values`` are unchanged."""
         writes: dict[str, list[Any]] = {}
         for update in updates:
             for key, value in update.items():
@@ -159,8 +177,40 @@ class StateSchema:
             return values, writes
         new = dict(values)
         for key, ws in writes.items():
-            new[key] = self.channels[key].fold(values.get(key, _MISSING), ws)
+            channel = self.channels[key]
+            old = values.get(key, _MISSING)
+            try:
+                new[key] = channel.fold(old, ws)
+            except Exception as exc:
+                raise self._reducer_error(channel, old, updates, sources, exc) from exc
         return new, writes
+
+    def _reducer_error(
+        self,
+        channel: Channel,
+        old: Any,
+        updates: Sequence[Mapping[str, Any]],
+        sources: Sequence[str],
+        exc: Exception,
+    ) -> ReducerError:
+        """Find the update whose write made ``channel``'s reducer raise ``exc`` (folding the writes one at a time,
+        which only this error path does) and name its writer."""
+        at, value = 0, old
+        for i, update in enumerate(updates):
+            if channel.name not in update:
+                continue
+            at = i
+            try:
+                value = channel.fold(value, [update[channel.name]])
+            except Exception as cause:
+                exc = cause
+                break
+        source = sources[at] if at < len(sources) else "input"
+        return ReducerError(
+            f"{source}: the reducer of field {channel.name!r} failed on its update: {type(exc).__name__}: {exc}",
+            field=channel.name,
+            update=at,
+        )
 
 
 def _shallow_copy(value: Any) -> Any:

@@ -65,6 +65,26 @@ async def test_router_after_start_raising_is_a_node_error_and_changes_nothing(sa
     assert (await app.ainvoke({"request": "ok"}, thread_id="t")).values.n == 2
 
 
+async def test_router_returning_an_unhashable_value_with_a_path_map_fails_the_node(saver: Saver) -> None:
+    """A value that cannot be a key of the path_map (a list inside the router's list, a dict) is not in it: the
+    thread is ``failed`` naming the node, instead of a bare TypeError leaving it ``running``."""
+    picks: list[Any] = [[["go"]]]  # a list of one pick that is itself a list
+    g = StateGraph(S)
+    g.add_node("a", lambda s: {"n": s.n + 1})
+    g.add_node("b", lambda s: {"notes": ["b"]})
+    g.add_edge(START, "a")
+    g.add_edge("b", END)
+    g.add_conditional_edges("a", lambda s: picks[0], {"go": "b", "stop": END})
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match=r"a: router returned \['go'\], not in path_map"):
+        await app.ainvoke({}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.status == "failed" and [e.node for e in snap.errors] == ["a"] and snap.values.n == 0
+    picks[0] = "go"
+    done = await app.aresume("t")
+    assert done.status == "done" and done.values.n == 1 and done.values.notes == ["b"]
+
+
 async def test_fork_goto_unknown_node(saver: Saver) -> None:
     app = one_node(lambda s: {"n": 1}).compile(saver=saver)
     snap = await app.ainvoke({}, thread_id="t")

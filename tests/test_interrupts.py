@@ -7,12 +7,13 @@ not repeated when the node runs again.
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, Context, Saver, StateGraph, ThreadStateError, append
+from graphckpt import END, START, Context, Saver, SerializationError, StateGraph, ThreadStateError, append
 
 
 class S(BaseModel):
@@ -97,6 +98,52 @@ async def test_two_interrupts_in_one_node(saver: Saver) -> None:
     assert (await app.aresume("q", "A")).interrupts[0].payload == "second?"
     done = await app.aresume("q", "B")
     assert done.values.log == ["A+B"]
+
+
+async def test_an_unstorable_interrupt_payload_fails_the_node_and_keeps_its_siblings(saver: Saver) -> None:
+    """The payload of ``ctx.interrupt`` is stored with the stop: one the serializer refuses fails that node, naming
+    it, and the thread is ``failed`` with its sibling's result kept (a bare SerializationError left it ``running``
+    with nothing recorded)."""
+    payload: list[Any] = [threading.Lock()]
+    calls: list[str] = []
+
+    def ask(s: S, ctx: Context) -> dict[str, Any]:
+        return {"log": [f"ask:{ctx.interrupt(payload[0])}"]}
+
+    def other(s: S) -> dict[str, Any]:
+        calls.append("other")
+        return {"log": ["other"]}
+
+    g = StateGraph(S)
+    g.add_node("ask", ask)
+    g.add_node("other", other)
+    for node in ("ask", "other"):
+        g.add_edge(START, node)
+        g.add_edge(node, END)
+    app = g.compile(saver=saver)
+    with pytest.raises(SerializationError, match=r"node 'ask': the payload of ctx.interrupt #0 cannot be stored"):
+        await app.ainvoke({}, thread_id="p")
+    snap = await app.aget_state("p")
+    assert snap.status == "failed" and [e.node for e in snap.errors] == ["ask"] and snap.interrupts == ()
+    payload[0] = "ok?"
+    asked = await app.aresume("p")
+    assert asked.status == "interrupted" and [i.payload for i in asked.interrupts] == ["ok?"]
+    done = await app.aresume("p", "yes")
+    assert done.values.log == ["ask:yes", "other"] and calls == ["other"]
+
+
+async def test_an_unstorable_answer_is_refused_and_the_thread_still_waits(saver: Saver) -> None:
+    g = StateGraph(S)
+    g.add_node("ask", lambda s, ctx: {"log": [str(ctx.interrupt("q"))]})
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(saver=saver)
+    await app.ainvoke({}, thread_id="w")
+    with pytest.raises(SerializationError, match=r"cannot store a value of type _thread\.lock"):
+        await app.aresume("w", threading.Lock())
+    snap = await app.aget_state("w")
+    assert snap.status == "interrupted" and [i.payload for i in snap.interrupts] == ["q"]  # not marked running
+    assert (await app.aresume("w", "fine")).values.log == ["fine"]
 
 
 async def test_answer_without_open_interrupt_is_refused(saver: Saver) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, Context, NodeError, Saver, StateGraph, ThreadNotFoundError, append
+from graphckpt import END, START, Context, NodeError, Saver, StateGraph, ThreadNotFoundError, append, engine
 
 
 class S(BaseModel):
@@ -140,6 +140,47 @@ async def test_idempotency_key_is_stable_across_reruns(saver: Saver) -> None:
     assert first_run[0].startswith("k:") and first_run[0].endswith(":0")
 
 
+async def test_effects_awaited_concurrently_are_journaled_apart(saver: Saver) -> None:
+    """Two ``aeffect`` calls gathered in one node (parallel tool calls) each get their own journal entry and key: the
+    one that finishes first must not take the other's index, or one result is lost and its call repeated on resume."""
+    calls: list[str] = []
+    keys: dict[str, str] = {}
+    fail = [True]
+
+    async def node(s: S, ctx: Context) -> dict[str, Any]:
+        second_done = asyncio.Event()
+
+        async def first() -> str:
+            keys["first"] = ctx.idempotency_key
+            await second_done.wait()  # finishes after the second call
+            calls.append("first")
+            return "one"
+
+        async def second() -> str:
+            keys["second"] = ctx.idempotency_key
+            calls.append("second")
+            second_done.set()
+            return "two"
+
+        results = await asyncio.gather(ctx.aeffect(first), ctx.aeffect(second))
+        if fail[0]:
+            raise RuntimeError("after the effects")
+        return {"log": list(results)}
+
+    g = StateGraph(S)
+    g.add_node("n", node)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="g")
+    fail[0] = False
+    snap = await app.aresume("g")
+    assert snap.values.log == ["one", "two"]
+    assert sorted(calls) == ["first", "second"]  # each call made once, the re-run got both from the journal
+    assert keys["first"].endswith(":0") and keys["second"].endswith(":1")
+
+
 async def test_resume_unknown_thread(saver: Saver) -> None:
     app = Flaky().graph().compile(saver=saver)
     with pytest.raises(ThreadNotFoundError, match="no thread 'nope'"):
@@ -191,6 +232,46 @@ async def test_finished_task_is_durable_while_a_sibling_still_runs(saver: Saver)
         release.set()
         snap = await run
     assert snap.values.log == ["fast", "slow"]
+
+
+async def test_results_committed_with_their_step_are_not_written_again_against_the_next(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: results that the step's commit recorded (every task finished inside the linger) must leave the
+    queue; they were written as pending writes of the next checkpoint, for tasks it does not plan, when a task of a
+    later step was written early."""
+    monkeypatch.setattr(engine, "WRITE_LINGER", 0.2)  # step 1's tasks surely finish inside it: nothing written early
+    seen: list[str] = []
+    head_id = ""
+
+    async def quick(s: S) -> dict[str, Any]:
+        return {"log": ["quick"]}
+
+    async def waits_for_c(s: S) -> dict[str, Any]:
+        nonlocal head_id
+        for _ in range(2000):  # bounded: until c's result is durable (written early, as c's sibling still runs)
+            head = await saver.get_thread("q")
+            assert head is not None
+            head_id = head.head_checkpoint_id
+            seen[:] = [w.task_id for w in await saver.get_writes("q", head_id)]
+            if seen:
+                break
+            await asyncio.sleep(0.005)
+        return {"log": ["d"]}
+
+    g = StateGraph(S)
+    for node in ("a", "b", "c"):
+        g.add_node(node, quick)
+    g.add_node("d", waits_for_c)
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", "c")
+    g.add_edge("b", "d")
+    g.add_edge("c", END)
+    g.add_edge("d", END)
+    app = g.compile(saver=saver)
+    assert (await app.ainvoke({}, thread_id="q")).values.log == ["quick", "quick", "quick", "d"]
+    assert seen == [f"{head_id}.0"]  # c's result only, not a's and b's (of the checkpoint before) again
 
 
 async def test_storage_failure_during_a_journal_write_is_not_retried() -> None:

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from graphckpt import (
     END,
@@ -123,6 +123,73 @@ async def test_update_with_wrong_type_names_node_and_field(saver: Saver) -> None
     with pytest.raises(InvalidUpdateError, match="typo: value for field 'count' does not fit int"):
         await app.ainvoke({"request": "r"}, thread_id="t")
     assert len(await app.ahistory("t")) == 1
+
+
+async def test_update_breaking_a_field_constraint_is_refused_in_either_spelling(saver: Saver) -> None:
+    """``n: int = Field(ge=0)`` constrains like ``Annotated[int, Field(ge=0)]``: a node's update or an input the
+    model would refuse is an InvalidUpdateError naming node and field, and is not stored."""
+
+    class Bounded(BaseModel):
+        n: int = Field(default=0, ge=0)
+        m: Annotated[int, Field(ge=0)] = 0
+
+    g = StateGraph(Bounded)
+    g.add_node("dec", lambda s: {"n": s.n - 1})
+    g.add_edge(START, "dec")
+    g.add_edge("dec", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match=r"input: value for field 'n' does not fit int: .*greater than or eq"):
+        await app.ainvoke({"n": -1}, thread_id="in")
+    assert await saver.get_thread("in") is None
+    with pytest.raises(InvalidUpdateError, match=r"dec: value for field 'n' does not fit int: .*greater than or equal"):
+        await app.ainvoke({}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.status == "failed" and snap.values.n == 0 and snap.step == 0
+    with pytest.raises(InvalidUpdateError, match="input: value for field 'm'"):
+        await app.ainvoke({"m": -1}, thread_id="in")
+
+
+async def test_a_reducer_raising_on_an_update_fails_that_node_and_keeps_its_siblings(saver: Saver) -> None:
+    """``None`` fits ``list[str] | None`` but ``append`` cannot add it: the writer fails with InvalidUpdateError
+    naming it and the field, nothing is committed, the thread is ``failed`` (not left ``running`` by a bare
+    TypeError), and on resume only the failed node runs again."""
+
+    class Opt(BaseModel):
+        notes: Annotated[list[str] | None, append] = None
+        tags: Annotated[dict[str, int] | None, merge] = None
+
+    calls: list[str] = []
+    bad: dict[str, Any] = {"notes": None}
+
+    def good(s: Opt) -> dict[str, Any]:
+        calls.append("good")
+        return {"tags": {"good": 1}}
+
+    def writer(s: Opt) -> dict[str, Any]:
+        calls.append("writer")
+        return bad
+
+    g = StateGraph(Opt)
+    g.add_node("good", good)
+    g.add_node("writer", writer)
+    for node in ("good", "writer"):
+        g.add_edge(START, node)
+        g.add_edge(node, END)
+    app = g.compile(saver=saver)
+    with pytest.raises(
+        InvalidUpdateError, match="writer: the reducer of field 'notes' failed on its update: TypeError"
+    ):
+        await app.ainvoke({"notes": ["in"]}, thread_id="t")
+    snap = await app.aget_state("t")
+    assert snap.status == "failed" and snap.step == 0 and snap.values.notes == ["in"]
+    assert [(e.node, e.type) for e in snap.errors] == [("writer", "ReducerError")]
+    with pytest.raises(InvalidUpdateError, match="input: the reducer of field 'tags'"):
+        await app.ainvoke({"tags": None}, thread_id="other")  # the input goes through the reducers too
+    assert await saver.get_thread("other") is None
+    bad["notes"] = ["fixed"]
+    done = await app.aresume("t")
+    assert done.status == "done" and done.values.notes == ["in", "fixed"] and done.values.tags == {"good": 1}
+    assert calls == ["good", "writer", "writer"]
 
 
 async def test_unstorable_value_is_refused_naming_the_field(saver: Saver) -> None:
