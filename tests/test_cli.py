@@ -94,7 +94,9 @@ def make_cli(tmp_path: Path) -> Any:
     """``cli(*args, env={...})`` runs ``graphckpt`` in ``tmp_path`` with its own database."""
     (tmp_path / "cli_graph.py").write_text(textwrap.dedent(GRAPH_MODULE))
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CLI_GRAPH_", "GRAPHCKPT_"))}
-    base.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=str(tmp_path), COLUMNS="200")
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # e.g. a checkout under test
+    pythonpath = os.pathsep.join([str(tmp_path), *inherited])
+    base.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=pythonpath, COLUMNS="200")
     base.pop("NO_COLOR", None)
 
     def run(*args: str, env: dict[str, str] | None = None) -> Result:
