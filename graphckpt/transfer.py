@@ -96,6 +96,7 @@ async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
             raise CorruptCheckpointError(
                 f"the export's pending writes of thread {tid!r} are not for its last checkpoint"
             )
+    await _check_targets(saver, checkpoints)
     heads: dict[str, str] = {}
     run_ids: dict[str, str] = {}
     for cp in checkpoints:
@@ -196,6 +197,23 @@ async def _check_parent(
         )
     if cp.step != parent_step + 1:
         raise CorruptCheckpointError(f"the export's {where} is not one step after its parent")
+
+
+async def _check_targets(saver: Saver, checkpoints: list[StoredCheckpoint]) -> None:
+    """Every thread of the export that the target already has continues from its head there (the check
+    :func:`_import_checkpoint` makes), found before anything is written: a conflict in a later thread of the lineage
+    must not leave the earlier ones imported."""
+    checked: set[str] = set()
+    for cp in checkpoints:
+        if cp.thread_id in checked or await saver.get_checkpoint(cp.thread_id, cp.checkpoint_id) is not None:
+            continue
+        checked.add(cp.thread_id)  # its first checkpoint the target lacks: the import commits from here
+        record = await saver.get_thread(cp.thread_id)
+        if record is not None and record.head_checkpoint_id != cp.parent_checkpoint_id:
+            raise ThreadConflictError(
+                f"thread {cp.thread_id!r} exists in the target and has moved past the exported lineage "
+                "(nothing was imported)"
+            )
 
 
 async def _import_checkpoint(
