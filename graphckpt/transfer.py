@@ -134,8 +134,15 @@ def _parse_export(
             kind = item["kind"]
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptCheckpointError(f"export line {number} is not a graphckpt record ({exc})") from None
-        if thread_id is None and (kind != "header" or item.get("format") != _FORMAT or item.get("version") != _VERSION):
+        if thread_id is None and (kind != "header" or item.get("format") != _FORMAT):
             raise CorruptCheckpointError("not a graphckpt thread export (bad header line)")
+        if thread_id is None and (type(item.get("version")) is not int or item["version"] != _VERSION):
+            version = item.get("version")
+            newer = type(version) is int and version > _VERSION
+            raise CorruptCheckpointError(
+                f"the export is {_FORMAT} format version {json.dumps(version)}; this graphckpt reads version "
+                f"{_VERSION}" + (" (it was written by a newer graphckpt: upgrade to import it)" if newer else "")
+            )
         try:
             if kind == "header":
                 if thread_id is not None:

@@ -108,7 +108,7 @@ async def test_tampered_exports_are_refused_before_anything_is_written(saver: Sa
         "bad base64": (tamper(lines, 2, body="!!!"), "wrong shape"),
         "bogus status": (tamper(lines, 7, status="bogus"), "unknown status"),
         "wrong count": (tamper(lines, 8, checkpoints=2), "the file holds 6"),
-        "hidden header": (["", tamper(lines, 0, version=99)[0], *lines[1:]], "bad header"),
+        "hidden header": (["", tamper(lines, 0, version=99)[0], *lines[1:]], "format version 99"),
     }
     for name, (changed, message) in bad.items():
         with pytest.raises(CorruptCheckpointError, match=message):
@@ -144,3 +144,17 @@ async def test_a_conflict_found_late_in_the_lineage_writes_nothing(saver: Saver)
     assert await saver.get_thread("main") is None  # the ancestors were not written before the conflict showed
     assert len(await saver.list_checkpoints("alt")) == 2
 
+
+async def test_an_export_of_another_format_version_says_so(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = False
+    await app_for(source).ainvoke({}, thread_id="t")
+    lines = await dump(source, "t")
+    with pytest.raises(
+        CorruptCheckpointError, match=r"format version 2; this graphckpt reads version 1 .*newer graphckpt: upgrade"
+    ):
+        await import_thread(saver, tamper(lines, 0, version=2))
+    for version in (True, "1", 1.0):  # not the integer 1
+        with pytest.raises(CorruptCheckpointError, match="format version"):
+            await import_thread(saver, tamper(lines, 0, version=version))
+    assert await saver.get_thread("t") is None
