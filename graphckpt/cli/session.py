@@ -236,8 +236,13 @@ _PG_TABLES = ("graphckpt_migrations", "threads", "checkpoints", "blobs", "writes
 
 
 def _split_schema(url: str) -> tuple[str, str | None]:
-    """``(url without ?schema=..., schema)``; a usage error for an empty or repeated ``schema``."""
-    parts = urlsplit(url)
+    """``(url without ?schema=..., schema)``; a usage error for an unparsable URL or an empty or repeated
+    ``schema``."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsed on access: raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise UsageError(f"--db is not a valid postgresql:// URL ({exc})") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     if not schemas:
