@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ from conftest import PG_DSN, require_postgres
 GRAPH_MODULE = '''
 """analyze -> write -> review (-> write again while verdict is "fix"); env vars switch on a failure or a question."""
 import os
+import signal
 from typing import Annotated
 
 from pydantic import BaseModel
@@ -390,6 +392,7 @@ def test_diff_sides_with_at_in_the_thread_id(cli: Any) -> None:
 
 NAN_GRAPH = """
 import os
+import signal
 from graphckpt import END, START, StateGraph
 from pydantic import BaseModel
 
@@ -489,3 +492,60 @@ def test_postgres_reading_creates_nothing_and_never_shows_the_password(cli: Any,
     assert password not in empty.out + empty.err
     env_db = ok(cli("threads", "--json", env={"GRAPHCKPT_DB": url})).json()
     assert [t["thread_id"] for t in env_db] == ["t1"]
+
+
+WAITING_GRAPH = """
+import sys
+from graphckpt import END, START, StateGraph
+from pydantic import BaseModel
+
+
+class S(BaseModel):
+    n: int = 0
+    calls: list[int] = []
+
+
+def step(state):
+    if state.n == 2:
+        sys.stderr.write("node waits for stdin\\n")
+        sys.stderr.flush()
+        sys.stdin.readline()  # the test lets it finish after the Ctrl-C
+    return {"n": state.n + 1, "calls": [*state.calls, state.n]}
+
+
+graph = StateGraph(S)
+graph.add_node("step", step)
+graph.add_edge(START, "step")
+graph.add_conditional_edges("step", lambda s: "step" if s.n < 50 else END)
+"""
+
+
+def test_first_ctrl_c_stops_after_the_running_task(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "waiting_graph.py").write_text(WAITING_GRAPH)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHCKPT_")}
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=os.pathsep.join([str(tmp_path), *inherited]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphckpt.cli", "run", "waiting_graph:graph", "--thread", "w"],
+        cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "node waits for stdin" in line:
+            proc.send_signal(signal.SIGINT)  # while the node of step 3 runs
+        if "stopping after the running task(s)" in line:
+            break
+    assert "stopping after the running task(s)" in seen[-1], seen
+    proc.stdin.write("go on\n")  # the running node finishes
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "graphckpt resume w" in err.strip().splitlines()[-1]
+    head = ok(cli("show", "w", "--json")).json()
+    assert head["status"] == "running" and 3 <= head["step"] < 50  # the running task's step was committed
+    assert head["values"]["calls"][:3] == [0, 1, 2]
+    resumed = ok(cli("resume", "w", "-q", "--json"))
+    assert "node waits for stdin" not in resumed.err  # the node of step 3 is not run again
+    assert resumed.json()["values"]["calls"] == list(range(50))

@@ -220,9 +220,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
-    """First Ctrl-C: say so at once and stop the run (a sync node already running finishes in its thread, or is
-    abandoned); second Ctrl-C: quit now. Either way every committed checkpoint is already durable."""
+class CtrlC:
+    """What the first Ctrl-C does: cancel the command, or, while ``run``/``resume`` consume the checkpoints of a run
+    (``stop`` is set by :func:`graphckpt.cli.commands._drive`), ask it to stop once the running task(s) committed."""
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.stop: asyncio.Event | None = None
+
+    def first(self) -> None:
+        if self.stop is not None:
+            self.stop.set()
+        elif self.task is not None:
+            self.task.cancel()
+
+
+def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
+    """First Ctrl-C: say so at once and stop the run after the running task(s) (their step is committed; before a
+    run is under way, the command is cancelled); second Ctrl-C: quit now. Either way every committed checkpoint is
+    already durable."""
     presses = 0
 
     def on_sigint() -> None:
@@ -231,8 +247,8 @@ def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
         hint = f"; `graphckpt resume {shlex.quote(thread)}` continues it" if thread else ""
         if presses == 1:
             sys.stderr.write(f"graphckpt: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n")
-            if task is not None:
-                task.cancel()
+            sys.stderr.flush()
+            ctrl_c.first()
         else:
             sys.stderr.write(f"graphckpt: interrupted{hint}\n")
             sys.stderr.flush()
@@ -257,7 +273,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             def note(message: str) -> None:
                 sys.stderr.write(f"graphckpt: note: {message}\n")
 
-            _stop_on_ctrl_c(asyncio.current_task(), getattr(args, "thread", None))
+            args.ctrl_c = CtrlC(asyncio.current_task())
+            _stop_on_ctrl_c(args.ctrl_c, getattr(args, "thread", None))
             db = Database(args.db)
             if args.command not in CREATING_COMMANDS:
                 await db.require_tables()  # PostgreSQL: never set up (create) tables for a command that needs them

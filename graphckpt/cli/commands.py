@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -39,6 +40,12 @@ __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS"]
 def _print_json(data: Any) -> None:
     """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`records.to_jsonable`)."""
     print(json.dumps(records.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+class _Interrupted(CliError):
+    """The run stopped at the user's Ctrl-C."""
+
+    exit_code = 130
 
 
 def _resume_hint(thread_id: str, extra: str = "") -> str:
@@ -111,15 +118,18 @@ async def _drive(
     """Consume the checkpoint stream with a live display, then print where the thread stands."""
     display = None if args.json or args.quiet else _render().StepDisplay(thread_id)
     seen: list[Snapshot] = []
+    stop = asyncio.Event()  # set by the first Ctrl-C: stop once the running task(s) committed their step
+    ctrl_c = getattr(args, "ctrl_c", None)
+    if ctrl_c is not None:
+        ctrl_c.stop = stop
     try:
-        if display is None:
+        with display.running(verb) if display is not None else contextlib.nullcontext():
             async for snap in stream:
                 seen.append(snap)
-        else:
-            with display.running(verb):
-                async for snap in stream:
-                    seen.append(snap)
+                if display is not None:
                     display.checkpoint(snap)
+                if stop.is_set():
+                    break
     except GraphckptError as exc:
         record = await app.saver.get_thread(thread_id)
         if record is not None and record.status in ("failed", "running"):
@@ -127,6 +137,18 @@ async def _drive(
                 f"{exc}; its checkpoints are kept: fix the cause, then run `{_resume_hint(thread_id)}`"
             ) from exc
         raise
+    finally:
+        if ctrl_c is not None:
+            ctrl_c.stop = None
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()  # a stream left midway stops its run (the next step's tasks are cancelled)
+    if stop.is_set() and seen and seen[-1].status == "running":  # else the run ended anyway: report it
+        last = seen[-1]
+        raise _Interrupted(
+            f"interrupted after step {last.step} (checkpoint {last.checkpoint_id}); the thread keeps its last "
+            f"checkpoint: `{_resume_hint(thread_id)}`"
+        )
     final = await app.aget_state(thread_id)
     used = sum(records.tokens(snap.metadata) for snap in seen)
     if args.json:
