@@ -549,3 +549,14 @@ def test_first_ctrl_c_stops_after_the_running_task(cli: Any, tmp_path: Path) -> 
     resumed = ok(cli("resume", "w", "-q", "--json"))
     assert "node waits for stdin" not in resumed.err  # the node of step 3 is not run again
     assert resumed.json()["values"]["calls"] == list(range(50))
+
+
+def test_history_tree_takes_limit(cli: Any) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    first = ok(cli("history", "t1", "--json")).json()[1]["checkpoint_id"]
+    ok(cli("fork", "t1", first, "--new-thread", "alt"))
+    tree = ok(cli("history", "t1", "--tree", "--limit", "2", "--json")).json()
+    assert [c["step"] for c in tree["checkpoints"]] == [2, 3]  # only each thread's newest 2
+    assert [f["thread_id"] for f in tree["forks"]] == ["alt"]  # its fork point is not shown: under the thread
+    drawn = ok(cli("history", "t1", "--tree", "--limit", "1")).out
+    assert "analyze" not in drawn and "review" in drawn and "forked from t1@" in drawn

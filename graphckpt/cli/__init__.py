@@ -128,7 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("thread", metavar="ID")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
-    p.add_argument("--limit", type=positive_int, metavar="N", help="only the newest N checkpoints (N >= 1)")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="only the newest N checkpoints (N >= 1; with --tree, of each thread)",
+    )
 
     values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")

@@ -219,6 +219,8 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
         todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
                  i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
+    if args.limit is not None:  # each thread's newest N (a fork from a checkpoint left out hangs off its thread)
+        own = {tid: snaps[-args.limit :] for tid, snaps in own.items()}
     tree = records.thread_trees([by_id[t] for t in family], own, root)
     if args.json:
         _print_json(tree)
