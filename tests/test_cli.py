@@ -560,3 +560,16 @@ def test_history_tree_takes_limit(cli: Any) -> None:
     assert [f["thread_id"] for f in tree["forks"]] == ["alt"]  # its fork point is not shown: under the thread
     drawn = ok(cli("history", "t1", "--tree", "--limit", "1")).out
     assert "analyze" not in drawn and "review" in drawn and "forked from t1@" in drawn
+
+
+def test_piped_tables_never_cut_ids(cli: Any) -> None:
+    tid = "customer-4711-session-" + "0123456789" * 6  # long ids, as scripts make them
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", tid, "-q"))
+    first = ok(cli("history", tid, "--json")).json()[1]["checkpoint_id"]
+    ok(cli("fork", tid, first, "--new-thread", f"{tid}-alt"))
+    assert cli("resume", f"{tid}-alt", "-q", env={"CLI_GRAPH_FAIL": "write"}).code == 1  # an error to show too
+    for args in (["threads"], ["history", f"{tid}-alt"], ["history", f"{tid}-alt", "--tree"]):
+        out = ok(cli(*args)).out  # stdout is a pipe (COLUMNS=200, as in make_cli)
+        assert "…" not in out, out
+        assert f"{tid}-alt" in out and first in out
+        assert "cli_graph:app" in out or args[0] == "history"
