@@ -59,7 +59,7 @@ def write(state, ctx):
 
 def review(state, ctx):
     if os.environ.get("CLI_GRAPH_ASK"):
-        return {"verdict": ctx.interrupt({"question": "approve?"})}
+        return {"verdict": ctx.interrupt({"question": os.environ.get("CLI_GRAPH_ASK_TEXT", "approve?")})}
     return {"verdict": "fix" if state.verdict == "fix" and state.drafts < 2 else "ok"}
 
 
@@ -573,3 +573,10 @@ def test_piped_tables_never_cut_ids(cli: Any) -> None:
         assert "…" not in out, out
         assert f"{tid}-alt" in out and first in out
         assert "cli_graph:app" in out or args[0] == "history"
+
+
+def test_questions_in_other_scripts_are_shown_as_written(cli: Any) -> None:
+    ask = {"CLI_GRAPH_ASK": "1", "CLI_GRAPH_ASK_TEXT": "承認しますか? ☃"}
+    run = ok(cli("run", "cli_graph:app", "--input", '{"request": "q"}', "--thread", "t1", "-q", env=ask))
+    assert 'asks: {"question": "承認しますか? ☃"}' in run.out
+    user_error(cli("resume", "t1", env=ask), 1, 'waiting for an answer to {"question": "承認しますか? ☃"}')

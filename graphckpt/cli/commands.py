@@ -48,6 +48,11 @@ class _Interrupted(CliError):
     exit_code = 130
 
 
+def _payload_text(payload: Any) -> str:
+    """An interrupt's payload as one line of JSON, its text as written (not as ``\\uXXXX`` escapes)."""
+    return json.dumps(records.to_jsonable(payload), ensure_ascii=False)
+
+
 def _resume_hint(thread_id: str, extra: str = "") -> str:
     """``graphckpt resume ID`` with ``ID`` quoted for the shell."""
     return f"graphckpt resume {shlex.quote(thread_id)}{extra}"
@@ -98,7 +103,7 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     asks = [i for i in head.interrupts if i.when == "inside"]
     if asks and args.answer is None:
         raise CliError(
-            f"thread {args.thread!r} is waiting for an answer to {json.dumps(records.to_jsonable(asks[0].payload))} "
+            f"thread {args.thread!r} is waiting for an answer to {_payload_text(asks[0].payload)} "
             f"(node {asks[0].node!r}); give it with `{_resume_hint(args.thread, ' --answer JSON')}`"
         )
     record = await app.saver.get_thread(args.thread)
@@ -161,7 +166,7 @@ async def _drive(
     out.print(summary, markup=False)
     waiting = [i for i in final.interrupts if i.when == "inside"]
     for i in final.interrupts:
-        what = f"node {i.node!r} asks: {json.dumps(records.to_jsonable(i.payload))}" if i.when == "inside" else (
+        what = f"node {i.node!r} asks: {_payload_text(i.payload)}" if i.when == "inside" else (
             f"stopped {i.when} node {i.node!r}")  # fmt: skip
         out.print(what, markup=False)
     if final.status == "interrupted":
