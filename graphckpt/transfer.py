@@ -171,7 +171,9 @@ def _parse_export(
                 raise ValueError(f"unknown record kind {kind!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(f"export line {number} has the wrong shape ({exc})") from None
-    if thread_id is None or not ended:
+    if thread_id is None:  # no line at all (a non-blank line before the header is refused above)
+        raise CorruptCheckpointError("not a graphckpt thread export (it is empty)")
+    if not ended:
         raise CorruptCheckpointError("the export is truncated (no end line)")
     if not checkpoints or checkpoints[-1].thread_id != thread_id:
         raise CorruptCheckpointError(f"the export does not end with a checkpoint of thread {thread_id!r}")

@@ -283,6 +283,8 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
     user_error(cli("import", "missing.jsonl"), 2, "cannot read 'missing.jsonl'")
     (tmp_path / "junk.jsonl").write_text("not json\n")
     user_error(cli("import", "junk.jsonl"), 1, "not a graphckpt record")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    user_error(cli("import", "empty.jsonl"), 1, "not a graphckpt thread export (it is empty)")
 
 
 @pytest.mark.parametrize(
