@@ -7,6 +7,7 @@ exit status 0 on success, 1 on runtime errors, 2 on usage errors, and errors as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -582,3 +583,22 @@ def test_questions_in_other_scripts_are_shown_as_written(cli: Any) -> None:
     run = ok(cli("run", "cli_graph:app", "--input", '{"request": "q"}', "--thread", "t1", "-q", env=ask))
     assert 'asks: {"question": "承認しますか? ☃"}' in run.out
     user_error(cli("resume", "t1", env=ask), 1, 'waiting for an answer to {"question": "承認しますか? ☃"}')
+
+
+def test_reading_a_sqlite_file_without_the_tables_creates_nothing(cli: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    foreign = tmp_path / "app.db"  # another program's database
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+        conn.commit()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for db in (foreign, empty):
+        for args in (["threads"], ["history", "t1"], ["show", "t1"], ["export", "t1"], ["delete", "t1"]):
+            user_error(cli("--db", str(db), *args), 1, f"no graphckpt tables in {str(db)!r}")
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["users"]
+    assert empty.stat().st_size == 0
+    ok(cli("--db", str(empty), "run", "cli_graph:app", "--input", '{"request": "x"}', "--thread", "t1", "-q"))
+    assert ok(cli("--db", str(empty), "threads", "--json")).json()[0]["thread_id"] == "t1"

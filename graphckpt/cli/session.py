@@ -8,9 +8,11 @@ never needs the code that wrote it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -201,8 +203,10 @@ class Database:
 
     async def require_tables(self) -> None:
         """PostgreSQL: raise :class:`CliError` unless graphckpt's tables exist, so that commands that do not create
-        anything never run the saver's set-up (which creates the schema and tables). Nothing to do for SQLite."""
+        anything never run the saver's set-up (which creates the schema and tables). SQLite: the same for a file
+        that exists (a missing one is :meth:`saver`'s error): an empty file or another program's database."""
         if not self.is_postgres:
+            self._require_sqlite_tables()
             return
         try:
             import psycopg
@@ -230,6 +234,24 @@ class Database:
                 "creates them, or pick another database with --db or another schema with ?schema=NAME)"
             )
 
+    def _require_sqlite_tables(self) -> None:
+        path = self.path
+        if path == ":memory:" or not Path(path).is_file():
+            return
+        try:
+            with contextlib.closing(sqlite3.connect(path)) as conn:  # reads the schema; writes nothing
+                found = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            raise CliError(f"SQLite database {path!r} failed: {exc}") from None
+        if not found.issuperset(_SQLITE_TABLES):
+            raise CliError(
+                f"no graphckpt tables in {path!r} (nothing was created; `graphckpt run` or `graphckpt import` creates "
+                "them, or pick another database with --db)"
+            )
+
+
+_SQLITE_TABLES = ("threads", "checkpoints", "blobs", "writes")
+"""The tables a set-up SQLite database has (see :mod:`graphckpt.savers.sqlite`)."""
 
 _PG_TABLES = ("graphckpt_migrations", "threads", "checkpoints", "blobs", "writes")
 """The tables a set-up PostgreSQL database has (see :mod:`graphckpt.savers.postgres`)."""
