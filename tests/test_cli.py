@@ -305,6 +305,8 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
         (["run", "cli_graph:app", "--input", "@latin1.jsonl"], 2, "--input: 'latin1.jsonl' is not UTF-8 text"),
         (["threads", "--db", "postgresql://nobody:secretpw@127.0.0.1:9/x?schema=s"], 1, "nobody@127.0.0.1:9/x"),
         (["threads", "--db", "postgresql://u@h/x?schema="], 2, "?schema=NAME"),
+        (["run", "cli_graph:app", "--db", "postgresql://u:secretpw%zz@127.0.0.1:9/x"], 1, "percent-encoded"),
+        (["threads", "--db", "postgresql://u:secretpw%zz@127.0.0.1:9/x"], 1, "percent-encoded"),
         (["threads", "--db", "postgresql://u:secretpw@[::1:5432/x"], 2, "--db is not a valid postgresql:// URL"),
         (["import", "x.jsonl", "--db", "postgres://u:secretpw@h:port/x"], 2, "--db is not a valid postgresql:// URL"),
         (["--db", "postgresql://u:secretpw@127.0.0.1:9/x", "demo"], 2, "the demo needs a SQLite file, not u@127"),

@@ -265,10 +265,11 @@ def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS
-    from graphckpt.cli.session import CliError, Database, Session
+    from graphckpt.cli.session import CliError, Database, Session, scrub_password
     from graphckpt.errors import CorruptCheckpointError, GraphckptError
 
     debug = bool(os.environ.get("GRAPHCKPT_DEBUG"))
+    db_url = getattr(args, "db", None) or os.environ.get("GRAPHCKPT_DB")
     try:
         if args.command in SYNC_COMMANDS:
             return SYNC_COMMANDS[args.command](args)
@@ -291,11 +292,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     except CliError as exc:
         if debug:
             raise
-        return _fail(str(exc), exc.exit_code)
+        return _fail(scrub_password(str(exc), db_url), exc.exit_code)
     except GraphckptError as exc:
         if debug:
             raise
-        message = str(exc)
+        message = scrub_password(str(exc), db_url)  # a driver may quote the part of the URL it cannot parse
         if isinstance(exc, CorruptCheckpointError) and hasattr(args, "raw") and not args.raw:
             message += " (--raw reads the stored values without the graph code)"
         return _fail(message, 1)

@@ -39,6 +39,7 @@ __all__ = [
     "parse_assignments",
     "parse_json",
     "redact_url",
+    "scrub_password",
 ]
 
 DEFAULT_DB = "graphckpt.db"
@@ -273,6 +274,23 @@ def _split_schema(url: str) -> tuple[str, str | None]:
         raise UsageError(f"--db {redact_url(url)}: give one non-empty ?schema=NAME")
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), schemas[0]
+
+
+def scrub_password(message: str, url: str | None) -> str:
+    """``message`` without the password of the ``postgresql://`` URL ``url``, as written or percent-decoded (a driver
+    quotes a part of the URL it cannot parse as it is written)."""
+    if not url or not url.startswith(("postgresql://", "postgres://")):
+        return message
+    try:
+        parts = urlsplit(url)
+        written = [parts.password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
+        written += [v for k, v in parse_qsl(parts.query.replace("+", "%2B")) if k == "password"]
+    except ValueError:
+        userinfo = url.split("://", 1)[1].rpartition("@")[0]
+        written = [userinfo.partition(":")[2]]
+    for password in sorted({p for w in written if w for p in (w, unquote(w))}, key=len, reverse=True):
+        message = message.replace(password, "***")
+    return message
 
 
 def _password(dsn: str) -> str | None:
