@@ -96,6 +96,7 @@ async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
             raise CorruptCheckpointError(
                 f"the export's pending writes of thread {tid!r} are not for its last checkpoint"
             )
+    await _check_targets(saver, checkpoints)
     heads: dict[str, str] = {}
     run_ids: dict[str, str] = {}
     for cp in checkpoints:
@@ -133,8 +134,15 @@ def _parse_export(
             kind = item["kind"]
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptCheckpointError(f"export line {number} is not a graphckpt record ({exc})") from None
-        if thread_id is None and (kind != "header" or item.get("format") != _FORMAT or item.get("version") != _VERSION):
+        if thread_id is None and (kind != "header" or item.get("format") != _FORMAT):
             raise CorruptCheckpointError("not a graphckpt thread export (bad header line)")
+        if thread_id is None and (type(item.get("version")) is not int or item["version"] != _VERSION):
+            version = item.get("version")
+            newer = type(version) is int and version > _VERSION
+            raise CorruptCheckpointError(
+                f"the export is {_FORMAT} format version {json.dumps(version)}; this graphckpt reads version "
+                f"{_VERSION}" + (" (it was written by a newer graphckpt: upgrade to import it)" if newer else "")
+            )
         try:
             if kind == "header":
                 if thread_id is not None:
@@ -163,7 +171,9 @@ def _parse_export(
                 raise ValueError(f"unknown record kind {kind!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(f"export line {number} has the wrong shape ({exc})") from None
-    if thread_id is None or not ended:
+    if thread_id is None:  # no line at all (a non-blank line before the header is refused above)
+        raise CorruptCheckpointError("not a graphckpt thread export (it is empty)")
+    if not ended:
         raise CorruptCheckpointError("the export is truncated (no end line)")
     if not checkpoints or checkpoints[-1].thread_id != thread_id:
         raise CorruptCheckpointError(f"the export does not end with a checkpoint of thread {thread_id!r}")
@@ -196,6 +206,23 @@ async def _check_parent(
         )
     if cp.step != parent_step + 1:
         raise CorruptCheckpointError(f"the export's {where} is not one step after its parent")
+
+
+async def _check_targets(saver: Saver, checkpoints: list[StoredCheckpoint]) -> None:
+    """Every thread of the export that the target already has continues from its head there (the check
+    :func:`_import_checkpoint` makes), found before anything is written: a conflict in a later thread of the lineage
+    must not leave the earlier ones imported."""
+    checked: set[str] = set()
+    for cp in checkpoints:
+        if cp.thread_id in checked or await saver.get_checkpoint(cp.thread_id, cp.checkpoint_id) is not None:
+            continue
+        checked.add(cp.thread_id)  # its first checkpoint the target lacks: the import commits from here
+        record = await saver.get_thread(cp.thread_id)
+        if record is not None and record.head_checkpoint_id != cp.parent_checkpoint_id:
+            raise ThreadConflictError(
+                f"thread {cp.thread_id!r} exists in the target and has moved past the exported lineage "
+                "(nothing was imported)"
+            )
 
 
 async def _import_checkpoint(

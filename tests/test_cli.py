@@ -7,8 +7,10 @@ exit status 0 on success, 1 on runtime errors, 2 on usage errors, and errors as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,6 +26,7 @@ from conftest import PG_DSN, require_postgres
 GRAPH_MODULE = '''
 """analyze -> write -> review (-> write again while verdict is "fix"); env vars switch on a failure or a question."""
 import os
+import signal
 from typing import Annotated
 
 from pydantic import BaseModel
@@ -57,7 +60,7 @@ def write(state, ctx):
 
 def review(state, ctx):
     if os.environ.get("CLI_GRAPH_ASK"):
-        return {"verdict": ctx.interrupt({"question": "approve?"})}
+        return {"verdict": ctx.interrupt({"question": os.environ.get("CLI_GRAPH_ASK_TEXT", "approve?")})}
     return {"verdict": "fix" if state.verdict == "fix" and state.drafts < 2 else "ok"}
 
 
@@ -94,7 +97,9 @@ def make_cli(tmp_path: Path) -> Any:
     """``cli(*args, env={...})`` runs ``graphckpt`` in ``tmp_path`` with its own database."""
     (tmp_path / "cli_graph.py").write_text(textwrap.dedent(GRAPH_MODULE))
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CLI_GRAPH_", "GRAPHCKPT_"))}
-    base.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=str(tmp_path), COLUMNS="200")
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # e.g. a checkout under test
+    pythonpath = os.pathsep.join([str(tmp_path), *inherited])
+    base.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=pythonpath, COLUMNS="200")
     base.pop("NO_COLOR", None)
 
     def run(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -279,6 +284,8 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
     user_error(cli("import", "missing.jsonl"), 2, "cannot read 'missing.jsonl'")
     (tmp_path / "junk.jsonl").write_text("not json\n")
     user_error(cli("import", "junk.jsonl"), 1, "not a graphckpt record")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    user_error(cli("import", "empty.jsonl"), 1, "not a graphckpt thread export (it is empty)")
 
 
 @pytest.mark.parametrize(
@@ -298,6 +305,10 @@ def test_export_then_import_into_another_database(cli: Any, tmp_path: Path) -> N
         (["run", "cli_graph:app", "--input", "@latin1.jsonl"], 2, "--input: 'latin1.jsonl' is not UTF-8 text"),
         (["threads", "--db", "postgresql://nobody:secretpw@127.0.0.1:9/x?schema=s"], 1, "nobody@127.0.0.1:9/x"),
         (["threads", "--db", "postgresql://u@h/x?schema="], 2, "?schema=NAME"),
+        (["run", "cli_graph:app", "--db", "postgresql://u:secretpw%zz@127.0.0.1:9/x"], 1, "percent-encoded"),
+        (["threads", "--db", "postgresql://u:secretpw%zz@127.0.0.1:9/x"], 1, "percent-encoded"),
+        (["threads", "--db", "postgresql://u:secretpw@[::1:5432/x"], 2, "--db is not a valid postgresql:// URL"),
+        (["import", "x.jsonl", "--db", "postgres://u:secretpw@h:port/x"], 2, "--db is not a valid postgresql:// URL"),
         (["--db", "postgresql://u:secretpw@127.0.0.1:9/x", "demo"], 2, "the demo needs a SQLite file, not u@127"),
         (["run", "cli_graph:app", "--input", "{bad"], 2, "--input is not valid JSON"),
         (["resume", "t1", "--answer", "nope"], 2, "--answer is not valid JSON"),
@@ -386,6 +397,7 @@ def test_diff_sides_with_at_in_the_thread_id(cli: Any) -> None:
 
 NAN_GRAPH = """
 import os
+import signal
 from graphckpt import END, START, StateGraph
 from pydantic import BaseModel
 
@@ -485,3 +497,110 @@ def test_postgres_reading_creates_nothing_and_never_shows_the_password(cli: Any,
     assert password not in empty.out + empty.err
     env_db = ok(cli("threads", "--json", env={"GRAPHCKPT_DB": url})).json()
     assert [t["thread_id"] for t in env_db] == ["t1"]
+
+
+WAITING_GRAPH = """
+import sys
+from graphckpt import END, START, StateGraph
+from pydantic import BaseModel
+
+
+class S(BaseModel):
+    n: int = 0
+    calls: list[int] = []
+
+
+def step(state):
+    if state.n == 2:
+        sys.stderr.write("node waits for stdin\\n")
+        sys.stderr.flush()
+        sys.stdin.readline()  # the test lets it finish after the Ctrl-C
+    return {"n": state.n + 1, "calls": [*state.calls, state.n]}
+
+
+graph = StateGraph(S)
+graph.add_node("step", step)
+graph.add_edge(START, "step")
+graph.add_conditional_edges("step", lambda s: "step" if s.n < 50 else END)
+"""
+
+
+def test_first_ctrl_c_stops_after_the_running_task(cli: Any, tmp_path: Path) -> None:
+    (tmp_path / "waiting_graph.py").write_text(WAITING_GRAPH)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHCKPT_")}
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=os.pathsep.join([str(tmp_path), *inherited]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphckpt.cli", "run", "waiting_graph:graph", "--thread", "w"],
+        cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "node waits for stdin" in line:
+            proc.send_signal(signal.SIGINT)  # while the node of step 3 runs
+        if "stopping after the running task(s)" in line:
+            break
+    assert "stopping after the running task(s)" in seen[-1], seen
+    proc.stdin.write("go on\n")  # the running node finishes
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "graphckpt resume w" in err.strip().splitlines()[-1]
+    head = ok(cli("show", "w", "--json")).json()
+    assert head["status"] == "running" and 3 <= head["step"] < 50  # the running task's step was committed
+    assert head["values"]["calls"][:3] == [0, 1, 2]
+    resumed = ok(cli("resume", "w", "-q", "--json"))
+    assert "node waits for stdin" not in resumed.err  # the node of step 3 is not run again
+    assert resumed.json()["values"]["calls"] == list(range(50))
+
+
+def test_history_tree_takes_limit(cli: Any) -> None:
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    first = ok(cli("history", "t1", "--json")).json()[1]["checkpoint_id"]
+    ok(cli("fork", "t1", first, "--new-thread", "alt"))
+    tree = ok(cli("history", "t1", "--tree", "--limit", "2", "--json")).json()
+    assert [c["step"] for c in tree["checkpoints"]] == [2, 3]  # only each thread's newest 2
+    assert [f["thread_id"] for f in tree["forks"]] == ["alt"]  # its fork point is not shown: under the thread
+    drawn = ok(cli("history", "t1", "--tree", "--limit", "1")).out
+    assert "analyze" not in drawn and "review" in drawn and "forked from t1@" in drawn
+
+
+def test_piped_tables_never_cut_ids(cli: Any) -> None:
+    tid = "customer-4711-session-" + "0123456789" * 6  # long ids, as scripts make them
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", tid, "-q"))
+    first = ok(cli("history", tid, "--json")).json()[1]["checkpoint_id"]
+    ok(cli("fork", tid, first, "--new-thread", f"{tid}-alt"))
+    assert cli("resume", f"{tid}-alt", "-q", env={"CLI_GRAPH_FAIL": "write"}).code == 1  # an error to show too
+    for args in (["threads"], ["history", f"{tid}-alt"], ["history", f"{tid}-alt", "--tree"]):
+        out = ok(cli(*args)).out  # stdout is a pipe (COLUMNS=200, as in make_cli)
+        assert "…" not in out, out
+        assert f"{tid}-alt" in out and first in out
+        assert "cli_graph:app" in out or args[0] == "history"
+
+
+def test_questions_in_other_scripts_are_shown_as_written(cli: Any) -> None:
+    ask = {"CLI_GRAPH_ASK": "1", "CLI_GRAPH_ASK_TEXT": "承認しますか? ☃"}
+    run = ok(cli("run", "cli_graph:app", "--input", '{"request": "q"}', "--thread", "t1", "-q", env=ask))
+    assert 'asks: {"question": "承認しますか? ☃"}' in run.out
+    user_error(cli("resume", "t1", env=ask), 1, 'waiting for an answer to {"question": "承認しますか? ☃"}')
+
+
+def test_reading_a_sqlite_file_without_the_tables_creates_nothing(cli: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    foreign = tmp_path / "app.db"  # another program's database
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+        conn.commit()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for db in (foreign, empty):
+        for args in (["threads"], ["history", "t1"], ["show", "t1"], ["export", "t1"], ["delete", "t1"]):
+            user_error(cli("--db", str(db), *args), 1, f"no graphckpt tables in {str(db)!r}")
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["users"]
+    assert empty.stat().st_size == 0
+    ok(cli("--db", str(empty), "run", "cli_graph:app", "--input", '{"request": "x"}', "--thread", "t1", "-q"))
+    assert ok(cli("--db", str(empty), "threads", "--json")).json()[0]["thread_id"] == "t1"

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append
+from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, ThreadConflictError, append
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.transfer import export_thread, import_thread
 
@@ -108,7 +108,7 @@ async def test_tampered_exports_are_refused_before_anything_is_written(saver: Sa
         "bad base64": (tamper(lines, 2, body="!!!"), "wrong shape"),
         "bogus status": (tamper(lines, 7, status="bogus"), "unknown status"),
         "wrong count": (tamper(lines, 8, checkpoints=2), "the file holds 6"),
-        "hidden header": (["", tamper(lines, 0, version=99)[0], *lines[1:]], "bad header"),
+        "hidden header": (["", tamper(lines, 0, version=99)[0], *lines[1:]], "format version 99"),
     }
     for name, (changed, message) in bad.items():
         with pytest.raises(CorruptCheckpointError, match=message):
@@ -128,3 +128,33 @@ async def test_status_is_restored_when_the_checkpoints_are_already_there(saver: 
     await import_thread(saver, lines)  # the full export again: checkpoints skipped, status and error restored
     snap = await app_for(saver).aget_state("f")
     assert snap.status == "failed" and snap.errors[0].message == "crash at 3"
+
+
+async def test_a_conflict_found_late_in_the_lineage_writes_nothing(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = False
+    src = app_for(source)
+    await src.ainvoke({}, thread_id="main")
+    mid = (await src.ahistory("main"))[3]
+    await src.afork("main", mid.checkpoint_id, new_thread_id="alt")
+    lines = await dump(source, "alt")  # main's first steps, then alt's
+    await app_for(saver).ainvoke({"n": 4}, thread_id="alt")  # another thread of the same id in the target
+    with pytest.raises(ThreadConflictError, match="'alt' exists in the target"):
+        await import_thread(saver, lines)
+    assert await saver.get_thread("main") is None  # the ancestors were not written before the conflict showed
+    assert len(await saver.list_checkpoints("alt")) == 2
+
+
+async def test_an_export_of_another_format_version_says_so(saver: Saver) -> None:
+    source = MemorySaver()
+    FAIL["on"] = False
+    await app_for(source).ainvoke({}, thread_id="t")
+    lines = await dump(source, "t")
+    with pytest.raises(
+        CorruptCheckpointError, match=r"format version 2; this graphckpt reads version 1 .*newer graphckpt: upgrade"
+    ):
+        await import_thread(saver, tamper(lines, 0, version=2))
+    for version in (True, "1", 1.0):  # not the integer 1
+        with pytest.raises(CorruptCheckpointError, match="format version"):
+            await import_thread(saver, tamper(lines, 0, version=version))
+    assert await saver.get_thread("t") is None

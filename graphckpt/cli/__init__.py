@@ -128,7 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("thread", metavar="ID")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
-    p.add_argument("--limit", type=positive_int, metavar="N", help="only the newest N checkpoints (N >= 1)")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="only the newest N checkpoints (N >= 1; with --tree, of each thread)",
+    )
 
     values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
@@ -220,9 +225,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
-    """First Ctrl-C: say so at once and stop the run (a sync node already running finishes in its thread, or is
-    abandoned); second Ctrl-C: quit now. Either way every committed checkpoint is already durable."""
+class CtrlC:
+    """What the first Ctrl-C does: cancel the command, or, while ``run``/``resume`` consume the checkpoints of a run
+    (``stop`` is set by :func:`graphckpt.cli.commands._drive`), ask it to stop once the running task(s) committed."""
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.stop: asyncio.Event | None = None
+
+    def first(self) -> None:
+        if self.stop is not None:
+            self.stop.set()
+        elif self.task is not None:
+            self.task.cancel()
+
+
+def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
+    """First Ctrl-C: say so at once and stop the run after the running task(s) (their step is committed; before a
+    run is under way, the command is cancelled); second Ctrl-C: quit now. Either way every committed checkpoint is
+    already durable."""
     presses = 0
 
     def on_sigint() -> None:
@@ -231,8 +252,8 @@ def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
         hint = f"; `graphckpt resume {shlex.quote(thread)}` continues it" if thread else ""
         if presses == 1:
             sys.stderr.write(f"graphckpt: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n")
-            if task is not None:
-                task.cancel()
+            sys.stderr.flush()
+            ctrl_c.first()
         else:
             sys.stderr.write(f"graphckpt: interrupted{hint}\n")
             sys.stderr.flush()
@@ -244,10 +265,11 @@ def _stop_on_ctrl_c(task: asyncio.Task[Any] | None, thread: str | None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS
-    from graphckpt.cli.session import CliError, Database, Session
+    from graphckpt.cli.session import CliError, Database, Session, scrub_password
     from graphckpt.errors import CorruptCheckpointError, GraphckptError
 
     debug = bool(os.environ.get("GRAPHCKPT_DEBUG"))
+    db_url = getattr(args, "db", None) or os.environ.get("GRAPHCKPT_DB")
     try:
         if args.command in SYNC_COMMANDS:
             return SYNC_COMMANDS[args.command](args)
@@ -257,7 +279,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             def note(message: str) -> None:
                 sys.stderr.write(f"graphckpt: note: {message}\n")
 
-            _stop_on_ctrl_c(asyncio.current_task(), getattr(args, "thread", None))
+            args.ctrl_c = CtrlC(asyncio.current_task())
+            _stop_on_ctrl_c(args.ctrl_c, getattr(args, "thread", None))
             db = Database(args.db)
             if args.command not in CREATING_COMMANDS:
                 await db.require_tables()  # PostgreSQL: never set up (create) tables for a command that needs them
@@ -269,11 +292,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     except CliError as exc:
         if debug:
             raise
-        return _fail(str(exc), exc.exit_code)
+        return _fail(scrub_password(str(exc), db_url), exc.exit_code)
     except GraphckptError as exc:
         if debug:
             raise
-        message = str(exc)
+        message = scrub_password(str(exc), db_url)  # a driver may quote the part of the URL it cannot parse
         if isinstance(exc, CorruptCheckpointError) and hasattr(args, "raw") and not args.raw:
             message += " (--raw reads the stored values without the graph code)"
         return _fail(message, 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -39,6 +40,17 @@ __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS"]
 def _print_json(data: Any) -> None:
     """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`records.to_jsonable`)."""
     print(json.dumps(records.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
+
+
+class _Interrupted(CliError):
+    """The run stopped at the user's Ctrl-C."""
+
+    exit_code = 130
+
+
+def _payload_text(payload: Any) -> str:
+    """An interrupt's payload as one line of JSON, its text as written (not as ``\\uXXXX`` escapes)."""
+    return json.dumps(records.to_jsonable(payload), ensure_ascii=False)
 
 
 def _resume_hint(thread_id: str, extra: str = "") -> str:
@@ -91,7 +103,7 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     asks = [i for i in head.interrupts if i.when == "inside"]
     if asks and args.answer is None:
         raise CliError(
-            f"thread {args.thread!r} is waiting for an answer to {json.dumps(records.to_jsonable(asks[0].payload))} "
+            f"thread {args.thread!r} is waiting for an answer to {_payload_text(asks[0].payload)} "
             f"(node {asks[0].node!r}); give it with `{_resume_hint(args.thread, ' --answer JSON')}`"
         )
     record = await app.saver.get_thread(args.thread)
@@ -111,15 +123,18 @@ async def _drive(
     """Consume the checkpoint stream with a live display, then print where the thread stands."""
     display = None if args.json or args.quiet else _render().StepDisplay(thread_id)
     seen: list[Snapshot] = []
+    stop = asyncio.Event()  # set by the first Ctrl-C: stop once the running task(s) committed their step
+    ctrl_c = getattr(args, "ctrl_c", None)
+    if ctrl_c is not None:
+        ctrl_c.stop = stop
     try:
-        if display is None:
+        with display.running(verb) if display is not None else contextlib.nullcontext():
             async for snap in stream:
                 seen.append(snap)
-        else:
-            with display.running(verb):
-                async for snap in stream:
-                    seen.append(snap)
+                if display is not None:
                     display.checkpoint(snap)
+                if stop.is_set():
+                    break
     except GraphckptError as exc:
         record = await app.saver.get_thread(thread_id)
         if record is not None and record.status in ("failed", "running"):
@@ -127,6 +142,18 @@ async def _drive(
                 f"{exc}; its checkpoints are kept: fix the cause, then run `{_resume_hint(thread_id)}`"
             ) from exc
         raise
+    finally:
+        if ctrl_c is not None:
+            ctrl_c.stop = None
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()  # a stream left midway stops its run (the next step's tasks are cancelled)
+    if stop.is_set() and seen and seen[-1].status == "running":  # else the run ended anyway: report it
+        last = seen[-1]
+        raise _Interrupted(
+            f"interrupted after step {last.step} (checkpoint {last.checkpoint_id}); the thread keeps its last "
+            f"checkpoint: `{_resume_hint(thread_id)}`"
+        )
     final = await app.aget_state(thread_id)
     used = sum(records.tokens(snap.metadata) for snap in seen)
     if args.json:
@@ -139,7 +166,7 @@ async def _drive(
     out.print(summary, markup=False)
     waiting = [i for i in final.interrupts if i.when == "inside"]
     for i in final.interrupts:
-        what = f"node {i.node!r} asks: {json.dumps(records.to_jsonable(i.payload))}" if i.when == "inside" else (
+        what = f"node {i.node!r} asks: {_payload_text(i.payload)}" if i.when == "inside" else (
             f"stopped {i.when} node {i.node!r}")  # fmt: skip
         out.print(what, markup=False)
     if final.status == "interrupted":
@@ -197,6 +224,8 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
         todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
                  i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
+    if args.limit is not None:  # each thread's newest N (a fork from a checkpoint left out hangs off its thread)
+        own = {tid: snaps[-args.limit :] for tid, snaps in own.items()}
     tree = records.thread_trees([by_id[t] for t in family], own, root)
     if args.json:
         _print_json(tree)

@@ -43,7 +43,9 @@ def console(*, stderr: bool = False) -> Console:
     """A console on stdout (or stderr). Not a terminal: no colour, and wide enough that ids are never cut."""
     stream = sys.stderr if stderr else sys.stdout
     is_tty = stream.isatty()
-    width = None if is_tty else int(os.environ.get("COLUMNS") or 200)
+    # not a terminal: no width limit (tables are only as wide as their content), else rich cuts no-wrap columns
+    # (ids, refs, graph names) with an ellipsis once a table is wider than the width
+    width = None if is_tty else max(int(os.environ.get("COLUMNS") or 0), 100_000)
     return Console(file=stream, width=width, highlight=False, soft_wrap=not is_tty)
 
 

@@ -8,9 +8,11 @@ never needs the code that wrote it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +39,7 @@ __all__ = [
     "parse_assignments",
     "parse_json",
     "redact_url",
+    "scrub_password",
 ]
 
 DEFAULT_DB = "graphckpt.db"
@@ -201,8 +204,10 @@ class Database:
 
     async def require_tables(self) -> None:
         """PostgreSQL: raise :class:`CliError` unless graphckpt's tables exist, so that commands that do not create
-        anything never run the saver's set-up (which creates the schema and tables). Nothing to do for SQLite."""
+        anything never run the saver's set-up (which creates the schema and tables). SQLite: the same for a file
+        that exists (a missing one is :meth:`saver`'s error): an empty file or another program's database."""
         if not self.is_postgres:
+            self._require_sqlite_tables()
             return
         try:
             import psycopg
@@ -230,14 +235,37 @@ class Database:
                 "creates them, or pick another database with --db or another schema with ?schema=NAME)"
             )
 
+    def _require_sqlite_tables(self) -> None:
+        path = self.path
+        if path == ":memory:" or not Path(path).is_file():
+            return
+        try:
+            with contextlib.closing(sqlite3.connect(path)) as conn:  # reads the schema; writes nothing
+                found = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            raise CliError(f"SQLite database {path!r} failed: {exc}") from None
+        if not found.issuperset(_SQLITE_TABLES):
+            raise CliError(
+                f"no graphckpt tables in {path!r} (nothing was created; `graphckpt run` or `graphckpt import` creates "
+                "them, or pick another database with --db)"
+            )
+
+
+_SQLITE_TABLES = ("threads", "checkpoints", "blobs", "writes")
+"""The tables a set-up SQLite database has (see :mod:`graphckpt.savers.sqlite`)."""
 
 _PG_TABLES = ("graphckpt_migrations", "threads", "checkpoints", "blobs", "writes")
 """The tables a set-up PostgreSQL database has (see :mod:`graphckpt.savers.postgres`)."""
 
 
 def _split_schema(url: str) -> tuple[str, str | None]:
-    """``(url without ?schema=..., schema)``; a usage error for an empty or repeated ``schema``."""
-    parts = urlsplit(url)
+    """``(url without ?schema=..., schema)``; a usage error for an unparsable URL or an empty or repeated
+    ``schema``."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsed on access: raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise UsageError(f"--db is not a valid postgresql:// URL ({exc})") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     if not schemas:
@@ -246,6 +274,23 @@ def _split_schema(url: str) -> tuple[str, str | None]:
         raise UsageError(f"--db {redact_url(url)}: give one non-empty ?schema=NAME")
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), schemas[0]
+
+
+def scrub_password(message: str, url: str | None) -> str:
+    """``message`` without the password of the ``postgresql://`` URL ``url``, as written or percent-decoded (a driver
+    quotes a part of the URL it cannot parse as it is written)."""
+    if not url or not url.startswith(("postgresql://", "postgres://")):
+        return message
+    try:
+        parts = urlsplit(url)
+        written = [parts.password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
+        written += [v for k, v in parse_qsl(parts.query.replace("+", "%2B")) if k == "password"]
+    except ValueError:
+        userinfo = url.split("://", 1)[1].rpartition("@")[0]
+        written = [userinfo.partition(":")[2]]
+    for password in sorted({p for w in written if w for p in (w, unquote(w))}, key=len, reverse=True):
+        message = message.replace(password, "***")
+    return message
 
 
 def _password(dsn: str) -> str | None:
