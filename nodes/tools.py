@@ -188,8 +188,13 @@ def _bind(found: Tool, arguments: dict[str, Any]) -> Callable[[], Any]:
 
 
 def _plain(value: Any) -> Any:
+    """``value`` with every pydantic model in it, at any depth of lists, tuples and dicts, as plain JSON data."""
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 

@@ -93,6 +93,14 @@ async def test_ainvoke_validates_and_dumps_models() -> None:
     assert await add_numbers.ainvoke('{"a": 2, "b": "3"}') == {"total": 5}
 
 
+async def test_models_nested_in_a_result_are_dumped_too() -> None:
+    @tool
+    def sums(n: int) -> dict[str, Any]:
+        return {"each": [Sum(total=i) for i in range(n)], "pair": (Sum(total=-1), "x")}
+
+    assert await sums.ainvoke({"n": 2}) == {"each": [{"total": 0}, {"total": 1}], "pair": [{"total": -1}, "x"]}
+
+
 async def test_tool_node_runs_calls_in_order_and_journals_them() -> None:
     node = tool_node([get_weather, add_numbers], messages_key="messages")
     state = {"tool_calls": [call("get_weather", {"city": "Oslo"}, "c1"), call("add", {"a": 1, "b": 2}, "c2")]}
