@@ -57,6 +57,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonempty(text: str) -> str:
+    """An argparse type: an id that is not empty (an empty ``--thread`` used to mean a new random id, an empty
+    ``--checkpoint`` the head)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with errors as one ``graphckpt: error: ...`` line and exit status 2."""
 
@@ -103,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("target", metavar="MODULE:ATTR", help="e.g. myagent.graph:app (the current directory is importable)")
     p.add_argument("--input", default="{}", metavar="JSON", help="the input state update (JSON, or @FILE); default {}")
-    p.add_argument("--thread", metavar="ID", help="thread id (default: a new id)")
+    p.add_argument("--thread", type=nonempty, metavar="ID", help="thread id (default: a new id)")
     running(p)
 
     p = command(
@@ -112,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Continue a thread from its head: after a crash (running), a failure (failed: only unfinished tasks run "
         "again) or an interrupt (--answer is what ctx.interrupt returns).",
     )
-    p.add_argument("thread", metavar="ID")
+    p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("--answer", metavar="JSON", help="the answer to an open ctx.interrupt (JSON, or @FILE)")
     p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
     running(p)
@@ -126,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A thread's checkpoints oldest first (through fork points into the source thread): step, checkpoint id, "
         "source, nodes that ran, next nodes, duration, tokens. Works without the graph code.",
     )
-    p.add_argument("thread", metavar="ID")
+    p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
     p.add_argument(
         "--limit",
@@ -137,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
-    p.add_argument("thread", metavar="ID")
-    p.add_argument("--checkpoint", metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage")
+    p.add_argument("thread", type=nonempty, metavar="ID")
+    p.add_argument(
+        "--checkpoint", type=nonempty, metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage"
+    )
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
     p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
 
@@ -160,16 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
         "Make a new thread whose first checkpoint follows CHECKPOINT of thread ID, with --set updates applied "
         "through the reducers. The source thread never changes. Run the branch with `graphckpt resume NEW`.",
     )
-    p.add_argument("thread", metavar="ID")
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint id (or a unique prefix)")
+    p.add_argument("thread", type=nonempty, metavar="ID")
+    p.add_argument("checkpoint", type=nonempty, metavar="CHECKPOINT", help="checkpoint id (or a unique prefix)")
     p.add_argument(
         "--set", action="append", metavar="KEY=JSON", help="state update, repeatable: --set verdict='\"fix\"'"
     )
-    p.add_argument("--new-thread", metavar="ID", help="id of the new thread (default: a new id)")
+    p.add_argument("--new-thread", type=nonempty, metavar="ID", help="id of the new thread (default: a new id)")
     p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
 
     p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
-    p.add_argument("thread", metavar="ID")
+    p.add_argument("thread", type=nonempty, metavar="ID")
 
     p = command(
         "export",
@@ -178,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "no graph code is needed). Load it into any database with `graphckpt import`.",
         json=False,
     )
-    p.add_argument("thread", metavar="ID")
+    p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
     p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`; "
