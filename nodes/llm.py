@@ -82,7 +82,12 @@ class ChatModel:
     offline: bool | None = None
     """``True`` forces the offline model, ``False`` forbids it, ``None`` decides from the environment."""
     params: Mapping[str, Any] = field(default_factory=dict)
-    """Further ``chat.completions.create`` arguments (``temperature``, ``max_tokens``, ``response_format``, ...)."""
+    """Further ``chat.completions.create`` arguments (``temperature``, ``max_tokens``, ``response_format``, ...).
+    Not ``stream``: the node journals whole completions."""
+
+    def __post_init__(self) -> None:
+        if self.params.get("stream"):
+            raise ValueError("stream=True is not supported: the node journals whole completions, not chunks")
 
     def is_offline(self) -> bool:
         """Whether calls go to the offline model (see the module docstring for the rule)."""

@@ -354,3 +354,11 @@ def test_backoff_policy() -> None:
     assert retry.delay(1, retry_after=61) is None
     with pytest.raises(ValueError, match="max_retries"):
         LLMRetry(max_retries=-1)
+
+
+def test_stream_is_refused_when_the_node_is_made() -> None:
+    with pytest.raises(ValueError, match="stream=True is not supported"):
+        chat_node("Say {x}", stream=True)
+    with pytest.raises(ValueError, match="stream=True is not supported"):
+        ChatModel(params={"stream": True})
+    ChatModel(params={"stream": False})  # the default, spelled out: fine
