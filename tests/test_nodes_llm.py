@@ -358,7 +358,7 @@ def test_backoff_policy() -> None:
 
 def test_stream_is_refused_when_the_node_is_made() -> None:
     with pytest.raises(ValueError, match="stream=True is not supported"):
-        chat_node("Say {x}", stream=True)
+        chat_node("Say {x}", output_key="answer", stream=True)
     with pytest.raises(ValueError, match="stream=True is not supported"):
         ChatModel(params={"stream": True})
     ChatModel(params={"stream": False})  # the default, spelled out: fine
