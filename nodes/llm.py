@@ -305,6 +305,16 @@ def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> Chat
         raise LLMError(f"model {model!r} at {endpoint} returned no choices", model=model, endpoint=endpoint, status=200)
     raw = choices[0].get("message") or {}
     message: Message = {"role": "assistant", "content": raw.get("content")}
+    for call in raw.get("tool_calls") or ():
+        if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+            kind = call.get("type") if isinstance(call, Mapping) else type(call).__name__
+            raise LLMError(
+                f"model {model!r} at {endpoint} returned a tool call of type {kind!r}; only function tool calls are "
+                "supported",
+                model=model,
+                endpoint=endpoint,
+                status=200,
+            )
     if raw.get("tool_calls"):
         message["tool_calls"] = [
             {

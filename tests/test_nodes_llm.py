@@ -362,3 +362,12 @@ def test_stream_is_refused_when_the_node_is_made() -> None:
     with pytest.raises(ValueError, match="stream=True is not supported"):
         ChatModel(params={"stream": True})
     ChatModel(params={"stream": False})  # the default, spelled out: fine
+
+
+def test_a_tool_call_that_is_not_a_function_call_is_an_llm_error() -> None:
+    from nodes.llm import _normalize
+
+    custom = {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "x"}}
+    completion = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [custom]}}]}
+    with pytest.raises(LLMError, match="returned a tool call of type 'custom'; only function tool calls"):
+        _normalize(completion, "m", "http://127.0.0.1:1/v1")
