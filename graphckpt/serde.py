@@ -33,7 +33,8 @@ __all__ = ["Serializer", "types_in"]
 # extension codes: part of the stored format, never renumber
 _TUPLE, _SET, _FROZENSET, _DATETIME, _DATE, _TIME, _TIMEDELTA, _UUID, _DECIMAL, _PATH, _ENUM, _MODEL = range(1, 13)
 
-_MAX_DEPTH = 512
+_MAX_DEPTH = 256  # extension values (tuple, set, model, ...) nested in each other, when reading
+_MAX_WRITE_DEPTH = 128  # and when writing: anything written stays readable, with room to spare
 
 
 def types_in(annotation: Any) -> Iterable[type]:
@@ -61,6 +62,7 @@ class Serializer:
     def __init__(self, registered: Iterable[type] = ()) -> None:
         self._by_name: dict[str, type] = {}
         self._hooks: dict[int, Callable[[int, bytes], Any]] = {}  # ext_hook per nesting depth, made once
+        self._defaults: dict[int, Callable[[Any], msgpack.ExtType]] = {}  # default per nesting depth, made once
         self._names: dict[type, str] = {}
         for tp in registered:
             self.register(tp)
@@ -82,15 +84,23 @@ class Serializer:
 
     def dumps(self, value: Any) -> bytes:
         """Encode ``value``. Raises :class:`SerializationError` naming the type that cannot be stored."""
+        return self._dumps(value, 0)
+
+    def _dumps(self, value: Any, depth: int) -> bytes:
+        if depth > _MAX_WRITE_DEPTH:  # each level costs stack on write and read: refused before it can crash
+            raise SerializationError("cannot store value: it nests too deeply (or contains itself)")
+        default = self._defaults.get(depth)
+        if default is None:
+            default = self._defaults[depth] = functools.partial(self._default, depth=depth + 1)
         try:
-            return msgpack.packb(value, default=self._default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
+            return msgpack.packb(value, default=default, strict_types=True, use_bin_type=True)  # type: ignore[no-any-return]
         except SerializationError:
             raise
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise SerializationError(f"cannot store value: {exc}") from exc
 
-    def _default(self, obj: Any) -> msgpack.ExtType:
-        pack = self.dumps
+    def _default(self, obj: Any, depth: int) -> msgpack.ExtType:
+        pack = functools.partial(self._dumps, depth=depth)
         tp = type(obj)
         if tp is tuple:
             return msgpack.ExtType(_TUPLE, pack(list(obj)))
@@ -147,7 +157,17 @@ class Serializer:
         hook = self._hooks.get(depth)
         if hook is None:
             hook = self._hooks[depth] = functools.partial(self._ext, depth=depth + 1)
-        return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        if depth == 0:
+            return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        # An extension's payload is decoded from inside the outer decode. ``unpackb`` keeps ~40 KiB of parser state
+        # on the C stack per call, so nested calls overflowed it (a segfault) at ~190 levels on an 8 MiB stack and at
+        # ~25 on a 1 MiB thread stack; an ``Unpacker`` keeps that state on the heap.
+        unpacker = msgpack.Unpacker(ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        unpacker.feed(data)
+        value = unpacker.unpack()
+        if unpacker.tell() != len(data):
+            raise CorruptCheckpointError("stored extension payload has extra bytes")
+        return value
 
     def _ext(self, code: int, payload: bytes, depth: int) -> Any:
         if code == _TUPLE:

@@ -7,6 +7,9 @@ import datetime as dt
 import decimal
 import enum
 import pathlib
+import subprocess
+import sys
+import threading
 import uuid
 from typing import Any
 
@@ -165,3 +168,50 @@ json_like = st.recursive(
 @given(json_like)
 def test_round_trip_property(value: Any) -> None:
     assert serde.loads(serde.dumps(value)) == value
+
+
+def test_nested_tuples_sets_and_models_are_refused_at_write_time_not_a_crash() -> None:
+    deep: Any = ()
+    for i in range(400):
+        deep = (deep,) if i % 2 else [deep, frozenset({i})]  # every level an extension value
+    with pytest.raises(SerializationError, match="nests too deeply"):
+        serde.dumps(deep)
+    cyclic: list[Any] = []
+    cyclic.append((cyclic,))  # contains itself through a tuple: was an uncaught RecursionError
+    with pytest.raises(SerializationError):
+        serde.dumps(cyclic)
+
+
+def test_storable_nesting_reads_back_in_a_small_thread_stack() -> None:
+    value: Any = ()
+    for _ in range(100):
+        value = (value, Point(x=1, y=2))
+    blob = serde.dumps(value)
+    result: list[Any] = []
+    threading.stack_size(1 << 20)  # 1 MiB: unpackb nested in ext hooks crashed the process here at ~25 levels
+    try:
+        worker = threading.Thread(target=lambda: result.append(serde.loads(blob)))
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(0)
+    assert result == [value]
+
+
+def test_hostile_deeply_nested_extension_bytes_do_not_crash_the_process() -> None:
+    code = """
+import msgpack
+from graphckpt import CorruptCheckpointError
+from graphckpt.serde import Serializer
+blob = msgpack.packb([])
+for _ in range(300):
+    blob = msgpack.packb(msgpack.ExtType(1, b"\\x91" + blob))  # a tuple holding a tuple holding ...
+try:
+    Serializer().loads(blob)
+except CorruptCheckpointError:
+    pass
+print("survived")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr  # was -11: a segfault in msgpack's C decoder
+    assert done.stdout.strip() == "survived"
