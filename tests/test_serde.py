@@ -17,7 +17,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from graphckpt import CorruptCheckpointError, SerializationError
 from graphckpt.serde import Serializer, types_in
@@ -215,3 +215,14 @@ print("survived")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr  # was -11: a segfault in msgpack's C decoder
     assert done.stdout.strip() == "survived"
+
+
+class Aliased(BaseModel):
+    user_name: str = Field(alias="userName")
+    when: dt.date = Field(validation_alias="day", default=dt.date(2026, 1, 1))
+
+
+def test_model_with_aliased_fields_round_trips() -> None:
+    aliased = Serializer([Aliased])
+    value = [Aliased(userName="ada", day=dt.date(2026, 2, 3))]
+    assert aliased.loads(aliased.dumps(value)) == value  # was CorruptCheckpointError: "userName" missing
