@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,10 +79,13 @@ def _equal(a: Any, b: Any) -> bool:
     """``==``, except that NaN equals NaN (a value that did not change is not reported), at any depth."""
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, decimal.Decimal) and isinstance(b, decimal.Decimal):  # Decimal("NaN") != itself too
+        return a == b if not (a.is_nan() or b.is_nan()) else a.is_nan() and b.is_nan()
     if isinstance(a, list | tuple) and isinstance(b, list | tuple) and type(a) is type(b):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
     if isinstance(a, BaseModel) and type(a) is type(b):
-        return all(_equal(getattr(a, f), getattr(b, f)) for f in type(a).model_fields)
+        fields = all(_equal(getattr(a, f), getattr(b, f)) for f in type(a).model_fields)
+        return fields and _equal(a.__pydantic_extra__ or {}, b.__pydantic_extra__ or {})  # extra="allow" fields
     return bool(a == b)

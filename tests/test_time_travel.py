@@ -8,10 +8,11 @@ through the reducers; running it never changes the source thread, whose rows sta
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from graphckpt import (
     END,
@@ -162,6 +163,30 @@ async def test_diff_does_not_report_an_unchanged_nan(saver: Saver) -> None:
     app = g.compile(saver=saver)
     await app.ainvoke({}, thread_id="n")
     assert not await app.adiff(("n", None), ("n", None))
+
+
+class Reply(BaseModel):
+    model_config = ConfigDict(extra="allow")  # like the openai client's models
+    text: str = ""
+
+
+async def test_diff_sees_extra_fields_of_models_and_ignores_an_unchanged_decimal_nan(saver: Saver) -> None:
+    class R(BaseModel):
+        reply: Reply = Reply()
+        price: Decimal = Decimal("NaN")
+        n: int = 0
+
+    g = StateGraph(R)
+    g.add_node("a", lambda s: {"reply": Reply(text="hi", finish="stop"), "n": s.n + 1})
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    app = g.compile(saver=saver)
+    await app.ainvoke({}, thread_id="r")
+    head = await app.aget_state("r")
+    alt = await app.afork("r", head.checkpoint_id, update={"reply": Reply(text="hi", finish="length")})
+    diff = await app.adiff(("r", None), alt)
+    assert set(diff.changed) == {"reply"}  # was empty: extra fields were not compared; "price" never changed
+    assert diff.changed["reply"].after.finish == "length"
 
 
 # -- forking a long thread: the fork's cost does not grow with the source's history ------------------------------------
