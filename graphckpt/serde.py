@@ -36,10 +36,6 @@ _TUPLE, _SET, _FROZENSET, _DATETIME, _DATE, _TIME, _TIMEDELTA, _UUID, _DECIMAL, 
 _MAX_DEPTH = 256  # extension values (tuple, set, model, ...) nested in each other, when reading
 _MAX_WRITE_DEPTH = 128  # and when writing: anything written stays readable, with room to spare
 
-# Validating a stored model by field name, also when a field has an alias (pydantic 2.11 added ``by_name``; before
-# it, only models with ``populate_by_name`` accept their field names)
-_BY_NAME: dict[str, Any] = {"by_name": True} if tuple(map(int, pydantic.VERSION.split(".")[:2])) >= (2, 11) else {}
-
 
 def types_in(annotation: Any) -> Iterable[type]:
     """Every pydantic model and Enum class reachable from a type annotation (fields of models included)."""
@@ -203,7 +199,7 @@ class Serializer:
             if code == _ENUM and issubclass(tp, enum.Enum):
                 return tp(inner)
             if code == _MODEL and issubclass(tp, pydantic.BaseModel) and isinstance(inner, dict):
-                return tp.model_validate(inner, **_BY_NAME)  # fields are stored by name, not by alias
+                return tp.model_validate(inner, by_name=True)  # fields are stored by name, not by alias (pydantic 2.11)
             raise CorruptCheckpointError(f"stored value for {name!r} has the wrong shape")
         raise CorruptCheckpointError(f"unknown extension code {code}")
 
