@@ -346,17 +346,7 @@ class Codec:
         while version < self.version:
             migrate = migrations.get(version)
             if migrate is not None:
-                try:
-                    stored = dict(migrate(dict(stored)))
-                except KeyError as exc:
-                    if not exc.args or exc.args[0] not in unfoldable:
-                        raise
-                    raise GraphSetupError(
-                        f"the migration from schema version {version} reads field {exc.args[0]!r} of checkpoint "
-                        f"{cp.checkpoint_id} of thread {cp.thread_id!r}, a reducer field this schema no longer "
-                        f"declares: without its reducer its stored deltas cannot be folded into its value. Keep "
-                        f"declaring it (with its reducer) in the new schema; the migration can then move its value"
-                    ) from exc
+                stored = dict(migrate(_MigrationInput(stored, unfoldable, cp, version)))
             version += 1
         unknown = sorted([*(k for k in stored if k not in self.state.channels), *unfoldable])
         if unknown:
@@ -456,6 +446,48 @@ def _is_chunk(data: Any) -> bool:
         and len(data) % 2 == 0
         and all(type(step) is int and type(writes) is list for step, writes in zip(data[::2], data[1::2], strict=True))
     )
+
+
+class _MigrationInput(dict[str, Any]):
+    """The values a migration gets. Reading a reducer field the schema dropped and whose deltas could not be folded
+    (``unfoldable``), by ``values[k]``, ``get``, ``in``, ``pop`` or ``setdefault``, raises :class:`GraphSetupError`:
+    never a ``KeyError`` a migration might catch, a default or ``False`` that would silently lose the field's value."""
+
+    def __init__(self, values: Mapping[str, Any], unfoldable: Sequence[str], cp: StoredCheckpoint, version: int):
+        super().__init__(values)
+        self._unfoldable = frozenset(unfoldable)
+        self._cp = cp
+        self._version = version
+
+    def _check(self, key: object) -> None:
+        if key in self._unfoldable and not super().__contains__(key):
+            cp = self._cp
+            raise GraphSetupError(
+                f"the migration from schema version {self._version} reads field {key!r} of checkpoint "
+                f"{cp.checkpoint_id} of thread {cp.thread_id!r}, a reducer field this schema no longer "
+                f"declares: without its reducer its stored deltas cannot be folded into its value. Keep "
+                f"declaring it (with its reducer) in the new schema; the migration can then move its value"
+            )
+
+    def __missing__(self, key: str) -> Any:
+        self._check(key)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        self._check(key)
+        return super().__contains__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._check(key)
+        return super().get(key, default)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._check(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._check(key)
+        return super().setdefault(key, default)
 
 
 def _segment_ends(lineage: Sequence[tuple[str, int]]) -> dict[str, int]:

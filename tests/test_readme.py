@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +33,37 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     assert "~ request: 'weather function' -> 'weather in Fahrenheit'" in out.stdout
     assert "code for weather in Fahrenheit" in out.stdout
     assert (tmp_path / "runs.db").exists()
+
+
+def test_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
+    # The `graphckpt` command section, line by line, on the quick start's graph saved as mymodule.py (its checkpoint
+    # placeholder 01a2... replaced by a real id of t1).
+    text = README.read_text()
+    quickstart = re.search(r"```python\n(.*?)```", text, re.S)
+    assert quickstart is not None
+    graph_code = quickstart.group(1).split("\napp = ")[0]
+    (tmp_path / "mymodule.py").write_text(graph_code + "\ngraph = g\n")
+    section = text.split("## The `graphckpt` command", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None
+    commands = [line.split("  #")[0].strip() for line in block.group(1).strip().splitlines()]
+    assert [c.split()[1] for c in commands] == ["run", "threads", "resume", "history", "show", "fork", "diff", "export"]
+    env = {**os.environ, "PYTHONPATH": str(README.parent), "NO_COLOR": "1"}
+    env.pop("GRAPHCKPT_DB", None)
+    cli = f"{shlex.quote(sys.executable)} -m graphckpt"
+    outputs: list[str] = []
+    for command in commands:
+        if "01a2..." in command:
+            history = json.loads(_run(f"{cli} history t1 --json", tmp_path, env))
+            command = command.replace("01a2...", history[2]["checkpoint_id"])
+        outputs.append(_run(re.sub(r"(^|&& )graphckpt ", rf"\g<1>{cli} ", command), tmp_path, env))
+    assert "thread t1: done" in outputs[0]
+    assert json.loads(outputs[4].split("\n", 2)[2])["request"] == "weather"  # show: the state as JSON
+    assert "t2" in outputs[5] and "~ request" in outputs[6]
+    assert (tmp_path / "t2.jsonl").exists() and (tmp_path / "other.db").exists()
+
+
+def _run(command: str, cwd: Path, env: dict[str, str]) -> str:
+    out = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"{command}: {out.stderr}"
+    return out.stdout

@@ -143,6 +143,38 @@ async def test_a_migration_reading_a_reducer_field_the_schema_dropped_is_told_to
     assert past.values.log == [f"i{k}" for k in range(17)]
 
 
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda v: v.get("items", []),
+        lambda v: ("items" in v) or [],
+        lambda v: v.pop("items", []),
+        lambda v: v.setdefault("items", []),
+    ],
+    ids=["get", "in", "pop", "setdefault"],
+)
+async def test_a_migration_reading_a_dropped_reducer_field_with_a_default_is_told_too(saver: Saver, read: Any) -> None:
+    # The README: "reading one the schema dropped raises GraphSetupError". v.get("items", []) used to return the
+    # default, so the migrated log was silently empty instead of the 40 items the thread has.
+    await log_graph(Log1).compile(saver=saver).ainvoke({}, thread_id="t")
+    g = reader(Log2, version=2, migrations={1: lambda v: {"n": v["n"], "log": read(v)}})
+    with pytest.raises(GraphSetupError, match=r"reads field 'items'.*Keep declaring it"):
+        await g.compile(saver=saver).aget_state("t")
+
+
+async def test_a_migration_catching_key_error_still_learns_of_the_dropped_reducer_field(saver: Saver) -> None:
+    def upgrade(v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            v["log"] = v["items"]
+        except KeyError:
+            v["log"] = []
+        return v
+
+    await log_graph(Log1).compile(saver=saver).ainvoke({}, thread_id="t")
+    with pytest.raises(GraphSetupError, match=r"reads field 'items'"):
+        await reader(Log2, version=2, migrations={1: upgrade}).compile(saver=saver).aget_state("t")
+
+
 async def test_a_dropped_reducer_field_nobody_reads_is_dropped_with_a_warning(saver: Saver, caplog: Any) -> None:
     await log_graph(Log1).compile(saver=saver).ainvoke({}, thread_id="t")
     g = reader(Log2, version=2, migrations={1: lambda v: {"n": v["n"]}})
