@@ -415,6 +415,9 @@ class Run:
                 err = TaskError(s.task.node, s.task.id, type(s.exc).__name__, str(s.exc))
                 data = self.codec.serde.dumps([err.node, err.type, err.message])
                 writes.append(StoredWrite(s.task.id, "error", 0, data))
+                # no result: one written early (its siblings were still running) is replaced, so that the task runs
+                # again on resume (a reducer refused that result when the step was folded)
+                writes.append(StoredWrite(s.task.id, "result", 0, _NO_RESULT))
             else:
                 writes.append(StoredWrite(s.task.id, "interrupt", s.index, self.codec.serde.dumps(s.payload)))
                 self.recorded.interrupts[(s.task.id, s.index)] = s.payload
@@ -650,6 +653,11 @@ def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: d
     return meta
 
 
+_NO_RESULT = b""
+"""The data of a ``result`` pending write that withdraws an earlier one (a task that failed after its result was
+written early); encoded results are never empty."""
+
+
 def decode_recorded(
     codec: Codec, cp: StoredCheckpoint, writes: Sequence[StoredWrite], tasks: Sequence[Task]
 ) -> Recorded:
@@ -660,6 +668,8 @@ def decode_recorded(
         task = by_id.get(w.task_id)
         if task is None:
             continue  # a write for a task this checkpoint does not plan: ignore it
+        if w.kind == "result" and w.data == _NO_RESULT:
+            continue  # the task failed after its result was written: it runs again
         value = codec.decode_value(cp, w.data)
         try:
             if w.kind == "result":

@@ -149,6 +149,56 @@ async def test_update_breaking_a_field_constraint_is_refused_in_either_spelling(
         await app.ainvoke({"m": -1}, thread_id="in")
 
 
+async def test_a_result_written_early_then_refused_by_its_reducer_runs_again_on_resume(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer finishes first and its sibling is slower than the write linger, so the writer's result is written
+    as a pending write before the step is folded; the reducer then refuses it. On resume the writer must run again,
+    not have its refused result replayed (which failed the resume the same way; seen under CPU load)."""
+    from graphckpt import engine
+
+    monkeypatch.setattr(engine, "WRITE_LINGER", 0.0)  # a finished task's result is written at once
+
+    class Opt(BaseModel):
+        notes: Annotated[list[str] | None, append] = None
+        tags: Annotated[dict[str, int] | None, merge] = None
+
+    calls: list[str] = []
+    bad: dict[str, Any] = {"notes": None}
+    written_early = threading.Event()
+
+    def good(s: Opt) -> dict[str, Any]:
+        calls.append("good")
+        assert written_early.wait(30)  # the writer's result is stored before this task finishes
+        return {"tags": {"good": 1}}
+
+    def writer(s: Opt) -> dict[str, Any]:
+        calls.append("writer")
+        return bad
+
+    real_put_writes = saver.put_writes
+
+    async def put_writes(*args: Any, **kwargs: Any) -> None:
+        await real_put_writes(*args, **kwargs)
+        written_early.set()
+
+    monkeypatch.setattr(saver, "put_writes", put_writes)
+    g = StateGraph(Opt)
+    g.add_node("good", good)
+    g.add_node("writer", writer)
+    for node in ("good", "writer"):
+        g.add_edge(START, node)
+        g.add_edge(node, END)
+    app = g.compile(saver=saver)
+    with pytest.raises(InvalidUpdateError, match="writer: the reducer of field 'notes' failed"):
+        await app.ainvoke({"notes": ["in"]}, thread_id="t")
+    assert (await app.aget_state("t")).status == "failed"
+    bad["notes"] = ["fixed"]
+    done = await app.aresume("t")
+    assert done.status == "done" and done.values.notes == ["in", "fixed"] and done.values.tags == {"good": 1}
+    assert sorted(calls) == ["good", "writer", "writer"]
+
+
 async def test_a_reducer_raising_on_an_update_fails_that_node_and_keeps_its_siblings(saver: Saver) -> None:
     """``None`` fits ``list[str] | None`` but ``append`` cannot add it: the writer fails with InvalidUpdateError
     naming it and the field, nothing is committed, the thread is ``failed`` (not left ``running`` by a bare
