@@ -149,6 +149,34 @@ async def test_update_breaking_a_field_constraint_is_refused_in_either_spelling(
         await app.ainvoke({"m": -1}, thread_id="in")
 
 
+class Opt(BaseModel):
+    notes: Annotated[list[str] | None, append] = None
+    tags: Annotated[dict[str, int] | None, merge] = None
+
+
+def good_and_writer(saver: Saver, calls: list[str], bad: dict[str, Any], wait: threading.Event | None = None) -> Any:
+    """``good`` and ``writer`` in parallel; ``writer`` returns ``bad`` (whose reducer may refuse it); ``good`` may
+    first wait for ``wait``."""
+
+    def good(s: Opt) -> dict[str, Any]:
+        calls.append("good")
+        if wait is not None:
+            assert wait.wait(30)
+        return {"tags": {"good": 1}}
+
+    def writer(s: Opt) -> dict[str, Any]:
+        calls.append("writer")
+        return bad
+
+    g = StateGraph(Opt)
+    g.add_node("good", good)
+    g.add_node("writer", writer)
+    for node in ("good", "writer"):
+        g.add_edge(START, node)
+        g.add_edge(node, END)
+    return g.compile(saver=saver)
+
+
 async def test_a_result_written_early_then_refused_by_its_reducer_runs_again_on_resume(
     saver: Saver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,23 +187,9 @@ async def test_a_result_written_early_then_refused_by_its_reducer_runs_again_on_
 
     monkeypatch.setattr(engine, "WRITE_LINGER", 0.0)  # a finished task's result is written at once
 
-    class Opt(BaseModel):
-        notes: Annotated[list[str] | None, append] = None
-        tags: Annotated[dict[str, int] | None, merge] = None
-
     calls: list[str] = []
     bad: dict[str, Any] = {"notes": None}
-    written_early = threading.Event()
-
-    def good(s: Opt) -> dict[str, Any]:
-        calls.append("good")
-        assert written_early.wait(30)  # the writer's result is stored before this task finishes
-        return {"tags": {"good": 1}}
-
-    def writer(s: Opt) -> dict[str, Any]:
-        calls.append("writer")
-        return bad
-
+    written_early = threading.Event()  # good waits: the writer's result is stored before good finishes
     real_put_writes = saver.put_writes
 
     async def put_writes(*args: Any, **kwargs: Any) -> None:
@@ -183,13 +197,7 @@ async def test_a_result_written_early_then_refused_by_its_reducer_runs_again_on_
         written_early.set()
 
     monkeypatch.setattr(saver, "put_writes", put_writes)
-    g = StateGraph(Opt)
-    g.add_node("good", good)
-    g.add_node("writer", writer)
-    for node in ("good", "writer"):
-        g.add_edge(START, node)
-        g.add_edge(node, END)
-    app = g.compile(saver=saver)
+    app = good_and_writer(saver, calls, bad, written_early)
     with pytest.raises(InvalidUpdateError, match="writer: the reducer of field 'notes' failed"):
         await app.ainvoke({"notes": ["in"]}, thread_id="t")
     assert (await app.aget_state("t")).status == "failed"
@@ -204,28 +212,9 @@ async def test_a_reducer_raising_on_an_update_fails_that_node_and_keeps_its_sibl
     naming it and the field, nothing is committed, the thread is ``failed`` (not left ``running`` by a bare
     TypeError), and on resume only the failed node runs again."""
 
-    class Opt(BaseModel):
-        notes: Annotated[list[str] | None, append] = None
-        tags: Annotated[dict[str, int] | None, merge] = None
-
     calls: list[str] = []
     bad: dict[str, Any] = {"notes": None}
-
-    def good(s: Opt) -> dict[str, Any]:
-        calls.append("good")
-        return {"tags": {"good": 1}}
-
-    def writer(s: Opt) -> dict[str, Any]:
-        calls.append("writer")
-        return bad
-
-    g = StateGraph(Opt)
-    g.add_node("good", good)
-    g.add_node("writer", writer)
-    for node in ("good", "writer"):
-        g.add_edge(START, node)
-        g.add_edge(node, END)
-    app = g.compile(saver=saver)
+    app = good_and_writer(saver, calls, bad)
     with pytest.raises(
         InvalidUpdateError, match="writer: the reducer of field 'notes' failed on its update: TypeError"
     ):
