@@ -131,6 +131,8 @@ class _Interrupted:
     task: Task
     payload: Any
     index: int
+    data: bytes
+    """``payload`` encoded: checked storable when the node raised, stored as is with the stop."""
 
 
 @dataclass(slots=True)
@@ -275,7 +277,7 @@ class Run:
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
                 try:
-                    self.codec.serde.dumps(intr.payload)  # recorded with the stop: refuse it here, naming the node
+                    data = self.codec.serde.dumps(intr.payload)  # recorded with the stop: refuse it here, naming it
                 except SerializationError as exc:
                     return _Failed(
                         task,
@@ -283,7 +285,7 @@ class Run:
                             f"node {spec.name!r}: the payload of ctx.interrupt #{intr.index} cannot be stored: {exc}"
                         ),
                     )
-                return _Interrupted(task, intr.payload, intr.index)
+                return _Interrupted(task, intr.payload, intr.index, data)
             except (InvalidUpdateError, SerializationError) as exc:
                 return _Failed(task, exc)
             except (ThreadConflictError, SaverError):
@@ -419,7 +421,7 @@ class Run:
                 # again on resume (a reducer refused that result when the step was folded)
                 writes.append(StoredWrite(s.task.id, "result", 0, _NO_RESULT))
             else:
-                writes.append(StoredWrite(s.task.id, "interrupt", s.index, self.codec.serde.dumps(s.payload)))
+                writes.append(StoredWrite(s.task.id, "interrupt", s.index, s.data))
                 self.recorded.interrupts[(s.task.id, s.index)] = s.payload
         status: Status = "failed" if failures else "interrupted"
         error = None
