@@ -12,7 +12,9 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── ThreadConflictError                  another writer moved the thread head first
     ├── ThreadStateError                     the thread's status does not allow the call (invoke on a failed thread)
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
-    ├── NodeError                            a node raised after its retries; the original is ``__cause__``
+    ├── NodeError                            a node failed a run (thread, node, step); the original is ``__cause__``
+    │   ├── InvalidNodeUpdateError(InvalidUpdateError)   its update does not fit the state schema
+    │   └── NodeSerializationError(SerializationError)   what it wrote cannot be stored
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
@@ -25,8 +27,10 @@ __all__ = [
     "CorruptCheckpointError",
     "GraphSetupError",
     "GraphckptError",
+    "InvalidNodeUpdateError",
     "InvalidUpdateError",
     "NodeError",
+    "NodeSerializationError",
     "NodeTimeoutError",
     "RecursionLimitError",
     "SaverError",
@@ -89,13 +93,23 @@ class RecursionLimitError(GraphckptError, RecursionError):
 
 
 class NodeError(GraphckptError):
-    """A node raised after its retries. The thread is marked ``failed``; ``resume`` re-runs what did not finish."""
+    """A node failed the run: it raised after its retries, or its output was refused. The thread is marked
+    ``failed``; ``resume`` re-runs what did not finish. Every node failure is one (``except NodeError``)."""
 
     def __init__(self, message: str, *, thread_id: str, node: str, step: int) -> None:
         super().__init__(message)
         self.thread_id = thread_id
         self.node = node
         self.step = step
+
+
+class InvalidNodeUpdateError(NodeError, InvalidUpdateError):
+    """A node's update (or its routing) does not fit the schema or the graph; the thread is ``failed``."""
+
+
+class NodeSerializationError(NodeError, SerializationError):
+    """A node wrote a value (an update, a ``Send`` payload, an interrupt payload) that cannot be stored; the thread
+    is ``failed``."""
 
 
 class NodeTimeoutError(GraphckptError, TimeoutError):

@@ -1,4 +1,5 @@
-"""``StateGraph``: declare nodes and edges, validate the structure, compile to an :class:`~graphckpt.app.App`."""
+"""``StateGraph``: the builder. Declare nodes and edges; ``compile()`` validates them and freezes a copy into a
+:class:`~graphckpt.compiled.CompiledGraph` bound to a saver as an :class:`~graphckpt.app.App`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graphckpt.app import App
+from graphckpt.compiled import CompiledGraph
 from graphckpt.control import END, START
 from graphckpt.errors import GraphSetupError
 from graphckpt.retry import RetryPolicy
@@ -15,7 +18,6 @@ from graphckpt.state import StateSchema
 if TYPE_CHECKING:
     import networkx
 
-    from graphckpt.app import App
     from graphckpt.savers.base import Saver
 
 __all__ = ["Branch", "Join", "NodeSpec", "StateGraph"]
@@ -201,18 +203,23 @@ class StateGraph:
 
     def successors(self) -> dict[str, set[str]]:
         """Every node's possible next nodes (START and END included)."""
-        everything = set(self.nodes) | {END}
-        succ: dict[str, set[str]] = {n: set() for n in (START, END, *self.nodes)}
-        for a, b in self.edges:
-            succ[a].add(b)
-        for join in self.joins:
-            for s in join.sources:
-                succ[s].add(join.target)
-        for br in self.branches:
-            succ[br.source] |= set(br.path_map.values()) if br.path_map is not None else everything
-        for spec in self.nodes.values():
-            succ[spec.name] |= set(spec.destinations)
-        return succ
+        return self._freeze().successors()
+
+    def _freeze(
+        self, interrupt_before: frozenset[str] = frozenset(), interrupt_after: frozenset[str] = frozenset()
+    ) -> CompiledGraph:
+        """An immutable copy of the structure as it is now (not validated)."""
+        return CompiledGraph(
+            state=self.state,
+            version=self.version,
+            migrations=self.migrations,
+            nodes=self.nodes,
+            edges=tuple(self.edges),
+            joins=tuple(self.joins),
+            branches=tuple(self.branches),
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+        )
 
     def compile(
         self,
@@ -223,65 +230,31 @@ class StateGraph:
         recursion_limit: int = 100,
         snapshot_every: int = 1000,
     ) -> App:
-        """Validate and return the runnable :class:`~graphckpt.app.App`.
+        """Validate, freeze and return the runnable :class:`~graphckpt.app.App`. The app runs a copy of the graph
+        as it is now: adding nodes or edges to this builder afterwards does not change it.
 
         ``saver=None`` keeps checkpoints in a private :class:`~graphckpt.savers.memory.MemorySaver`.
         ``recursion_limit`` bounds the super-steps of one run. ``snapshot_every`` is N of the storage rule: a
         reducer channel stores a full snapshot every N versions and deltas in between.
         """
-        from graphckpt.app import App
-
         self.validate()
         for name in (*interrupt_before, *interrupt_after):
             if name not in self.nodes:
                 raise GraphSetupError(f"interrupt on unknown node {name!r}")
         if recursion_limit < 1 or snapshot_every < 1:
             raise GraphSetupError("recursion_limit and snapshot_every must be at least 1")
-        return App(
-            self,
-            saver,
-            interrupt_before=frozenset(interrupt_before),
-            interrupt_after=frozenset(interrupt_after),
-            recursion_limit=recursion_limit,
-            snapshot_every=snapshot_every,
-        )
+        graph = self._freeze(frozenset(interrupt_before), frozenset(interrupt_after))
+        return App(graph, saver, recursion_limit=recursion_limit, snapshot_every=snapshot_every)
 
     # -- drawing -----------------------------------------------------------------------------------------------------
 
     def to_networkx(self) -> networkx.DiGraph:
         """The structure as a ``networkx.DiGraph``; edge attribute ``kind`` is ``edge``, ``join`` or ``branch``."""
-        import networkx
-
-        g: networkx.DiGraph = networkx.DiGraph()
-        g.add_nodes_from([START, *self.nodes, END])
-        g.add_edges_from(self.edges, kind="edge")
-        for join in self.joins:
-            g.add_edges_from(((s, join.target) for s in join.sources), kind="join")
-        for br in self.branches:
-            targets = br.path_map.values() if br.path_map is not None else [*self.nodes, END]
-            g.add_edges_from(((br.source, t) for t in targets), kind="branch")
-        return g
+        return self._freeze().to_networkx()
 
     def to_mermaid(self) -> str:
         """A mermaid ``flowchart`` of the graph: solid edges, dotted conditional edges, joins marked ``&``."""
-        ident = {START: "__start__", END: "__end__"}
-        ident.update({n: f"n{i}" for i, n in enumerate(self.nodes)})
-        lines = ["flowchart TD", f"    {ident[START]}([START])"]
-        lines += [f'    {ident[n]}["{_mermaid_text(n)}"]' for n in self.nodes]
-        lines.append(f"    {ident[END]}([END])")
-        lines += [f"    {ident[a]} --> {ident[b]}" for a, b in self.edges]
-        for join in self.joins:
-            lines.append(f"    {' & '.join(ident[s] for s in join.sources)} --> {ident[join.target]}")
-        for i, br in enumerate(self.branches):
-            if br.path_map is None:  # the router may pick any node: say so instead of guessing
-                lines.append(f'    {ident[br.source]} -.-> |route| unknown{i}[/"any node: no path_map given"/]')
-                continue
-            for key, target in br.path_map.items():
-                label = f" |{_mermaid_text(str(key))}|" if str(key) != target else ""
-                lines.append(f"    {ident[br.source]} -.->{label} {ident[target]}")
-        for spec in self.nodes.values():
-            lines += [f"    {ident[spec.name]} -.-> |goto| {ident[d]}" for d in spec.destinations]
-        return "\n".join(lines) + "\n"
+        return self._freeze().to_mermaid()
 
 
 def _reach(start: str, succ: Mapping[str, set[str]]) -> set[str]:
@@ -308,7 +281,3 @@ def _positional_arity(fn: Callable[..., Any], name: str) -> int:
     if len(positional) >= 2 and positional[1].default is not positional[1].empty and positional[1].name != "ctx":
         return 1  # fn(state, option=default): the second parameter is the function's own, not the context
     return len(positional)
-
-
-def _mermaid_text(text: str) -> str:
-    return text.replace('"', "#quot;")

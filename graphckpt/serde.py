@@ -59,7 +59,10 @@ def types_in(annotation: Any) -> Iterable[type]:
 class Serializer:
     """Encodes values to bytes and back with a fixed, explicit type registry."""
 
-    def __init__(self, registered: Iterable[type] = ()) -> None:
+    def __init__(self, registered: Iterable[type] = (), *, raw: bool = False) -> None:
+        """``raw``: read stored models as their dict of fields and enums as their value, whatever type they name
+        (for readers without the schema); nothing is looked up."""
+        self.raw = raw
         self._by_name: dict[str, type] = {}
         self._hooks: dict[int, Callable[[int, bytes], Any]] = {}  # ext_hook per nesting depth, made once
         self._defaults: dict[int, Callable[[Any], msgpack.ExtType]] = {}  # default per nesting depth, made once
@@ -193,6 +196,8 @@ class Serializer:
             return pathlib.Path(payload.decode())
         if code in (_ENUM, _MODEL):
             name, inner = self._seq(payload, depth)
+            if self.raw:
+                return inner
             tp = self._by_name.get(name) if isinstance(name, str) else None
             if tp is None:
                 raise CorruptCheckpointError(f"stored value names an unregistered type {name!r}; it was not loaded")

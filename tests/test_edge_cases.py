@@ -476,7 +476,8 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
     def read() -> None:
         stream = app.stream({"n": 0}, thread_id="t", mode="values")
         try:
-            next(stream)
+            while next(stream)["n"] < 2:  # the run is one step ahead of its reader: at n = 2 the blocked node starts
+                pass
             got_first.set()
             go_on.wait(30)
             for _ in stream:
@@ -609,7 +610,7 @@ def _at_line_of_portal_call(text: str, action: Any) -> Any:
     to run its line containing ``text``. Pins a race between two threads deterministically."""
     import inspect
 
-    from graphckpt.portal import Portal
+    from graphckpt.sync import Portal
 
     lines, first = inspect.getsourcelines(Portal.call)
     target = first + next(i for i, line in enumerate(lines) if text in line)

@@ -2,7 +2,7 @@
 
 Graph references. ``run MODULE:ATTR`` records ``MODULE:ATTR`` in the thread's checkpoint tags (``tags={"graph": ...}``);
 ``resume`` and ``fork`` find it there (``--graph`` overrides it). Reading commands decode values with that graph when
-it imports, and otherwise with :class:`~graphckpt.inspect.RawReader` (values as plain data): looking at a database
+it imports, and otherwise with :class:`~graphckpt.reader.RawReader` (values as plain data): looking at a database
 never needs the code that wrote it.
 """
 
@@ -24,7 +24,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
 from graphckpt.errors import CheckpointNotFoundError
 from graphckpt.graph import StateGraph
-from graphckpt.inspect import RawReader
+from graphckpt.reader import RawReader
 from graphckpt.savers.base import Saver
 
 __all__ = [
@@ -140,13 +140,7 @@ def compile_with(target: App | StateGraph, saver: Saver) -> App:
     """The app bound to the CLI's saver: a graph is compiled with it; an app is recompiled with the same options."""
     if isinstance(target, StateGraph):
         return target.compile(saver=saver)
-    return target.graph.compile(
-        saver=saver,
-        interrupt_before=target.interrupt_before,
-        interrupt_after=target.interrupt_after,
-        recursion_limit=target.recursion_limit,
-        snapshot_every=target.codec.snapshot_every,
-    )
+    return target.with_saver(saver)
 
 
 # -- the database ------------------------------------------------------------------------------------------------------

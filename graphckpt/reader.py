@@ -2,8 +2,9 @@
 
 The engine decodes stored values through the state schema (registered pydantic models and enums, reducers,
 defaults, migrations). Tools that only *look* at a database (the CLI's ``threads``, ``history``, ``show`` and
-``diff``; a future server) often do not have that code at hand. ``RawReader`` reads the same records with the schema
-left out:
+``diff``; the server) often do not have that code at hand, and must never import code named by stored data.
+``RawReader`` reads the same records through the same :class:`~graphckpt.store.ThreadStore` with an explicit raw
+schema (:class:`RawSchema`):
 
 - values are plain data: a stored pydantic model is its dict of fields and an enum is its value (the type is never
   looked up or imported: loading stays as safe as the engine's);
@@ -11,7 +12,7 @@ left out:
   dicts; any other writes (a custom reducer) come back as :class:`Unreduced` (the base value and the writes);
 - no migrations run, no fields are dropped and no defaults are filled: a field appears once it was written.
 
-Everything else is the engine's own logic (lineage walking across forks, interrupts, errors), so a ``RawReader``
+Everything else is the store's own logic (lineage walking across forks, interrupts, errors), so a ``RawReader``
 reports the same checkpoints, frontiers and metadata as an ``App`` over the same saver. It never writes.
 """
 
@@ -23,20 +24,19 @@ from typing import Any, TypedDict
 
 import pydantic
 
-from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.codec import Body, Codec
-from graphckpt.diff import Diff
-from graphckpt.errors import ThreadNotFoundError
-from graphckpt.graph import StateGraph
-from graphckpt.portal import Portal
+from graphckpt.diff import Diff, diff_values
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint
-from graphckpt.serde import _ENUM, _MODEL, Serializer
-from graphckpt.state import Channel
+from graphckpt.serde import Serializer
+from graphckpt.state import Channel, StateSchema
+from graphckpt.store import ThreadStore
+from graphckpt.sync import Portal
+from graphckpt.views import as_dict, thread_info
 
 _ANY_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
-__all__ = ["RawReader", "Unreduced"]
+__all__ = ["RawCodec", "RawReader", "RawSchema", "Unreduced"]
 
 CheckpointSpec = Snapshot | tuple[str, str | None]
 
@@ -53,59 +53,53 @@ class Unreduced:
 class RawReader:
     """Read-only access to every thread of ``saver``, with values decoded as plain data (see the module docstring).
 
-    Same reading methods as :class:`~graphckpt.app.App` (``get_state``, ``history``, ``threads``, ``diff``, with
-    async twins) plus :meth:`tag`. Close it (or use it as a context manager) to release the saver.
+    Same reading methods as :class:`~graphckpt.app.App` (``get_state``, ``history``, ``threads``, ``thread``,
+    ``diff``, with async twins) plus :meth:`tag`. Close it (or use it as a context manager) to release the saver.
     """
 
     def __init__(self, saver: Saver) -> None:
         self.saver = saver
-        self._app = _RawApp(saver)
-        self._portal: Portal = self._app._portal
+        self.codec = RawCodec()
+        self.store = ThreadStore(saver, self.codec)
+        self._portal = Portal()
 
     # -- async -------------------------------------------------------------------------------------------------------
 
     async def aget_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
         """The head of ``thread_id``, or any checkpoint of its lineage by id. See :meth:`App.aget_state`."""
-        return await self._app.aget_state(thread_id, checkpoint_id)
+        return await self.store.state(thread_id, checkpoint_id)
 
     async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None) -> list[Snapshot]:
         """Checkpoints of the thread's lineage, newest first. See :meth:`App.ahistory`."""
-        return await self._app.ahistory(thread_id, limit=limit, before=before)
+        return await self.store.history(thread_id, limit=limit, before=before)
 
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Every thread, most recently updated first. See :meth:`App.athreads`."""
-        return await self._app.athreads(status)
+        return [thread_info(r) for r in await self.saver.list_threads(status=status)]
+
+    async def athread(self, thread_id: str) -> ThreadInfo:
+        """One thread's record. See :meth:`App.athread`."""
+        return thread_info(await self.store.thread(thread_id))
 
     async def adiff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """What differs between two checkpoints' (raw) values. See :meth:`App.adiff`."""
-        return await self._app.adiff(a, b)
+        sa = a if isinstance(a, Snapshot) else await self.aget_state(*a)
+        sb = b if isinstance(b, Snapshot) else await self.aget_state(*b)
+        return diff_values(sa.ref, as_dict(sa.values), sb.ref, as_dict(sb.values))
 
     async def atag(self, thread_id: str, key: str) -> Any:
         """The user tag ``key`` (``tags={key: ...}`` given to ``invoke``/``resume``/``fork``) of the newest checkpoint
         of the thread's lineage that has it, or ``None``. Reads metadata only; values are not decoded.
 
         Raises :class:`ThreadNotFoundError` if the thread does not exist."""
-        record = await self.saver.get_thread(thread_id)
-        if record is None:
-            raise ThreadNotFoundError(f"no thread {thread_id!r}")
+        record = await self.store.thread(thread_id)
         found = _tag(record.metadata, key)
         if found is not None:
             return found
-        thread, below, seen = thread_id, None, set()  # a parent's checkpoints count only up to the fork point
-        while thread not in seen:
-            seen.add(thread)
-            rows = await self.saver.list_checkpoints(thread, before_step=below)  # newest first
-            for cp in rows:
-                found = _tag(cp.metadata, key)
-                if found is not None:
-                    return found
-            first = rows[-1] if rows else None
-            if first is None or first.parent_checkpoint_id is None or first.parent_thread_id in (None, thread):
-                return None
-            parent = await self.saver.get_checkpoint(first.parent_thread_id, first.parent_checkpoint_id)
-            if parent is None:
-                return None
-            thread, below = parent.thread_id, parent.step + 1
+        for cp in await self.store.lineage_checkpoints(record):
+            found = _tag(cp.metadata, key)
+            if found is not None:
+                return found
         return None
 
     async def aclose(self) -> None:
@@ -126,6 +120,10 @@ class RawReader:
         """Sync :meth:`athreads`."""
         return self._portal.call(self.athreads(status))
 
+    def thread(self, thread_id: str) -> ThreadInfo:
+        """Sync :meth:`athread`."""
+        return self._portal.call(self.athread(thread_id))
+
     def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """Sync :meth:`adiff`."""
         return self._portal.call(self.adiff(a, b))
@@ -136,7 +134,7 @@ class RawReader:
 
     def close(self) -> None:
         """Close the saver and stop the background loop."""
-        self._app.close()
+        self._portal.shutdown(self.aclose())
 
     def __enter__(self) -> RawReader:
         return self
@@ -152,7 +150,7 @@ class RawReader:
 
 
 def _tag(metadata: Mapping[str, Any], key: str) -> Any:
-    tags = metadata.get("tags")
+    tags = metadata.get("tags") if isinstance(metadata, Mapping) else None
     return tags.get(key) if isinstance(tags, Mapping) else None
 
 
@@ -160,17 +158,7 @@ def _tag(metadata: Mapping[str, Any], key: str) -> Any:
 
 
 class _NoFields(TypedDict):
-    """The (empty) schema the raw reader's graph is built over; its codec accepts any stored channel instead."""
-
-
-class _RawSerializer(Serializer):
-    """Decodes registered models as their dict of fields and enums as their value, without knowing the types."""
-
-    def _ext(self, code: int, payload: bytes, depth: int) -> Any:
-        if code in (_ENUM, _MODEL):
-            _name, inner = self._seq(payload, depth)
-            return inner
-        return super()._ext(code, payload, depth)
+    """The (empty) schema a raw schema starts from; every stored channel is then accepted."""
 
 
 class _GuessingChannel(Channel):
@@ -204,21 +192,22 @@ class _AnyChannels(dict[str, Channel]):
         return True
 
 
-class _RawCodec(Codec):
+class RawSchema(StateSchema):
+    """A state schema that knows every channel a store holds, of any type, with no defaults; values are dicts."""
+
+    def __init__(self) -> None:
+        super().__init__(_NoFields)
+        self.channels = _AnyChannels()
+
+
+class RawCodec(Codec):
+    """The codec over :class:`RawSchema`: models read as dicts, no migrations, nothing dropped, no defaults."""
+
+    def __init__(self) -> None:
+        super().__init__(RawSchema(), Serializer(raw=True), version=1 << 30, snapshot_every=1)
+
     def upgrade(
         self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any], unfoldable: Sequence[str] = ()
     ) -> dict[str, Any]:
         """As stored: no migrations, nothing dropped, no defaults (every channel is known: nothing is unfoldable)."""
         return stored
-
-
-class _RawApp(App):
-    """An ``App`` over an empty schema whose codec reads any channel; only its reading methods are used."""
-
-    def __init__(self, saver: Saver) -> None:
-        graph = StateGraph(_NoFields)
-        super().__init__(
-            graph, saver, interrupt_before=frozenset(), interrupt_after=frozenset(), recursion_limit=1, snapshot_every=1
-        )
-        graph.state.channels = _AnyChannels()
-        self.codec = _RawCodec(graph.state, _RawSerializer(), version=1 << 30, snapshot_every=1)

@@ -1,0 +1,167 @@
+"""How a run begins: :func:`start` (a new thread, or a new turn of a ``done`` one, from an input) and
+:func:`resume` (a thread's head, after a crash, a failure or with an answer to an open interrupt). Each checks the
+thread, takes it over and returns the :class:`~graphckpt.engine.Run` that continues it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from graphckpt import ids
+from graphckpt.checkpoint import Task
+from graphckpt.codec import Body
+from graphckpt.compiled import CompiledGraph, RouteError
+from graphckpt.control import START
+from graphckpt.engine import NodeRunner, Run, Step
+from graphckpt.errors import InvalidUpdateError, NodeError, ThreadStateError
+from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
+from graphckpt.savers.base import StoredCheckpoint, StoredWrite
+from graphckpt.store import ThreadStore
+
+__all__ = ["RunOptions", "check_limit", "resume", "start"]
+
+
+class RunOptions:
+    """What every run of one app shares: its compiled graph, store, node runner and default step limit."""
+
+    __slots__ = ("graph", "recursion_limit", "store")
+
+    def __init__(self, graph: CompiledGraph, store: ThreadStore, recursion_limit: int) -> None:
+        self.graph, self.store, self.recursion_limit = graph, store, recursion_limit
+
+    def run(
+        self,
+        head: Head,
+        recorded: Recorded,
+        run_id: str,
+        recursion_limit: int | None,
+        tags: Mapping[str, Any] | None,
+        runner: NodeRunner | None,
+        *,
+        initial: Step | None = None,
+        streamed: bool = False,
+    ) -> Run:
+        return Run(
+            self.graph, self.store, head=head, recorded=recorded, run_id=run_id,
+            recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
+            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed,
+        )  # fmt: skip
+
+
+async def start(
+    options: RunOptions,
+    input: Any,
+    thread_id: str | None,
+    recursion_limit: int | None,
+    tags: Mapping[str, Any] | None,
+    runner: NodeRunner | None,
+    *,
+    streamed: bool = False,
+) -> Run:
+    """Apply ``input`` through the reducers as step 0 of a new thread (or the next step of a ``done`` one), route
+    from START, and commit: the run then continues from that checkpoint. Nothing is written if the input or the
+    routing is refused."""
+    check_limit(recursion_limit)
+    graph, store = options.graph, options.store
+    state = store.codec.state
+    if thread_id is None:
+        thread_id = ids.new_id()
+    elif not isinstance(thread_id, str) or not thread_id:
+        raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
+    update = state.validate_update(input, node="input")
+    record = await store.get_thread(thread_id)
+    if record is None:
+        nothing = StoredCheckpoint(thread_id, "", None, None, -1, 0.0, "running", {}, b"")  # before step 0
+        base = Head(nothing, Body([], {}, [(thread_id, 0)], schema_version=graph.version), {})
+        values, writes = state.apply(state.defaults(), [update])
+    elif record.status == "done":
+        base, _ = await store.load_head(record)
+        values, writes = state.apply(base.values, [update])
+    else:
+        raise ThreadStateError(
+            f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
+            f"{', answer' if record.status == 'interrupted' else ''}) to continue it"
+        )
+    state.check_required(values, node="input")
+    checkpoint_id = ids.new_id()
+    begin = TaskResult(Task("input", START), update)
+    try:
+        tasks, barriers = graph.next_tasks(values, [begin], base.body.barriers, checkpoint_id)
+    except RouteError as exc:  # nothing was written: the thread is as it was
+        if isinstance(exc.cause, InvalidUpdateError):
+            raise exc.cause from None
+        raise NodeError(
+            f"thread {thread_id!r}: the router after START raised {type(exc.cause).__name__}: {exc.cause}",
+            thread_id=thread_id,
+            node=START,
+            step=base.cp.step + 1,
+        ) from exc.cause
+    status, interrupts = graph.frontier_status(tasks)
+    step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
+                      wrote={"input": list(update)})  # fmt: skip
+    run_id = ids.new_id()
+    head = await store.commit(
+        base, step, run_id=run_id, checkpoint_id=checkpoint_id,
+        expected_head=None if record is None else record.head_checkpoint_id,
+        claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready
+    )  # fmt: skip
+    return options.run(head, Recorded(), run_id, recursion_limit, tags, runner, initial=Step(head, [begin]),
+                       streamed=streamed)  # fmt: skip
+
+
+async def resume(
+    options: RunOptions,
+    thread_id: str,
+    answer: Any,
+    recursion_limit: int | None,
+    tags: Mapping[str, Any] | None,
+    runner: NodeRunner | None,
+    *,
+    streamed: bool = False,
+) -> Run:
+    """Take the thread over from its head: only the tasks without recorded results run again; ``answer`` answers
+    the first open ``ctx.interrupt``. A ``done`` thread gives a run that ends at once."""
+    check_limit(recursion_limit)
+    store = options.store
+    record = await store.thread(thread_id)
+    head, recorded = await store.load_head(record)
+    if tags is None:
+        tags = head.cp.metadata.get("tags")  # a resumed run keeps the tags of the run it continues
+    open_interrupts = recorded.open_interrupts(head.body.tasks)
+    if record.status == "done" or not head.body.tasks:
+        if answer is not NO_ANSWER:
+            raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
+        run_id = ids.new_id()
+        if record.status != "done":  # e.g. a crash after a new turn claimed the thread, before its first commit
+            await store.claim(record, run_id=run_id)
+            await store.record_writes(head.cp, [], run_id=run_id, status="done")
+        run = options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+        run.status = "done"
+        return run
+    if open_interrupts and answer is NO_ANSWER:
+        task, _, question = open_interrupts[0]
+        raise ThreadStateError(
+            f"thread {thread_id!r} is waiting for an answer to {question!r} (node {task.node!r}); "
+            f"call resume({thread_id!r}, answer)"
+        )
+    if not open_interrupts and answer is not NO_ANSWER:
+        raise ThreadStateError(f"thread {thread_id!r} is not waiting for an answer (no ctx.interrupt is open)")
+    # an answer that cannot be stored is refused before the claim, which would mark the thread running
+    answer_data = store.codec.serde.dumps(answer) if open_interrupts else b""
+    run_id = ids.new_id()
+    await store.claim(record, run_id=run_id)
+    # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
+    # our read and the claim; from the claim on nobody else can write against this head: read them again.
+    recorded = await store.recorded(head.cp, head.body.tasks)
+    if open_interrupts:
+        task, index, _ = open_interrupts[0]
+        await store.record_writes(head.cp, [StoredWrite(task.id, "resume", index, answer_data)], run_id=run_id)
+        recorded.answers[(task.id, index)] = answer
+    recorded.errors.clear()
+    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+
+
+def check_limit(recursion_limit: int | None) -> None:
+    if recursion_limit is not None and (type(recursion_limit) is not int or recursion_limit < 1):
+        raise ValueError(f"recursion_limit must be a positive number of super-steps, not {recursion_limit!r}")

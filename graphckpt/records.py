@@ -1,0 +1,91 @@
+"""The records a run passes between its layers: a loaded :class:`Head`, a finished task's :class:`TaskResult`, the
+:class:`Recorded` pending writes of a head, and the :class:`StepRecord` a commit turns into a checkpoint.
+
+They live below both the engine and the thread store, so neither imports the other for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphckpt.checkpoint import Interrupt, NodeUsage, Task, TaskError
+from graphckpt.codec import Body, Loose
+from graphckpt.control import Send
+from graphckpt.savers.base import Status, StoredCheckpoint
+
+__all__ = ["NO_ANSWER", "Head", "Recorded", "StepRecord", "TaskResult"]
+
+NO_ANSWER: Any = object()
+"""``resume``'s answer when none is given."""
+
+
+@dataclass(slots=True)
+class Head:
+    """A loaded checkpoint: stored row, decoded body and state values."""
+
+    cp: StoredCheckpoint
+    body: Body
+    values: dict[str, Any]
+    loose: Loose = field(default_factory=dict)
+    """The thread's delta rows not yet packed into a chunk, which the next commits pack."""
+
+
+@dataclass(slots=True)
+class TaskResult:
+    """A finished task: its validated update, extra targets, time and usage."""
+
+    task: Task
+    update: dict[str, Any]
+    goto: list[str | Send] = field(default_factory=list)
+    duration_ms: float = 0.0
+    usage: NodeUsage = field(default_factory=lambda: NodeUsage())
+
+
+@dataclass(slots=True)
+class Recorded:
+    """The pending writes recorded against a head, decoded."""
+
+    results: dict[str, TaskResult] = field(default_factory=dict)
+    effects: dict[tuple[str, int], Any] = field(default_factory=dict)
+    interrupts: dict[tuple[str, int], Any] = field(default_factory=dict)
+    answers: dict[tuple[str, int], Any] = field(default_factory=dict)
+    errors: dict[str, TaskError] = field(default_factory=dict)
+
+    def open_interrupts(self, tasks: Sequence[Task]) -> list[tuple[Task, int, Any]]:
+        """``ctx.interrupt`` calls still waiting for an answer, in frontier order then call order: the order
+        ``resume(answer)`` answers them in (stored writes come back in task-id string order, where task 10 sorts
+        before task 2)."""
+        position = {t.id: i for i, t in enumerate(tasks)}
+        waiting = sorted(
+            (
+                (position[t], i, p)
+                for (t, i), p in self.interrupts.items()
+                if t in position and (t, i) not in self.answers
+            ),
+            key=lambda w: (w[0], w[1]),
+        )
+        return [(tasks[at], i, p) for at, i, p in waiting]
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """Everything a checkpoint commit needs besides the head it follows: the one recipe's input.
+
+    ``values`` are the state after the step and ``writes`` the reducer writes per channel that produced them (what a
+    delta stores). ``source``, ``results``, ``tags`` and ``wrote`` make the metadata (``wrote`` replaces the
+    ``writes`` the results would give, for an input or a fork); ``extra`` is merged into it.
+    """
+
+    source: str
+    values: dict[str, Any]
+    writes: Mapping[str, Sequence[Any]]
+    tasks: list[Task]
+    barriers: dict[str, list[str]]
+    status: Status
+    interrupts: list[Interrupt]
+    results: Sequence[TaskResult] = ()
+    tags: Mapping[str, Any] | None = None
+    wrote: Mapping[str, list[str]] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)

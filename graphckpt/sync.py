@@ -1,0 +1,455 @@
+"""The sync bridge: the sync API runs the async one on one long-lived event loop on a background thread.
+
+- :class:`Portal`: the loop's thread and a way to run coroutines on it from other threads. Savers opened by one call
+  serve all later ones, whatever thread the calls come from.
+- :class:`SyncFacade`: the sync twins of ``App``'s methods (``invoke`` for ``ainvoke``, ...), mixed into ``App``.
+- :class:`InlineRunner`: the app's node runner. A super-step whose only task is a *fast* sync node, in a run started
+  by the only sync call in flight, calls the node inline on the portal loop instead of hopping to a worker thread.
+- The sync ``fork``'s lazy values (:meth:`SyncFacade._load_later`): fetched on first access, through the portal.
+
+This is the only module that uses asyncio's private API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import inspect
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from graphckpt.engine import timed
+from graphckpt.errors import SyncCallError
+from graphckpt.records import NO_ANSWER
+
+if TYPE_CHECKING:
+    from graphckpt.checkpoint import Snapshot, ThreadInfo
+    from graphckpt.codec import Body, Codec
+    from graphckpt.diff import Diff
+    from graphckpt.fork import Goto, LoadLater
+    from graphckpt.graph import NodeSpec
+    from graphckpt.savers.base import BlobRange, Saver, Status, StoredCheckpoint
+
+__all__ = ["INLINE_MAX_MS", "SYNC_FACADE", "InlineRunner", "Portal", "SyncFacade", "note_sync_call"]
+
+T = TypeVar("T")
+
+_CLOSED_CHECK = 1.0
+"""Seconds between checks, while a sync call waits, that the loop it was sent to has not been closed meanwhile."""
+
+SYNC_FACADE: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "graphckpt_sync_facade", default=None
+)
+"""Set while a run was started through the sync API: a check that says whether this is the only sync call in flight
+on its app. Then a super-step whose only task is a *fast* sync node (measured under ``INLINE_MAX_MS`` on average)
+without ``ctx`` and without ``timeout`` calls the node directly on the portal loop instead of hopping to a worker
+thread (~0.05 ms a step), as a plain function call: the caller is blocked anyway and nothing else runs on that loop.
+The node sees no running event loop (so it may call ``asyncio.run``). Everything else (slow or unmeasured nodes,
+sync nodes that take ``ctx``, have a timeout or have called the app's sync API, tasks beside other tasks, and any
+task while another sync call or a stream is in flight) runs in worker threads, and runs started through the async
+API never block their loop."""
+
+INLINE_MAX_MS = 0.5
+"""A sync node whose calls took less than this (milliseconds, moving average) may run inline (see SYNC_FACADE)."""
+
+_SYNC_NODE: contextvars.ContextVar[tuple[dict[str, float], str] | None] = contextvars.ContextVar(
+    "graphckpt_sync_node", default=None
+)
+"""Set in a sync node's worker thread: the ``node_ms`` of its run and the node's name (see :func:`note_sync_call`)."""
+
+
+def note_sync_call(node_ms: dict[str, float]) -> None:
+    """Called by each sync call of the app whose sync nodes' durations are ``node_ms``: when a sync node of that app
+    makes it (from its worker thread, where it works), the node is never run inline again. On the loop that call
+    needs it could not be made (:class:`~graphckpt.errors.SyncCallError`), so a node that does so fine in a thread
+    must not start failing once it has been measured fast."""
+    running = _SYNC_NODE.get()
+    if running is not None and running[0] is node_ms:
+        node_ms[running[1]] = math.inf
+
+
+class InlineRunner:
+    """The app's :class:`~graphckpt.engine.NodeRunner`: sync nodes run in worker threads, or inline (see
+    :data:`SYNC_FACADE`); ``node_ms`` is the moving average of each sync node's duration, shared by the app's runs."""
+
+    def __init__(self, node_ms: dict[str, float]) -> None:
+        self.node_ms = node_ms
+
+    def run_sync(
+        self, spec: NodeSpec, args: tuple[Any, ...], *, alone: bool, streamed: bool, span: list[float]
+    ) -> Awaitable[Any]:
+        if alone and not streamed and not spec.takes_ctx and spec.timeout is None and self._may_inline(spec.name):
+            return self._inline(spec, args)
+        return self._threaded(spec, args, span)
+
+    def _may_inline(self, name: str) -> bool:
+        average = self.node_ms.get(name)
+        if average is None or average >= INLINE_MAX_MS:
+            return False
+        only_caller = SYNC_FACADE.get()
+        return only_caller is not None and only_caller()
+
+    async def _inline(self, spec: NodeSpec, args: tuple[Any, ...]) -> Any:
+        started = time.perf_counter()
+        out = _call_as_plain_function(spec.fn, *args)
+        self._note(spec.name, time.perf_counter() - started)
+        return out
+
+    async def _threaded(self, spec: NodeSpec, args: tuple[Any, ...], span: list[float]) -> Any:
+        context = contextvars.copy_context()
+        context.run(_SYNC_NODE.set, (self.node_ms, spec.name))  # see note_sync_call
+        run = functools.partial(context.run, spec.fn, *args)
+        out = await asyncio.get_running_loop().run_in_executor(None, timed, run, span)
+        self._note(spec.name, span[1] - span[0])
+        return out
+
+    def _note(self, name: str, seconds: float) -> None:
+        took, average = seconds * 1000, self.node_ms.get(name)
+        self.node_ms[name] = took if average is None else 0.8 * average + 0.2 * took
+
+
+def _call_as_plain_function(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync node on the loop's thread as if no event loop were running there (see ``SYNC_FACADE``)."""
+    loop = asyncio.get_running_loop()
+    asyncio._set_running_loop(None)
+    try:
+        return contextvars.copy_context().run(fn, *args)
+    finally:
+        asyncio._set_running_loop(loop)
+
+
+class SyncFacade:
+    """The sync twins of an async app's methods, each running the coroutine on the app's portal loop."""
+
+    _portal: Portal
+    _node_ms: dict[str, float]
+
+    if TYPE_CHECKING:  # what the facade needs of the async app it is mixed into
+        saver: Saver
+        codec: Codec
+
+        async def ainvoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
+                          tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
+        async def aresume(self, thread_id: str, answer: Any = NO_ANSWER, *, recursion_limit: int | None = None,
+                          tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
+        def astream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
+                    recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
+                    resume: bool = False, answer: Any = NO_ANSWER) -> AsyncIterator[Any]: ...  # fmt: skip
+        async def aget_state(self, thread_id: str, checkpoint_id: str | None = None, *,
+                             step: int | None = None) -> Snapshot: ...  # fmt: skip
+        async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
+                           filter: Mapping[str, Any] | None = None) -> list[Snapshot]: ...  # fmt: skip
+        async def _fork(self, thread_id: str, checkpoint_id: str | None, step: int | None,
+                        update: Mapping[str, Any] | None, new_thread_id: str | None, goto: Goto | None,
+                        tags: Mapping[str, Any] | None, load_later: LoadLater | None) -> Snapshot: ...  # fmt: skip
+        async def adiff(self, a: Any, b: Any) -> Diff: ...
+        async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
+        async def athread(self, thread_id: str) -> ThreadInfo: ...
+        async def adelete_thread(self, thread_id: str) -> None: ...
+        async def aclose(self) -> None: ...
+
+    def _init_sync(self) -> None:
+        self._portal = Portal()
+        self._sync_lock = threading.Lock()
+        self._sync_calls = 0  # sync calls in flight (see SYNC_FACADE)
+        self._node_ms = {}  # sync nodes' average duration, shared by this app's runs
+        self._closes = 0  # how many times the app was closed (a sync fork's lazy values must not outlive it)
+
+    def invoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
+               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`ainvoke`."""
+        return self._sync(self.ainvoke(input, thread_id=thread_id, recursion_limit=recursion_limit, tags=tags))
+
+    def resume(self, thread_id: str, answer: Any = NO_ANSWER, *, recursion_limit: int | None = None,
+               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`aresume`."""
+        return self._sync(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
+
+    def stream(self, input: Any, *, thread_id: str | None = None, mode: str = "updates",
+               recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
+               resume: bool = False, answer: Any = NO_ANSWER) -> Iterator[Any]:  # fmt: skip
+        """Sync :meth:`astream`."""
+        agen = self.astream(input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags,
+                            resume=resume, answer=answer)  # fmt: skip
+        return self._sync_iter(agen)
+
+    def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None) -> Snapshot:
+        """Sync :meth:`aget_state`."""
+        return self._sync(self.aget_state(thread_id, checkpoint_id, step=step))
+
+    def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
+                filter: Mapping[str, Any] | None = None) -> list[Snapshot]:  # fmt: skip
+        """Sync :meth:`ahistory`."""
+        return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
+
+    def fork(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
+             update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,
+             goto: Goto | None = None, tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`afork`, with one difference: when the new checkpoint does not need the source's values (see
+        :meth:`afork`), they are not fetched now but on the first access to the returned snapshot's ``values``
+        (through the app's background loop), so a fork costs the same however long the source's history is. Read them
+        before closing the app (afterwards that raises :class:`SyncCallError`), or use ``get_state`` later."""
+        coro = self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, self._load_later)
+        return self._sync(coro)
+
+    def diff(self, a: Any, b: Any) -> Diff:
+        """Sync :meth:`adiff`."""
+        return self._sync(self.adiff(a, b))
+
+    def threads(self, status: Status | None = None) -> list[ThreadInfo]:
+        """Sync :meth:`athreads`."""
+        return self._sync(self.athreads(status))
+
+    def thread(self, thread_id: str) -> ThreadInfo:
+        """Sync :meth:`athread`."""
+        return self._sync(self.athread(thread_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Sync :meth:`adelete_thread`."""
+        self._sync(self.adelete_thread(thread_id))
+
+    def close(self) -> None:
+        """Close the saver and stop the background loop. Sync calls other threads still have running end with
+        :class:`SyncCallError` (their runs stop as after a crash: every committed checkpoint stays). (After async use
+        only, prefer ``await app.aclose()``.)"""
+        if self._portal.started:
+            self._portal.shutdown(self.aclose())
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.aclose())
+            return
+        raise RuntimeError("App.close() blocks; on a running event loop use `await app.aclose()`")
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the bridge ------------------------------------------------------------------------------------------------
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        note_sync_call(self._node_ms)
+        with self._sync_lock:
+            self._sync_calls += 1
+        try:
+            return self._portal.call(_as_sync_facade(coro, self._only_sync_call))
+        except SyncCallError:
+            coro.close()  # refused on the portal's own thread: never started (a no-op if it ran and raised this)
+            raise
+        finally:
+            with self._sync_lock:
+                self._sync_calls -= 1
+
+    def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        note_sync_call(self._node_ms)
+        with self._sync_lock:
+            self._sync_calls += 1  # a stream in flight: other sync calls must not block the loop meanwhile
+        try:
+            yield from self._portal.iterate(agen)
+        finally:
+            with self._sync_lock:
+                self._sync_calls -= 1
+
+    def _only_sync_call(self) -> bool:
+        return self._sync_calls == 1
+
+    def _load_later(
+        self, src_cp: StoredCheckpoint, src_body: Body, ranges: list[BlobRange], new_thread_id: str
+    ) -> Callable[[], list[dict[str, Any]]]:
+        """For the sync :meth:`fork`: fetch and fold the source's values when first needed, through the portal (the
+        caller is not on that loop). Raises :class:`SyncCallError` if the app was closed since, instead of reopening
+        its saver on a new loop that nobody would close."""
+        closes = self._closes
+
+        def load() -> list[dict[str, Any]]:
+            if self._closes != closes:
+                raise SyncCallError(
+                    f"the values of fork {new_thread_id!r} are loaded on first access and the app was closed since; "
+                    f"read them before closing it, or later with get_state({new_thread_id!r})"
+                )
+            return self.codec.fold_many([(src_cp, src_body)], self._sync(self.saver.get_blobs(ranges)))
+
+        return load
+
+
+async def _as_sync_facade(coro: Coroutine[Any, Any, T], only_caller: Callable[[], bool]) -> T:
+    SYNC_FACADE.set(only_caller)  # this coroutine runs in its own task: the setting stays in its context
+    return await coro
+
+
+class Portal:
+    """A daemon thread running an event loop, and a way to run coroutines on it from other threads."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._calls: set[asyncio.Task[Any]] = set()  # the tasks of calls in flight (touched on the loop only)
+        self._streams: set[AsyncIterator[Any]] = set()  # iterators being driven by ``iterate``
+        self._cancelled = False  # set by shutdown, until close: a cancelled or new call raises SyncCallError
+        self._generation = 0  # loops closed so far: a stream begun on an earlier loop cannot go on
+        self._stop = threading.Event()  # the current loop's: set when close() stops it
+
+    @property
+    def started(self) -> bool:
+        """A loop is running (until :meth:`close`)."""
+        return self._loop is not None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    while True:
+                        try:
+                            loop.run_forever()
+                        except (KeyboardInterrupt, SystemExit):
+                            # raised by a node: asyncio sets it on the task, then lets it escape the loop. The
+                            # task's caller gets it from its future; the loop goes on serving the other calls
+                            if not stop.is_set():
+                                continue
+                        return
+
+                stop = threading.Event()  # set by close(): run_forever ended because it was asked to
+                self._stop = stop
+
+                self._thread = threading.Thread(target=run, name="graphckpt-portal", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the portal loop and return its result (or raise its exception) in this thread. Raises
+        :class:`SyncCallError` when called from the portal loop's own thread (it would wait for itself forever)."""
+        loop = self.loop
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise SyncCallError("a sync graphckpt call was made from inside a node; use the async API there")
+        if self._cancelled:
+            coro.close()
+            raise SyncCallError("the app is being closed")
+        tracked = self._tracked(coro)
+        try:
+            future = asyncio.run_coroutine_threadsafe(tracked, loop)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            tracked.close()  # never started: no "never awaited" warning
+            coro.close()
+            raise SyncCallError("the app was closed while this call was being made") from None
+        while True:
+            try:
+                return future.result(timeout=_CLOSED_CHECK)
+            except concurrent.futures.CancelledError:
+                if self._cancelled or loop.is_closed():
+                    raise SyncCallError("the app was closed while this call was running") from None
+                raise
+            except TimeoutError:
+                if future.done():  # it finished meanwhile: its result, or its own exception
+                    return future.result()
+                if loop.is_closed():  # submitted just as the app closed: it will never run
+                    if inspect.getcoroutinestate(tracked) == inspect.CORO_CREATED:
+                        tracked.close()  # no "never awaited" warning
+                    raise SyncCallError("the app was closed while this call was running") from None
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._cancelled:  # checked on the loop, where shutdown's cancelling runs: no call slips between them
+            coro.close()
+            raise SyncCallError("the app is being closed")
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coro
+        finally:
+            self._calls.discard(task)
+
+    def shutdown(self, final: Coroutine[Any, Any, None]) -> None:
+        """Cancel the calls other threads have in flight and wait until they have unwound (each raises
+        :class:`SyncCallError` in its thread; a run stops as after a crash, its checkpoints durable), stop the
+        streams whose readers are between items, run ``final`` (closing the saver), then :meth:`close`."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            final.close()
+            self.close()
+            return
+        if threading.current_thread() is self._thread:
+            final.close()
+            raise SyncCallError("the app was closed from inside a node; use `await app.aclose()` there")
+
+        async def cancel_then_final() -> None:
+            calls = list(self._calls)
+            for task in calls:
+                task.cancel()
+            if calls:
+                await asyncio.wait(calls)
+            for stream in list(self._streams):  # streams whose reader is between items: stop their runs too
+                closer = getattr(stream, "aclose", None)
+                if closer is not None:
+                    with contextlib.suppress(Exception):
+                        await closer()
+            await final
+
+        self._cancelled = True
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_then_final(), loop).result()
+        finally:
+            self.close()
+
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """Drive an async iterator on the portal loop, one item per ``next()``."""
+
+        async def step() -> tuple[bool, T | None]:
+            try:
+                return True, await agen.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        generation = self._generation
+        self._streams.add(agen)
+        try:
+            while True:
+                if self._generation != generation:
+                    raise SyncCallError("the app was closed while this stream was being read")
+                more, item = self.call(step())
+                if not more:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            self._streams.discard(agen)
+            closer = getattr(agen, "aclose", None)
+            loop = self._loop
+            if closer is not None and loop is not None and not self._cancelled and self._generation == generation:
+                if threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
+                    loop.create_task(self._tracked(closer()))
+                else:
+                    self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
+
+    def close(self) -> None:
+        """Stop the loop and join its thread. The portal starts a new loop if used again."""
+        with self._lock:
+            loop, thread, stop = self._loop, self._thread, self._stop
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        stop.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._generation += 1
+        self._cancelled = False
