@@ -93,7 +93,8 @@ def main(db: str, expected: str) -> None:
     app.resume("branch")
     app.resume("branch", "yes")
     app.invoke({"request": "short" + "+" * 0}, thread_id="other")
-    json.dump(reading(app), open(expected, "w"), indent=1, sort_keys=True)
+    with open(expected, "w") as out:
+        json.dump(reading(app), out, indent=1, sort_keys=True)
     app.close()
 
 
