@@ -101,7 +101,7 @@ async def start(
     step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
                       wrote={"input": list(update)})  # fmt: skip
     run_id = ids.new_id()
-    head = await store.commit(
+    head = await store.write_checkpoint(
         base, step, run_id=run_id, checkpoint_id=checkpoint_id,
         expected_head=None if record is None else record.head_checkpoint_id,
         claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -170,7 +169,8 @@ class Context:
 
 
 def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
+    """On ``loop``'s thread, as a coroutine or callback of it (a sync node's worker thread has no running loop)."""
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
-        return threading.current_thread() is getattr(loop, "_thread", None)
+        return False

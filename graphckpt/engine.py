@@ -410,7 +410,7 @@ class Run:
         status, interrupts = self.graph.frontier_status(tasks, results)
         record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags)
         try:
-            self.head = await self.store.commit(
+            self.head = await self.store.write_checkpoint(
                 self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,
                 expected_head=self.head.cp.checkpoint_id,
             )  # fmt: skip

@@ -88,7 +88,7 @@ async def fork(
     if fetch is not None:
         fetch.add_done_callback(_retrieved)  # its error is raised by reading the values, or not at all
     try:
-        head = await store.commit(
+        head = await store.write_checkpoint(
             Head(src_cp, src_body, values), record, run_id=ids.new_id(), checkpoint_id=cid,
             fork_into=new_thread_id, expected_head=None,
         )  # fmt: skip

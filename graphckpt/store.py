@@ -1,8 +1,8 @@
 """``ThreadStore``: the one place a thread's checkpoints are read and written, over a saver and a codec.
 
 Reading: a thread's record, its loaded head and pending writes, any checkpoint of its lineage by id or step, history
-pages, all through one lineage walk (:func:`lineage_segments`). Writing: :meth:`ThreadStore.commit` is the one
-recipe that turns a :class:`~graphckpt.records.StepRecord` into a checkpoint (changed channels, body, metadata) and
+pages, all through one lineage walk (:func:`lineage_segments`). Writing: :meth:`ThreadStore.write_checkpoint` is the
+one recipe that turns a :class:`~graphckpt.records.StepRecord` into a checkpoint (changed channels, body, metadata) and
 moves the head by compare-and-set; :meth:`~ThreadStore.record_writes` records pending writes; :meth:`~ThreadStore.claim`
 takes a thread over. The engine, the app, forks, the raw reader and export all go through it.
 """
@@ -208,7 +208,7 @@ class ThreadStore:
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
-    async def commit(
+    async def write_checkpoint(
         self,
         base: Head,
         record: StepRecord,
