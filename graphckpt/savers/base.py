@@ -47,6 +47,7 @@ __all__ = [
     "StoredWrite",
     "ThreadRecord",
     "WriteKind",
+    "brief",
     "json_equal",
     "metadata_matches",
 ]
@@ -150,6 +151,16 @@ class ThreadRecord:
     """For a failed thread: a one-line description of the error."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The head checkpoint's metadata."""
+
+
+BRIEF_MAX = 80
+"""How many characters of an id or name an error message quotes (see :func:`brief`)."""
+
+
+def brief(text: str) -> str:
+    """``text`` as error messages quote it: its first :data:`BRIEF_MAX` characters, then ``…`` when it is longer.
+    An id may be a megabyte long; a message stays one readable line."""
+    return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "…"
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:

@@ -37,6 +37,9 @@ compressed by the saver). PostgreSQL only compresses values of rows above ~2 KiB
 bytes and more are compressed here, with zstd, when that saves at least an eighth; the saver still never interprets
 them. (Earlier development versions compressed with zlib; both formats are read, told apart by their magic bytes.
 zstd decodes about four times faster, which is most of the cost of reading a long list's past state.)
+Stored bytes are untrusted when read: :func:`~graphckpt.savers._inflate.inflate` bounds every decompression (by the
+frame's recorded size, what its length can hold and 1 GiB, the most the saver compresses), and a blob that does not
+decompress raises :class:`~graphckpt.errors.CorruptCheckpointError` naming its thread and the checkpoint that wrote it.
 ``threads.updated_at`` is not indexed, so moving the head is a HOT update (no index entries per step);
 ``list_threads`` sorts instead.
 """
@@ -49,7 +52,6 @@ import functools
 import json
 import os
 import struct
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, LiteralString, cast
 
@@ -66,7 +68,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
-from graphckpt.errors import SaverError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.errors import CorruptCheckpointError, SaverError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers.base import (
     Blob,
     BlobKind,
@@ -77,6 +80,7 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
+    brief,
     nul_free,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
@@ -87,8 +91,6 @@ _KIND_CODE: dict[BlobKind, int] = {"snapshot": 0, "delta": 1, "chunk": 4}
 _COMPRESSED = 2
 """Added to ``blobs.kind`` when the saver stored ``data`` compressed (zstd; zlib in files of earlier versions)."""
 _KIND_NAME: dict[int, BlobKind] = {code | z: kind for kind, code in _KIND_CODE.items() for z in (0, _COMPRESSED)}
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-"""The first bytes of a zstd frame; a zlib stream starts with ``0x78``."""
 """``blobs.kind`` to the blob kind, compressed or not."""
 
 
@@ -436,7 +438,6 @@ class PostgresSaver(Saver):
         self._lock: asyncio.Lock | None = None
         self._where, self._password = _describe(dsn)
         self._zstd = zstandard.ZstdCompressor(level=3)  # used on the saver's loop only (not thread-safe)
-        self._unzstd = zstandard.ZstdDecompressor()
 
     def __repr__(self) -> str:
         return f"PostgresSaver({self._where!r}, schema={self._schema!r})"
@@ -597,7 +598,7 @@ class PostgresSaver(Saver):
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, _KIND_CODE[b.kind]
-            if len(data) >= _COMPRESS_MIN:
+            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED:  # larger: refused by the server (its limit per value)
                 packed = self._zstd.compress(data)
                 if len(packed) <= len(data) - (len(data) >> 3):
                     data, kind = packed, kind | _COMPRESSED
@@ -768,12 +769,28 @@ class PostgresSaver(Saver):
             "hi": [r.max_step for r in ranges],
         }
         rows = await self._fetch("get_blobs", "get_blobs", params)
-        return [Blob(t, c, s, _KIND_NAME[k], self._decompress(d) if k & _COMPRESSED else d) for t, c, s, k, d in rows]
+        out: list[Blob] = []
+        for t, c, s, k, d in rows:
+            kind = _KIND_NAME.get(k)
+            try:
+                if kind is None:
+                    raise ValueError(f"unknown blob kind {k}")
+                out.append(Blob(t, c, s, kind, inflate(d) if k & _COMPRESSED else d))
+            except ValueError as exc:
+                raise await self._corrupt_blob(t, c, s, str(exc)) from None
+        return out
 
-    def _decompress(self, data: bytes) -> bytes:
-        if data.startswith(_ZSTD_MAGIC):
-            return self._unzstd.decompress(data)
-        return zlib.decompress(data)
+    async def _corrupt_blob(self, thread_id: str, channel: str, step: int, why: str) -> CorruptCheckpointError:
+        """The error for a stored blob that cannot be read, naming the checkpoint that wrote it (the thread's
+        checkpoint at the blob's step)."""
+        rows = await self._fetch("get_checkpoint", "cp_by_step", {"tid": thread_id, "cp": None, "step": step})
+        checkpoint_id = rows[0][1] if rows else None
+        return CorruptCheckpointError(
+            f"checkpoint {checkpoint_id} of thread {brief(thread_id)!r}: the stored data of channel "
+            f"{brief(channel)!r} at step {step} is corrupt: {why}",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        )
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
