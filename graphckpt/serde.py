@@ -162,7 +162,11 @@ class Serializer:
         # An extension's payload is decoded from inside the outer decode. ``unpackb`` keeps ~40 KiB of parser state
         # on the C stack per call, so nested calls overflowed it (a segfault) at ~190 levels on an 8 MiB stack and at
         # ~25 on a 1 MiB thread stack; an ``Unpacker`` keeps that state on the heap.
-        unpacker = msgpack.Unpacker(ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        # Its buffer is sized by the data (the default reserves 1 MiB per level: 256 MiB for a 1.4 KB value).
+        size = max(len(data), 1)
+        unpacker = msgpack.Unpacker(
+            ext_hook=hook, raw=False, strict_map_key=False, use_list=True, max_buffer_size=size, read_size=size
+        )
         unpacker.feed(data)
         value = unpacker.unpack()
         if unpacker.tell() != len(data):
