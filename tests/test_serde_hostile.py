@@ -58,7 +58,8 @@ NESTED_CHILD = textwrap.dedent(
 
 def test_nested_values_cost_memory_by_their_size_not_a_buffer_per_level() -> None:
     """Four concurrent reads of a 0.5 KB value nested 120 deep and a 1.4 KB one nested 300 deep (refused: deeper
-    than the serializer reads) fit in 64 MiB (16 of them for the threads' stacks); with a 1 MiB buffer per level they needed about 840 MiB."""
+    than the serializer reads) fit in 64 MiB (16 of them the threads' stacks); with a 1 MiB buffer per level they
+    needed about 840 MiB."""
     assert len(nested_tuples(300)) < 1500
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "MALLOC_ARENA_MAX": "1"}
     out = subprocess.run(
