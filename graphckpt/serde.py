@@ -130,6 +130,7 @@ class Serializer:
             extra = obj.__pydantic_extra__  # extra="allow" (the openai client's models): kept, or they are lost
             if extra:
                 fields.update((key, value) for key, value in extra.items() if key not in fields)
+            _check_model(tp, fields)
             return msgpack.ExtType(_MODEL, pack([name, fields]))
         if tp in (bool, int, float, str, list, dict, bytes):
             raise SerializationError(f"cannot store this {tp.__name__}: it is too large or nests too deeply")
@@ -212,6 +213,19 @@ class Serializer:
         if not isinstance(value, list):
             raise CorruptCheckpointError("stored extension payload is not a list")
         return value
+
+
+def _check_model(tp: type[pydantic.BaseModel], fields: dict[str, Any]) -> None:
+    """Refuse a model that reading it back would refuse: one mutated into an invalid state (an assignment without
+    ``validate_assignment``, ``model_construct``) is validated here as :meth:`Serializer.loads` will."""
+    try:
+        tp.model_validate(fields, by_name=True)
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "(the model)"
+        raise SerializationError(
+            f"cannot store this {tp.__qualname__}: field {where!r} is invalid ({error['msg']}); it would not load back"
+        ) from None
 
 
 def _sorted_if_possible(items: Iterable[Any]) -> list[Any]:

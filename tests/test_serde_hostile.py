@@ -8,8 +8,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import msgpack
+import pytest
+from pydantic import BaseModel, Field
+
+from graphckpt import END, START, SerializationError, StateGraph
+from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt.serde import Serializer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,3 +82,49 @@ def test_nested_values_cost_memory_by_their_size_not_a_buffer_per_level() -> Non
     assert lines[:2] == ["120:read:120", "120:read:120"], out.stdout
     assert all(line.startswith("300:corrupt:") and "MemoryError" not in line for line in lines[2:]), out.stdout
     assert len(lines) == 4
+
+
+class Counter(BaseModel):
+    count: int = Field(0, ge=0)
+    label: str = ""
+
+
+class Holder(BaseModel):
+    counters: list[Counter] = []
+
+
+def test_a_model_mutated_into_an_invalid_state_is_refused_naming_the_field() -> None:
+    serde = Serializer([Holder, Counter])
+    bad = Counter()
+    bad.count = -5  # no validate_assignment: pydantic accepts it
+    with pytest.raises(SerializationError, match=r"Counter: field 'count' is invalid .*greater than or equal to 0"):
+        serde.dumps(bad)
+    with pytest.raises(SerializationError, match="field 'count'"):
+        serde.dumps(Holder(counters=[Counter(count=1), Counter.model_construct(count=-1)]))
+    good = Holder(counters=[Counter(count=2, label="x")])
+    assert serde.loads(serde.dumps(good)) == good
+
+
+class Tally(BaseModel):
+    counter: Counter = Field(default_factory=Counter)
+    n: int = 0
+
+
+async def test_a_run_storing_an_invalid_model_fails_at_write_time_and_the_head_stays_readable(tmp_path: Path) -> None:
+    def bump(s: Tally) -> dict[str, Any]:
+        s.counter.count = -5
+        return {"counter": s.counter, "n": s.n + 1}
+
+    g = StateGraph(Tally)
+    g.add_node("bump", bump)
+    g.add_edge(START, "bump")
+    g.add_edge("bump", END)
+    app = g.compile(saver=SqliteSaver(tmp_path / "c.db"))
+    try:
+        with pytest.raises(SerializationError, match=r"'counter'.*field 'count' is invalid") as info:
+            await app.ainvoke({}, thread_id="t")
+        assert info.value.field == "counter"
+        head = await app.aget_state("t")  # the input checkpoint stays the head, and reads back
+        assert head.values.counter == Counter() and head.values.n == 0
+    finally:
+        await app.aclose()
