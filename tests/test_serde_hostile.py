@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
 import textwrap
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import msgpack
 import pytest
 from pydantic import BaseModel, Field
 
-from graphckpt import END, START, SerializationError, StateGraph
+from graphckpt import END, START, CorruptCheckpointError, SerializationError, StateGraph
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.serde import Serializer
 
@@ -128,3 +130,26 @@ async def test_a_run_storing_an_invalid_model_fails_at_write_time_and_the_head_s
         assert head.values.counter == Counter() and head.values.n == 0
     finally:
         await app.aclose()
+
+
+def test_a_zoneinfo_datetime_keeps_its_zone_across_dst() -> None:
+    serde = Serializer()
+    paris = zoneinfo.ZoneInfo("Europe/Paris")
+    winter = dt.datetime(2026, 1, 15, 9, 30, tzinfo=paris)
+    back = serde.loads(serde.dumps(winter))
+    assert back == winter and back.tzinfo is paris
+    later = back + dt.timedelta(days=180)  # what a resumed run does with it: wall-clock arithmetic in the zone
+    assert later.utcoffset() == dt.timedelta(hours=2) and later.hour == 9
+    ambiguous = dt.datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=paris)  # the second 02:30, UTC+1
+    again = serde.loads(serde.dumps(ambiguous))
+    assert (again.fold, again.utcoffset(), again.tzinfo) == (1, dt.timedelta(hours=1), paris)
+    fixed = dt.datetime(2026, 1, 15, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert serde.dumps(fixed) == msgpack.packb(msgpack.ExtType(4, fixed.isoformat().encode()))  # format unchanged
+    assert serde.loads(serde.dumps(fixed)) == fixed
+
+
+@pytest.mark.parametrize("key", ["../../etc/passwd", "No/Such_Zone", "", "/abs"])
+def test_a_stored_zone_key_that_is_not_a_zone_is_corrupt(key: str) -> None:
+    data = msgpack.packb(msgpack.ExtType(13, msgpack.packb(["2026-01-15T09:30:00+01:00", key])))
+    with pytest.raises(CorruptCheckpointError):
+        Serializer().loads(data)
