@@ -158,6 +158,17 @@ class SaverConformance:
         await saver.commit(more, expected_head=cp.checkpoint_id, run_id=run)
         assert _ids(await saver.list_checkpoints(cp.thread_id)) == [more.checkpoint_id, cp.checkpoint_id]
 
+    async def test_setup_without_create_opens_the_existing_store(self, saver: Saver) -> None:
+        """``setup(create=False)`` on a store that is set up opens it as ``setup()`` does, with its data."""
+        run = new_id()
+        [cp] = await _chain(saver, _tid("nocreate"), 1, run_id=run)
+        await saver.aclose()
+        await saver.setup(create=False)
+        await saver.setup(create=False)
+        _assert_stored(await saver.get_checkpoint(cp.thread_id), cp)
+        more = make_checkpoint(cp.thread_id, 1, parent=cp)
+        await saver.commit(more, expected_head=cp.checkpoint_id, run_id=run)
+
     # -- reading checkpoints -----------------------------------------------------------------------------------------
 
     async def test_get_checkpoint_by_id_returns_what_was_committed(self, saver: Saver) -> None:

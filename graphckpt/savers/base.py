@@ -205,8 +205,17 @@ class Saver(abc.ABC):
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
-        """Open connections and create (or migrate) the storage. Idempotent; called by every operation first."""
+    async def setup(self, *, create: bool = True) -> None:
+        """Open connections and create (or migrate) the storage. Idempotent; called by every operation first.
+
+        With ``create=False`` nothing is created: when graphckpt's tables are absent (a missing or empty SQLite
+        file, a PostgreSQL schema never set up), :class:`~graphckpt.errors.StoreNotSetUpError` is raised and the
+        store is left exactly as it was (no file, schema, table or setting is written). A store that exists opens as
+        with ``create=True`` (missing migrations are applied). A store that exists as soon as its saver does (the
+        memory saver) never raises it. Either way a store that holds another application's data (a SQLite file
+        with tables of its own and not graphckpt's) is refused with ``StoreNotSetUpError`` before anything in it
+        is touched, and a store written by a newer graphckpt (a migration this version does not know) with
+        :class:`~graphckpt.errors.SaverError`."""
         self._open = True
 
     async def aclose(self) -> None:

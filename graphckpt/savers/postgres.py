@@ -68,7 +68,13 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
-from graphckpt.errors import CorruptCheckpointError, SaverError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.errors import (
+    CorruptCheckpointError,
+    SaverError,
+    StoreNotSetUpError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers.base import (
     Blob,
@@ -444,21 +450,21 @@ class PostgresSaver(Saver):
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self, *, create: bool = True) -> None:
         if self._pool is None:
             if self._lock is None:
                 self._lock = asyncio.Lock()
             async with self._lock:
                 if self._pool is None:  # not opened by a concurrent first use while we waited
-                    await self._open_pool()
+                    await self._open_pool(create)
 
-    async def _open_pool(self) -> None:
+    async def _open_pool(self, create: bool) -> None:
         with self._errors("connect and set up"):
             # A direct first connection reports an unreachable server at once (a pool would retry in background);
             # it stays open as the dedicated connection.
             conn = await self._connect()
             try:
-                await self._migrate(conn)
+                await self._migrate(conn, create)
                 self._queries = {name: self._compose(text).as_bytes(conn) for name, text in _SQL.items()}
                 pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
                     self._dsn,
@@ -503,15 +509,20 @@ class PostgresSaver(Saver):
         tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit")
         return sql.SQL(text).format(**{t: name(t) for t in tables})
 
-    async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _migrate(self, conn: psycopg.AsyncConnection[Any], create: bool = True) -> None:
         migrations = self._compose("{graphckpt_migrations}")
         # Up to date: no lock and no DDL, so a role without the right to create anything can use a schema that its
         # owner set up (CREATE SCHEMA/TABLE IF NOT EXISTS check that right before they look whether it exists).
         cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (migrations.as_string(conn),))
         if (await cur.fetchone()) == (True,):
             cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
-            if {row[0] for row in await cur.fetchall()} >= {version for version, _ in _MIGRATIONS}:
+            if self._known({row[0] for row in await cur.fetchall()}):
                 return
+        elif not create:
+            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
+            raise StoreNotSetUpError(
+                f"PostgreSQL at {self._where}: {where} has no graphckpt tables (graphckpt_migrations is missing)"
+            )
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"graphckpt:{self._schema}",))
             if self._schema:
@@ -524,6 +535,7 @@ class PostgresSaver(Saver):
             )
             cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
             applied = {row[0] for row in await cur.fetchall()}
+            self._known(applied)
             for version, statements in _MIGRATIONS:
                 if version in applied:
                     continue
@@ -532,6 +544,19 @@ class PostgresSaver(Saver):
                 await conn.execute(
                     sql.SQL("INSERT INTO {} (version, applied_at) VALUES (%s, now())").format(migrations), (version,)
                 )
+
+    def _known(self, applied: set[int]) -> bool:
+        """Whether every migration is applied; raises :class:`SaverError` when one is recorded that this version
+        does not know (a newer graphckpt set the schema up: writing into it could break that version's data)."""
+        known = {version for version, _ in _MIGRATIONS}
+        newer = sorted(applied - known)
+        if newer:
+            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
+            raise SaverError(
+                f"PostgreSQL at {self._where}: {where} has schema version {newer[-1]}, newer than this graphckpt "
+                f"understands ({max(known)}); upgrade graphckpt"
+            )
+        return applied >= known
 
     def _dollar_quoted(self, statement: LiteralString) -> LiteralString:
         """``statement`` with a dollar-quote tag for graphckpt_commit's body that the schema's name (quoted inside the

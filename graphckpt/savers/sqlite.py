@@ -20,6 +20,10 @@ The schema version is SQLite's ``PRAGMA user_version``; ``_MIGRATIONS`` is appen
 the missing migrations in one ``BEGIN IMMEDIATE`` transaction, so processes opening one file together do not race;
 the switch to WAL mode is retried for up to ``busy_timeout`` (SQLite refuses it at once, without waiting, while
 another process holds the write lock of a file it is still creating).
+Before it writes anything (a pragma, a table), opening reads the file's table names: a file with tables of its own
+and not graphckpt's belongs to another application (whose ``user_version`` and journal mode are its own) and is
+refused with :class:`~graphckpt.errors.StoreNotSetUpError`, untouched. ``setup(create=False)`` also refuses a missing
+or empty file, without creating it.
 The page size applies to files created by this version (SQLite fixes it when the first table is created).
 
 Transactions. Every write method (commit, claim, put_writes, delete_thread) is one ``BEGIN IMMEDIATE`` transaction
@@ -91,7 +95,13 @@ from typing import Any, Final, Literal, TypeVar, cast
 import aiosqlite
 
 from graphckpt import ids
-from graphckpt.errors import SaverError, SerializationError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.errors import (
+    SaverError,
+    SerializationError,
+    StoreNotSetUpError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -224,6 +234,24 @@ def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
     return where.format("m.type IN ('array', 'object') AND json(m.value) = json(?)"), [key, text]
 
 
+_TABLES: Final = frozenset({"threads", "checkpoints", "blobs", "writes"})
+"""graphckpt's tables: a file that has others and not these belongs to somebody else."""
+
+
+def _open_hint(path: str) -> str:
+    """Why SQLite may be unable to open ``path`` ("unable to open database file" says nothing more)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.access(parent, os.W_OK):
+        return f" (its directory {parent!r} is not writable, so the file cannot be created there)"
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        return " (the file is not readable)"
+    if not os.access(parent, os.W_OK):
+        return f" (its directory {parent!r} is not writable: SQLite must create the -wal and -shm files beside it)"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return " (the file is not writable)"
+    return ""
+
+
 def _checkpoint(row: _Row) -> StoredCheckpoint:
     # positional, in _CP_COLUMNS order: a history page builds one per row
     return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
@@ -353,17 +381,17 @@ class SqliteSaver(Saver):
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self, *, create: bool = True) -> None:
         if not self._open:
             async with self._lock:
-                await self._open_locked()
+                await self._open_locked(create)
 
-    async def _open_locked(self) -> None:
+    async def _open_locked(self, create: bool) -> None:
         if self._open:  # somebody else opened it while we waited for the lock
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphckpt-sqlite")
         try:
-            self._conn = await self._submit(self._connect)
+            self._conn = await self._submit(lambda: self._connect(create))
             if self.path == ":memory:":  # one private database: one connection, one lock
                 self._inline, self._inline_lock = self._conn, self._conn_lock
             else:
@@ -374,6 +402,8 @@ class SqliteSaver(Saver):
             await self._release()
             if isinstance(exc, sqlite3.Error):
                 raise self._error(exc) from exc
+            if isinstance(exc, OSError):  # a directory on the way that we may not enter, say
+                raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             raise
         self._open = True
 
@@ -420,16 +450,23 @@ class SqliteSaver(Saver):
             raise
         return conn
 
-    def _connect(self) -> sqlite3.Connection:
-        """Open the writer connection (on the executor thread), set pragmas and apply missing migrations."""
+    def _connect(self, create: bool = True) -> sqlite3.Connection:
+        """Open the writer connection (on the executor thread), set pragmas and apply missing migrations; first,
+        before anything is written, refuse a file that is not graphckpt's (see :meth:`_check_owner`)."""
         parent = Path(self.path).resolve().parent
         if self.path != ":memory:" and not parent.is_dir():
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        if not create and (self.path == ":memory:" or not os.path.exists(self.path)):
+            raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file does not exist")
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}{_open_hint(self.path)}") from exc
         # where SQLite keeps the WAL (it resolves the path as it opens the file), not wherever a relative path points
         # after a chdir: the preallocation must never touch another database's WAL
         self._wal_path = os.path.realpath(self.path) + "-wal"
         try:
+            self._check_owner(conn, create)
             conn.execute(f"PRAGMA page_size = {_PAGE_SIZE:d}")  # a new file only: before WAL and the first table
             mode = _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], self.busy_timeout)
             if mode != "wal" and self.path != ":memory:":
@@ -441,6 +478,25 @@ class SqliteSaver(Saver):
             conn.close()
             raise
         return conn
+
+    def _check_owner(self, conn: sqlite3.Connection, create: bool) -> None:
+        """Reads only (no pragma or table is written): refuse a file holding tables of its own but not graphckpt's
+        (another application's database, whose ``user_version`` and journal mode are its own), and with
+        ``create=False`` a file without graphckpt's tables."""
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}{_open_hint(self.path)}") from exc
+        ours = tables >= _TABLES
+        if tables and not ours:
+            mine = sorted(tables - _TABLES)[:5]
+            raise StoreNotSetUpError(
+                f"SQLite database {self.path!r} is not a graphckpt database: it has tables of its own "
+                f"({', '.join(map(repr, mine))}{', ...' if len(tables - _TABLES) > len(mine) else ''}) and not "
+                "graphckpt's; graphckpt leaves it untouched (give it a file of its own)"
+            )
+        if not ours and not create:
+            raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file has no graphckpt tables")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # re-read under the write lock
@@ -462,7 +518,9 @@ class SqliteSaver(Saver):
                 f"SQLite database {self.path!r} is locked: another connection held its write lock for longer "
                 f"than busy_timeout={self.busy_timeout}s"
             )
-        return SaverError(f"SQLite database {self.path!r} failed: {exc}")
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        hint = _open_hint(self.path) if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY) else ""
+        return SaverError(f"SQLite database {self.path!r} failed: {exc}{hint}")
 
     async def _submit(self, fn: Callable[[], _T]) -> _T:
         assert self._executor is not None
