@@ -31,11 +31,14 @@ async context manager, and ``aclose()`` releases its connections. A saver garbag
 from __future__ import annotations
 
 import abc
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
+
+from graphckpt.errors import SerializationError
 
 __all__ = [
     "Blob",
@@ -48,8 +51,11 @@ __all__ = [
     "ThreadRecord",
     "WriteKind",
     "brief",
+    "check_storable",
+    "filter_can_match",
     "json_equal",
     "metadata_matches",
+    "utf8_safe",
 ]
 
 Status = Literal["running", "interrupted", "failed", "done"]
@@ -163,11 +169,76 @@ def brief(text: str) -> str:
     return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "…"
 
 
+def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str | None) -> None:
+    """Refuse, before anything is written, text no backend can store: a lone surrogate (``"\\ud800"``) has no UTF-8
+    form. Checks ``checkpoint``'s ids, metadata and channel names, and each of ``texts`` (named by its keyword in
+    the message); raises :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all
+    refuse the same values (a driver would fail with its own encoding traceback, or store what it cannot read)."""
+    if checkpoint is not None:
+        cp = checkpoint
+        texts = {
+            "thread_id": cp.thread_id,
+            "checkpoint_id": cp.checkpoint_id,
+            "parent_thread_id": cp.parent_thread_id,
+            "parent_checkpoint_id": cp.parent_checkpoint_id,
+            **{f"channel of a blob at step {b.step}": b.channel for b in cp.blobs},
+            **{f"thread_id of a blob at step {b.step}": b.thread_id for b in cp.blobs},
+            **texts,
+        }
+        where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
+        try:
+            json.dumps(dict(cp.metadata), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                f"{where} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
+            ) from None
+        except ValueError as exc:
+            if "Out of range float" in str(exc):
+                raise SerializationError(f"{where} holds NaN or an infinity, which JSON cannot store") from None
+        except TypeError:
+            pass  # not JSON at all: the saver's own check names that
+    for what, text in texts.items():
+        if text is None:
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                f"{what} {brief(text)!r} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
+            ) from None
+
+
+def utf8_safe(text: str | None) -> str | None:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``): for a failed thread's ``error``, a
+    description that must be stored whatever the exception said."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def filter_can_match(filter: Mapping[str, Any]) -> bool:
+    """False when ``filter`` holds NaN or an infinity: stored metadata never does (see :func:`check_storable`), and
+    NaN equals nothing, so such a filter matches no checkpoint (a backend need not send it to SQL)."""
+    try:
+        json.dumps(dict(filter), allow_nan=False, default=str)
+    except ValueError as exc:
+        return "Out of range float" not in str(exc)
+    except TypeError:
+        pass
+    return True
+
+
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
     whose value equals the filter's value by JSON equality, at any depth: numbers by value (``1`` equals ``1.0``),
     booleans only booleans (``true`` is not ``1``), objects regardless of key order, arrays element by element.
-    Keys and values are data, never code or SQL."""
+    Numbers compare exactly, as Python compares an int with a float (``-2**63`` does not equal ``-2**63 - 1``, which
+    a double cannot tell apart), a number never equals a string (``1`` is not ``"1"``), and a NaN or infinite
+    filter value matches nothing (stored metadata holds neither). Keys and values are data, never code or SQL."""
     return all(key in metadata and json_equal(metadata[key], value) for key, value in filter.items())
 
 

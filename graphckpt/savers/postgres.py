@@ -87,7 +87,10 @@ from graphckpt.savers.base import (
     ThreadRecord,
     WriteKind,
     brief,
+    check_storable,
+    filter_can_match,
     nul_free,
+    utf8_safe,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -188,6 +191,8 @@ def _bytes_elements(values: Sequence[bytes]) -> list[bytes]:
     return [_I4.pack(len(v)) + v for v in values]
 
 
+_MESSAGE_MAX = 300
+"""At most this many characters of a driver's message go into a :class:`SaverError`."""
 _compact_json = functools.partial(json.dumps, separators=(",", ":"))
 _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
@@ -601,23 +606,31 @@ class PostgresSaver(Saver):
             raise self._saver_error(action, exc) from exc
 
     def _saver_error(self, action: str, exc: psycopg.Error) -> SaverError:
-        message = str(exc).strip() or type(exc).__name__
+        # The server's one-line message and its error code, never its detail, context or the statement's text (they
+        # quote our SQL and the values bound to it: a megabyte thread id, say).
+        primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) and exc.sqlstate else None
+        message = f"{primary} (SQLSTATE {exc.sqlstate})" if primary else str(exc).strip() or type(exc).__name__
+        message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX] + "…"
         if self._password:
             message = message.replace(self._password, "***")
         return SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}")
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """One prepared statement, rows as tuples in binary format."""
+        """One prepared statement, rows as tuples in binary format. A parameter that no row can hold (text with a
+        lone surrogate, which writes refuse before they get here) matches no row."""
         try:
             async with self._connection() as conn:
                 cur = await conn.execute(self._queries[query], params, binary=True)
                 return await cur.fetchall()
+        except UnicodeEncodeError:
+            return []
         except psycopg.Error as exc:
             raise self._saver_error(action, exc) from exc
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         blobs = cp.blobs
         datas, kinds = [], []
@@ -650,33 +663,35 @@ class PostgresSaver(Saver):
         )
         try:
             [(won, current)] = await self._fetch(
-                f"commit of checkpoint {cp.checkpoint_id!r} to thread {cp.thread_id!r}", "commit", params
+                f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}", "commit", params
             )
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise ThreadConflictError(
-                    f"thread {cp.thread_id!r} already has checkpoint {cp.checkpoint_id!r} or a checkpoint at step "
-                    f"{cp.step}"
+                    f"thread {brief(cp.thread_id)!r} already has checkpoint {brief(cp.checkpoint_id)!r} "
+                    f"or a checkpoint at step {cp.step}"
                 ) from exc.__cause__
             raise
         if won:
             return
         if expected_head is None:
-            raise ThreadConflictError(f"thread {cp.thread_id!r} already exists")
+            raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists")
         if current is None:
-            raise ThreadNotFoundError(f"thread {cp.thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(cp.thread_id)!r} does not exist")
         raise ThreadConflictError(
-            f"thread {cp.thread_id!r} moved or was claimed: head is {current!r}, expected {expected_head!r} "
-            f"owned by run {run_id!r}"
+            f"thread {brief(cp.thread_id)!r} moved or was claimed: head is {brief(current)!r}, "
+            f"expected {brief(expected_head)!r} owned by run {brief(run_id)!r}"
         )
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         params = {"tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id}
-        [(won, exists)] = await self._fetch(f"claim of thread {thread_id!r}", "claim", {**params, "now": ids.now()})
+        action = f"claim of thread {brief(thread_id)!r}"
+        [(won, exists)] = await self._fetch(action, "claim", {**params, "now": ids.now()})
         if not exists:
-            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
 
     async def put_writes(
         self,
@@ -688,6 +703,10 @@ class PostgresSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+        error = utf8_safe(error)
+        for w in writes:
+            check_storable(task_id=w.task_id)
         if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
             # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
             writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
@@ -703,19 +722,20 @@ class PostgresSaver(Saver):
             "w_idx": [w.index for w in writes],
             "w_data": [w.data for w in writes],
         }
-        [(won, exists)] = await self._fetch(f"put_writes to thread {thread_id!r}", "put_writes", params)
+        [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
         if not exists:
-            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
 
     async def delete_thread(self, thread_id: str) -> None:
-        with self._errors(f"delete of thread {thread_id!r}"):
+        check_storable(thread_id=thread_id)
+        with self._errors(f"delete of thread {brief(thread_id)!r}"):
             async with self._connection() as conn, conn.transaction():
                 cur = await conn.execute(self._queries["lock_thread"], {"tid": thread_id})
                 row = await cur.fetchone()
                 if row is None or row[0]:
-                    raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+                    raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
                 # Prune the thread, then each deleted fork source that was kept only for the forks being removed.
                 tid: str | None = thread_id
                 source: str | None = row[1]
@@ -735,7 +755,7 @@ class PostgresSaver(Saver):
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        rows = await self._fetch(f"get_thread {thread_id!r}", "get_thread", {"tid": thread_id})
+        rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
         return _thread(rows[0]) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
@@ -746,7 +766,7 @@ class PostgresSaver(Saver):
     ) -> StoredCheckpoint | None:
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "cp_by_id" if checkpoint_id is not None else "cp_by_step" if step is not None else "cp_head"
-        rows = await self._fetch(f"get_checkpoint of thread {thread_id!r}", query, params)
+        rows = await self._fetch(f"get_checkpoint of thread {brief(thread_id)!r}", query, params)
         found = _checkpoint(rows[0]) if rows else None
         if found is not None and checkpoint_id is not None and step is not None and found.step != step:
             return None
@@ -759,7 +779,7 @@ class PostgresSaver(Saver):
             return await super().get_thread_and_checkpoint(thread_id)
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "thread_cp_by_id" if checkpoint_id is not None else "thread_cp_by_step"
-        rows = await self._fetch(f"get_thread_and_checkpoint of thread {thread_id!r}", query, params)
+        rows = await self._fetch(f"get_thread_and_checkpoint of thread {brief(thread_id)!r}", query, params)
         if not rows:
             return None, None
         record, cp_row = _thread(rows[0][:_N_THREAD_COLS]), rows[0][_N_THREAD_COLS:]
@@ -775,13 +795,15 @@ class PostgresSaver(Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter and not filter_can_match(filter):
+            return []
         params = {
             "tid": thread_id,
             "limit": limit,
             "before": before_step,
             "filter": Jsonb(nul_free(dict(filter))) if filter else None,
         }
-        rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
+        rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
         return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
@@ -819,7 +841,7 @@ class PostgresSaver(Saver):
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
-        rows = await self._fetch(f"get_writes of thread {thread_id!r}", "get_writes", params)
+        rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
 
 

@@ -110,7 +110,11 @@ from graphckpt.savers.base import (
     StoredCheckpoint,
     StoredWrite,
     ThreadRecord,
+    brief,
+    check_storable,
+    filter_can_match,
     nul_free,
+    utf8_safe,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -223,14 +227,12 @@ def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
         return where.format("m.type = 'null'"), [key]
     if isinstance(value, bool):
         return where.format("m.type = ?"), [key, "true" if value else "false"]
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's numbers are 64-bit: compare the digits
-        clause = f"m.type IN ('integer', 'real') AND ({_NUL_FREE_METADATA} -> m.fullkey) = ?"
-        return where.format(clause), [key, str(value)]
     if isinstance(value, int | float):
-        return where.format("m.type IN ('integer', 'real') AND m.value = ?"), [key, value]
+        clause, params = _number_clause(value)
+        return where.format(clause), [key, *params]
     if isinstance(value, str):
         return where.format("m.type = 'text' AND m.value = ?"), [key, value]
-    text = _dump_json(value, f"metadata filter value for key {key!r}")
+    text = _dump_json(value, f"metadata filter value for key {brief(key)!r}")
     return where.format("m.type IN ('array', 'object') AND json(m.value) = json(?)"), [key, text]
 
 
@@ -250,6 +252,38 @@ def _open_hint(path: str) -> str:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return " (the file is not writable)"
     return ""
+
+
+_NUMBER_TEXT = f"({_NUL_FREE_METADATA} -> m.fullkey)"
+"""The stored JSON text of the number ``m``: its digits, for an integer beyond 64 bits (``json_each`` calls it an
+``integer`` but gives its value as a rounded double)."""
+
+
+def _number_clause(value: float) -> tuple[str, list[Any]]:
+    """SQL matching a stored number equal to ``value`` exactly, as Python compares an int and a float: no rounding
+    through doubles (``-2**63 - 1``, which ``json_each`` reads as the double ``-2**63``, does not equal ``-2**63``).
+    A stored integer is compared as an integer (by its digits beyond 64 bits), a stored float as a float, and only
+    when ``value`` converts to that type exactly. NaN equals nothing."""
+    parts: list[str] = []
+    params: list[Any] = []
+    whole = value if isinstance(value, int) else int(value) if value.is_integer() else None
+    if whole is not None:
+        if -(2**63) <= whole < 2**63:
+            parts.append("m.type = 'integer' AND typeof(m.value) = 'integer' AND m.value = ?")
+            params.append(whole)
+        else:  # SQLite's integers are 64-bit: compare the digits
+            parts.append(f"m.type = 'integer' AND typeof(m.value) = 'real' AND {_NUMBER_TEXT} = ?")
+            params.append(str(whole))
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer beyond any float: no stored float equals it
+        as_float = None
+    if as_float is not None and as_float == value:
+        parts.append("m.type = 'real' AND m.value = ?")  # written as a float: with a point or an exponent
+        params.append(as_float)
+    if not parts:
+        return "0", []
+    return "(" + " OR ".join(f"({part})" for part in parts) + ")", params
 
 
 def _checkpoint(row: _Row) -> StoredCheckpoint:
@@ -326,9 +360,9 @@ def _cas_failed(conn: sqlite3.Connection, thread_id: str, what: str) -> Exceptio
         "SELECT head_checkpoint_id, run_id FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)
     ).fetchone()
     if row is None:
-        return ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+        return ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
     return ThreadConflictError(
-        f"thread {thread_id!r} was moved or claimed by another run ({what}); its head is {row[0]!r}"
+        f"thread {brief(thread_id)!r} was moved or claimed by another run ({what}); its head is {row[0]!r}"
     )
 
 
@@ -579,7 +613,14 @@ class SqliteSaver(Saver):
         return run
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[_Row]:
-        """One query: inline when the inline connection is free, else one hop to the reader thread."""
+        """One query: inline when the inline connection is free, else one hop to the reader thread. A parameter
+        that no row can hold (text with a lone surrogate, which writes refuse) matches no row."""
+        try:
+            return await self._query(sql, params)
+        except UnicodeEncodeError:
+            return []
+
+    async def _query(self, sql: str, params: Sequence[Any]) -> list[_Row]:
         if not self._open:
             await self.setup()
         if self.read_inline and self._inline_lock.acquire(blocking=False):
@@ -628,8 +669,10 @@ class SqliteSaver(Saver):
     # -- writes ------------------------------------------------------------------------------------------------------
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
-        meta = _dump_json(dict(cp.metadata), f"metadata of checkpoint {cp.checkpoint_id!r} in thread {cp.thread_id!r}")
+        where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
+        meta = _dump_json(dict(cp.metadata), where)
         now = ids.now()
         blobs = [(b.thread_id, b.channel, b.step, b.kind, b.data) for b in cp.blobs]
         same_thread_parent = cp.parent_checkpoint_id is not None and cp.parent_thread_id == cp.thread_id
@@ -645,7 +688,7 @@ class SqliteSaver(Saver):
                          cp.parent_checkpoint_id, meta),
                     )  # fmt: skip
                 except sqlite3.IntegrityError as exc:  # live, or deleted but still holding rows a fork needs
-                    raise ThreadConflictError(f"thread {cp.thread_id!r} already exists") from exc
+                    raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists") from exc
             else:
                 moved = conn.execute(
                     "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
@@ -654,7 +697,7 @@ class SqliteSaver(Saver):
                     (cp.checkpoint_id, cp.step, cp.status, now, meta, cp.thread_id, expected_head, run_id),
                 )
                 if moved.rowcount != 1:
-                    raise _cas_failed(conn, cp.thread_id, f"expected head {expected_head!r}")
+                    raise _cas_failed(conn, cp.thread_id, f"expected head {brief(expected_head)!r}")
             try:
                 conn.execute(
                     f"INSERT INTO checkpoints ({_CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -663,8 +706,8 @@ class SqliteSaver(Saver):
                 )  # fmt: skip
             except sqlite3.IntegrityError as exc:
                 raise ThreadConflictError(
-                    f"thread {cp.thread_id!r} already has checkpoint {cp.checkpoint_id!r} or a checkpoint at step "
-                    f"{cp.step}"
+                    f"thread {brief(cp.thread_id)!r} already has checkpoint {brief(cp.checkpoint_id)!r} "
+                    f"or a checkpoint at step {cp.step}"
                 ) from exc
             if blobs:
                 for thread_id, channel, step, kind, _ in blobs:
@@ -685,6 +728,7 @@ class SqliteSaver(Saver):
         await self._write(body)
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
 
         def body(conn: sqlite3.Connection) -> None:
@@ -694,7 +738,8 @@ class SqliteSaver(Saver):
                 (run_id, now, thread_id, expected_head, expected_run_id),
             )
             if claimed.rowcount != 1:
-                raise _cas_failed(conn, thread_id, f"expected head {expected_head!r}, owner {expected_run_id!r}")
+                what = f"expected head {brief(expected_head)!r}, owner {brief(expected_run_id)!r}"
+                raise _cas_failed(conn, thread_id, what)
 
         await self._write(body)
 
@@ -708,6 +753,10 @@ class SqliteSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+        error = utf8_safe(error)
+        for w in writes:
+            check_storable(task_id=w.task_id)
         now = ids.now()
         rows = [(thread_id, checkpoint_id, w.task_id, w.kind, w.index, w.data) for w in writes]
 
@@ -727,7 +776,7 @@ class SqliteSaver(Saver):
                     ).fetchall()
                 )
             if owned != 1:
-                raise _cas_failed(conn, thread_id, f"expected head {checkpoint_id!r}, owner {run_id!r}")
+                raise _cas_failed(conn, thread_id, f"expected head {brief(checkpoint_id)!r}, owner {brief(run_id)!r}")
             conn.executemany(
                 "INSERT OR REPLACE INTO writes (thread_id, checkpoint_id, task_id, kind, idx, data)"
                 " VALUES (?,?,?,?,?,?)",
@@ -737,6 +786,7 @@ class SqliteSaver(Saver):
         await self._write(body)
 
     async def delete_thread(self, thread_id: str) -> None:
+        check_storable(thread_id=thread_id)
         now = ids.now()
 
         def body(conn: sqlite3.Connection) -> None:
@@ -744,7 +794,7 @@ class SqliteSaver(Saver):
                 "SELECT parent_thread_id FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)
             ).fetchone()
             if row is None:
-                raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+                raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
             target: str | None = thread_id
             while target is not None:  # a fully removed fork may free what its deleted parent kept for it
                 target = self._trim_deleted(conn, target, now)
@@ -816,6 +866,8 @@ class SqliteSaver(Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter and not filter_can_match(filter):
+            return []
         clauses, params = ["c.thread_id = ?"], list[Any]([thread_id])
         if before_step is not None:
             clauses.append("c.step < ?")
