@@ -5,7 +5,9 @@ memory (checked in a child process under ``RLIMIT_AS``), and changes nothing in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import textwrap
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
 import pytest
@@ -21,8 +23,10 @@ from conftest import PG_DSN, require_postgres
 from psycopg import sql
 from pydantic import BaseModel
 
-from graphckpt import END, START, CorruptCheckpointError, StateGraph
+from graphckpt import END, START, CorruptCheckpointError, SaverError, StateGraph, append
 from graphckpt.savers.postgres import PostgresSaver
+from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt.serde import Serializer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -225,3 +229,129 @@ def test_the_bombs_are_what_they_say() -> None:
     assert len(frame) == 26
     assert zstandard.get_frame_parameters(frame).content_size == 3 << 17
     assert zstandard.ZstdDecompressor().decompress(frame) == bytes(3 << 17)
+
+
+# -- item 10: other hostile rows ----------------------------------------------------------------------------------
+
+
+class Notes(BaseModel):
+    notes: Annotated[list[str], append] = []
+    n: int = 0
+
+
+def notes_app(saver: Any) -> Any:
+    def step(s: Notes) -> dict[str, Any]:
+        return {"notes": [f"note {s.n}"], "n": s.n + 1}
+
+    g = StateGraph(Notes)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 3 else END)
+    return g.compile(saver=saver)
+
+
+def sqlite_rows(path: Path, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        return conn.execute(query, params).fetchall()
+
+
+def sqlite_dump(path: Path) -> list[Any]:
+    return [sorted(sqlite_rows(path, f"SELECT * FROM {t}"), key=repr) for t in ("threads", "checkpoints", "blobs")]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_reducer_snapshot_of_the_wrong_type_is_corrupt_naming_the_channel(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    path = tmp_path / "c.db"
+    schema = request.getfixturevalue("schema") if kind == "postgres" else ""
+
+    def saver() -> Any:
+        return SqliteSaver(path) if kind == "sqlite" else PostgresSaver(PG_DSN, schema=schema)
+
+    app = notes_app(saver())
+    try:
+        head = await app.ainvoke({}, thread_id="t")
+    finally:
+        await app.aclose()
+    assert head.values.notes == ["note 0", "note 1", "note 2"]
+    five = Serializer().dumps(5)
+    update = "UPDATE blobs SET data = ? WHERE channel = 'notes' AND kind = 'snapshot'"
+    if kind == "sqlite":
+        sqlite_rows(path, update, (five,))
+        before = sqlite_dump(path)
+    else:
+        pg(schema, "UPDATE blobs SET data = %s WHERE channel = 'notes' AND kind = 0", (five,))
+        before = pg_dump(schema)
+    app = notes_app(saver())
+    try:
+        with pytest.raises(CorruptCheckpointError, match=r"channel 'notes'.*do not fold \(TypeError") as info:
+            await app.aget_state("t")
+        assert (info.value.thread_id, info.value.checkpoint_id) == ("t", head.checkpoint_id)
+    finally:
+        await app.aclose()
+    assert (sqlite_dump(path) if kind == "sqlite" else pg_dump(schema)) == before
+
+
+async def test_pg_a_megabyte_thread_id_gives_a_short_error_without_sql(schema: str) -> None:
+    app = doc_app(PostgresSaver(PG_DSN, schema=schema))
+    try:
+        with pytest.raises(SaverError) as info:
+            await app.ainvoke({}, thread_id="x" * 1_000_000)
+    finally:
+        await app.aclose()
+    message = str(info.value)
+    assert len(message) < 800, message[:2000]
+    assert "x" * 80 + "…" in message
+    for leak in ("SELECT", "INSERT", "graphckpt_commit", "PL/pgSQL", "CONTEXT", "LINE"):
+        assert leak not in message, message
+
+
+HUGE = "1" * 5000
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_huge_numbers_and_times_in_stored_metadata_read_back(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Metadata rows edited to hold a 5000-digit integer, 1e999 and a time near the end of doubles: every saver read
+    returns them (the integer as a float), never a ``ValueError`` from the JSON parser."""
+    path = tmp_path / "c.db"
+    schema = request.getfixturevalue("schema") if kind == "postgres" else ""
+    saver: Any = SqliteSaver(path) if kind == "sqlite" else PostgresSaver(PG_DSN, schema=schema)
+    app = doc_app(saver)
+    try:
+        await app.ainvoke({}, thread_id="t")
+    finally:
+        await app.aclose()
+    meta = f'{{"big":{HUGE},"inf":1e999,"source":"loop","step":1}}'
+    if kind == "sqlite":
+        sqlite_rows(path, "UPDATE checkpoints SET metadata = ?, created_at = 1e308", (meta,))
+        sqlite_rows(path, "UPDATE threads SET metadata = ?, updated_at = 1e308", (meta,))
+    else:
+        pg(schema, "UPDATE checkpoints SET metadata = %s::json, created_at = 1e308", (meta,))
+        pg(schema, "UPDATE threads SET metadata = %s::json, updated_at = 1e308", (meta,))
+    saver = SqliteSaver(path) if kind == "sqlite" else PostgresSaver(PG_DSN, schema=schema)
+    async with saver:
+        record = await saver.get_thread("t")
+        assert record is not None and dict(record.metadata)["big"] == float("inf")
+        assert record.updated_at == 1e308
+        for cp in await saver.list_checkpoints("t"):
+            assert dict(cp.metadata) == {"big": float("inf"), "inf": float("inf"), "source": "loop", "step": 1}
+            assert cp.created_at == 1e308
+        assert len(await saver.list_checkpoints("t", filter={"source": "loop"})) == 2
+        assert await saver.list_checkpoints("t", filter={"big": 1}) == []
+
+
+async def test_sqlite_metadata_that_is_not_json_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    app = doc_app(SqliteSaver(path))
+    try:
+        await app.ainvoke({}, thread_id="t")
+    finally:
+        await app.aclose()
+    sqlite_rows(path, "UPDATE checkpoints SET metadata = '[1, 2'")
+    async with SqliteSaver(path) as saver:
+        [cp, _] = await saver.list_checkpoints("t")
+        with pytest.raises(CorruptCheckpointError, match="stored metadata is not JSON"):
+            dict(cp.metadata)
