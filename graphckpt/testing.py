@@ -910,7 +910,7 @@ class SaverConformance:
             make_checkpoint(t, 1, parent=head, metadata={"k": bad}),
             make_checkpoint(t, 1, parent=head, metadata={bad: 1}),
             make_checkpoint(t, 1, parent=head, metadata={"k": [{"deep": bad}]}),
-            make_checkpoint(t, 1, parent=head, channels={bad: b"x"}),
+            make_checkpoint(t, 1, parent=head, channels={bad: b"x", "ok": b"y"}),  # two blobs at one step
         ]
         for cp in rejected:
             with pytest.raises(SerializationError, match="lone surrogate"):

@@ -21,7 +21,13 @@ A saver stores three kinds of rows, all opaque to it except for the columns it m
 
 Every method is a coroutine. Bytes (``body``, ``data``) are produced and decoded by the engine; a saver never inspects
 them. A saver raises :class:`~graphckpt.errors.ThreadConflictError` when a compare-and-set fails and
-:class:`~graphckpt.errors.SaverError` (never a driver exception) when the backend itself fails.
+:class:`~graphckpt.errors.SaverError` (never a driver exception) when the backend itself fails. Its messages quote
+ids through :func:`brief` and never the backend's SQL or bound values. Before writing, it refuses with
+:class:`~graphckpt.errors.SerializationError` what no backend can store (see :func:`check_storable`: text with a lone
+surrogate, NaN or an infinity in metadata), so every saver accepts the same values. Bytes a saver transforms itself
+(compressed blobs) are untrusted when read back: a row that does not decode raises
+:class:`~graphckpt.errors.CorruptCheckpointError` naming the thread and the checkpoint that wrote it, within memory
+bounded by what the writer can produce.
 
 Lifecycle: a saver opens lazily on first use (``setup()`` is called by the first operation and is idempotent), is an
 async context manager, and ``aclose()`` releases its connections. A saver garbage-collected while open warns with
@@ -170,21 +176,22 @@ def brief(text: str) -> str:
 
 
 def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str | None) -> None:
-    """Refuse, before anything is written, text no backend can store: a lone surrogate (``"\\ud800"``) has no UTF-8
-    form. Checks ``checkpoint``'s ids, metadata and channel names, and each of ``texts`` (named by its keyword in
-    the message); raises :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all
-    refuse the same values (a driver would fail with its own encoding traceback, or store what it cannot read)."""
+    """Refuse, before anything is written, what no backend can store: text with a lone surrogate (``"\\ud800"``,
+    which has no UTF-8 form), and NaN or an infinity in metadata (JSON has neither). Checks ``checkpoint``'s ids,
+    metadata and blobs' names, and each of ``texts`` (named by its keyword in the message); raises
+    :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all refuse the same
+    values (a driver would fail with its own traceback, or store what it cannot read back)."""
+    pairs: list[tuple[str, str | None]] = list(texts.items())
     if checkpoint is not None:
         cp = checkpoint
-        texts = {
-            "thread_id": cp.thread_id,
-            "checkpoint_id": cp.checkpoint_id,
-            "parent_thread_id": cp.parent_thread_id,
-            "parent_checkpoint_id": cp.parent_checkpoint_id,
-            **{f"channel of a blob at step {b.step}": b.channel for b in cp.blobs},
-            **{f"thread_id of a blob at step {b.step}": b.thread_id for b in cp.blobs},
-            **texts,
-        }
+        pairs += [
+            ("thread_id", cp.thread_id),
+            ("checkpoint_id", cp.checkpoint_id),
+            ("parent_thread_id", cp.parent_thread_id),
+            ("parent_checkpoint_id", cp.parent_checkpoint_id),
+        ]
+        for b in cp.blobs:
+            pairs += [(f"channel of a blob at step {b.step}", b.channel), ("thread_id of a blob", b.thread_id)]
         where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
         try:
             json.dumps(dict(cp.metadata), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8")
@@ -197,7 +204,7 @@ def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str |
                 raise SerializationError(f"{where} holds NaN or an infinity, which JSON cannot store") from None
         except TypeError:
             pass  # not JSON at all: the saver's own check names that
-    for what, text in texts.items():
+    for what, text in pairs:
         if text is None:
             continue
         try:
