@@ -18,8 +18,14 @@ from typing import Any
 import msgpack
 
 from graphckpt.checkpoint import Interrupt, Task
-from graphckpt.errors import CorruptCheckpointError, GraphSetupError, InvalidUpdateError, SerializationError
-from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
+from graphckpt.errors import (
+    CorruptCheckpointError,
+    GraphckptError,
+    GraphSetupError,
+    InvalidUpdateError,
+    SerializationError,
+)
+from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, brief
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
@@ -314,7 +320,16 @@ class Codec:
                                     writes += delta[k + 1]
                         else:
                             raise self._corrupt(cp, f"channel {name!r} has an unexpected blob at step {blob.step}")
-                    value = channel.fold(value, writes)  # one fold for all the deltas: one copy of the value
+                    try:
+                        value = channel.fold(value, writes)  # one fold for all the deltas: one copy of the value
+                    except GraphckptError:
+                        raise
+                    except Exception as exc:  # stored values the reducer cannot fold: a snapshot of the wrong type
+                        raise self._corrupt(
+                            cp,
+                            f"channel {name!r}: its stored value and deltas do not fold "
+                            f"({type(exc).__name__}: {brief(str(exc))})",
+                        ) from None
                 cache[name] = (base, cp.step, value)
                 stored[name] = value
             out[i] = self.upgrade(cp, body, stored, unfoldable)
@@ -338,7 +353,7 @@ class Codec:
         version = body.schema_version
         if version > self.version:
             raise CorruptCheckpointError(
-                f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r} was written by schema version "
+                f"checkpoint {brief(cp.checkpoint_id)} of thread {brief(cp.thread_id)!r} was written by schema version "
                 f"{version}, newer than this graph's version {self.version}",
                 thread_id=cp.thread_id,
                 checkpoint_id=cp.checkpoint_id,
@@ -364,7 +379,7 @@ class Codec:
                     stored[name] = self.state.channels[name].validate(value, node="migration")
                 except InvalidUpdateError as exc:
                     raise CorruptCheckpointError(
-                        f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r} (schema version "
+                        f"checkpoint {brief(cp.checkpoint_id)} of thread {brief(cp.thread_id)!r} (schema version "
                         f"{body.schema_version}): {exc}",
                         thread_id=cp.thread_id,
                         checkpoint_id=cp.checkpoint_id,
@@ -383,7 +398,7 @@ class Codec:
     @staticmethod
     def _corrupt(cp: StoredCheckpoint, message: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(
-            f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r}: {message}",
+            f"checkpoint {brief(cp.checkpoint_id)} of thread {brief(cp.thread_id)!r}: {message}",
             thread_id=cp.thread_id,
             checkpoint_id=cp.checkpoint_id,
         )
@@ -463,8 +478,8 @@ class _MigrationInput(dict[str, Any]):
         if key in self._unfoldable and not super().__contains__(key):
             cp = self._cp
             raise GraphSetupError(
-                f"the migration from schema version {self._version} reads field {key!r} of checkpoint "
-                f"{cp.checkpoint_id} of thread {cp.thread_id!r}, a reducer field this schema no longer "
+                f"the migration from schema version {self._version} reads field {brief(key)!r} of checkpoint "
+                f"{cp.checkpoint_id} of thread {brief(cp.thread_id)!r}, a reducer field this schema no longer "
                 f"declares: without its reducer its stored deltas cannot be folded into its value. Keep "
                 f"declaring it (with its reducer) in the new schema; the migration can then move its value"
             )

@@ -17,6 +17,7 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     │   └── NodeSerializationError(SerializationError)   what it wrote cannot be stored
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
+    │   └── StoreNotSetUpError               graphckpt's tables are not there, and the saver may not create them
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "RecursionLimitError",
     "SaverError",
     "SerializationError",
+    "StoreNotSetUpError",
     "SyncCallError",
     "ThreadConflictError",
     "ThreadNotFoundError",
@@ -118,6 +120,11 @@ class NodeTimeoutError(GraphckptError, TimeoutError):
 
 class SaverError(GraphckptError):
     """The storage backend failed: unreachable, locked for too long, or refused the operation."""
+
+
+class StoreNotSetUpError(SaverError):
+    """The store holds no graphckpt tables and the saver did not create them: ``setup(create=False)`` found none, or
+    the SQLite file belongs to another application (it has tables of its own; graphckpt adds nothing to it)."""
 
 
 class SyncCallError(GraphckptError, RuntimeError):

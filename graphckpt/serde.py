@@ -1,9 +1,11 @@
 """Safe serialization: msgpack plus an explicit registry of extension types. No pickle, no imports by name.
 
 What can be stored: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``list``, ``dict`` (any storable keys),
-``tuple``, ``set``, ``frozenset``, ``datetime``, ``date``, ``time``, ``timedelta``, ``UUID``, ``Decimal``, ``Path``,
-and the pydantic models and ``Enum`` classes *registered* with the serializer (the engine registers every one that the
-state schema mentions). Anything else is refused at write time with :class:`SerializationError`.
+``tuple``, ``set``, ``frozenset``, ``datetime`` (in a ``ZoneInfo`` zone it comes back in that zone, not at a fixed
+offset), ``date``, ``time``, ``timedelta``, ``UUID``, ``Decimal``, ``Path``, and the pydantic models and ``Enum``
+classes *registered* with the serializer (the engine registers every one that the state schema mentions). A model is
+validated as it is encoded, so what is stored loads back. Anything else is refused at write time with
+:class:`SerializationError`.
 
 Loading only ever builds the types above; a registered model or enum is found by the name it was registered under,
 never imported. Bytes that do not decode raise :class:`CorruptCheckpointError` (the caller adds thread and checkpoint).
@@ -19,6 +21,7 @@ import pathlib
 import types
 import typing
 import uuid
+import zoneinfo
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -32,6 +35,7 @@ __all__ = ["Serializer", "types_in"]
 
 # extension codes: part of the stored format, never renumber
 _TUPLE, _SET, _FROZENSET, _DATETIME, _DATE, _TIME, _TIMEDELTA, _UUID, _DECIMAL, _PATH, _ENUM, _MODEL = range(1, 13)
+_ZONED_DATETIME = 13  # a datetime in a named zone: [isoformat (with its offset), zone key]
 
 _MAX_DEPTH = 256  # extension values (tuple, set, model, ...) nested in each other, when reading
 _MAX_WRITE_DEPTH = 128  # and when writing: anything written stays readable, with room to spare
@@ -112,6 +116,9 @@ class Serializer:
         if tp is frozenset:
             return msgpack.ExtType(_FROZENSET, pack(_sorted_if_possible(obj)))
         if tp is dt.datetime:
+            zone = obj.tzinfo
+            if type(zone) is zoneinfo.ZoneInfo and zone.key is not None:  # the zone, not only today's offset
+                return msgpack.ExtType(_ZONED_DATETIME, pack([obj.isoformat(), zone.key]))
             return msgpack.ExtType(_DATETIME, obj.isoformat().encode())
         if tp is dt.date:
             return msgpack.ExtType(_DATE, obj.isoformat().encode())
@@ -133,6 +140,7 @@ class Serializer:
             extra = obj.__pydantic_extra__  # extra="allow" (the openai client's models): kept, or they are lost
             if extra:
                 fields.update((key, value) for key, value in extra.items() if key not in fields)
+            _check_model(tp, fields)
             return msgpack.ExtType(_MODEL, pack([name, fields]))
         if tp in (bool, int, float, str, list, dict, bytes):
             raise SerializationError(f"cannot store this {tp.__name__}: it is too large or nests too deeply")
@@ -165,7 +173,11 @@ class Serializer:
         # An extension's payload is decoded from inside the outer decode. ``unpackb`` keeps ~40 KiB of parser state
         # on the C stack per call, so nested calls overflowed it (a segfault) at ~190 levels on an 8 MiB stack and at
         # ~25 on a 1 MiB thread stack; an ``Unpacker`` keeps that state on the heap.
-        unpacker = msgpack.Unpacker(ext_hook=hook, raw=False, strict_map_key=False, use_list=True)
+        # Its buffer is sized by the data (the default reserves 1 MiB per level: 256 MiB for a 1.4 KB value).
+        size = max(len(data), 1)
+        unpacker = msgpack.Unpacker(
+            ext_hook=hook, raw=False, strict_map_key=False, use_list=True, max_buffer_size=size, read_size=size
+        )
         unpacker.feed(data)
         value = unpacker.unpack()
         if unpacker.tell() != len(data):
@@ -181,6 +193,11 @@ class Serializer:
             return frozenset(self._seq(payload, depth))
         if code == _DATETIME:
             return dt.datetime.fromisoformat(payload.decode())
+        if code == _ZONED_DATETIME:
+            text, key = self._seq(payload, depth)
+            if not isinstance(text, str) or not isinstance(key, str):
+                raise CorruptCheckpointError("stored zoned datetime has the wrong shape")
+            return dt.datetime.fromisoformat(text).astimezone(zoneinfo.ZoneInfo(key))  # the same instant
         if code == _DATE:
             return dt.date.fromisoformat(payload.decode())
         if code == _TIME:
@@ -213,6 +230,19 @@ class Serializer:
         if not isinstance(value, list):
             raise CorruptCheckpointError("stored extension payload is not a list")
         return value
+
+
+def _check_model(tp: type[pydantic.BaseModel], fields: dict[str, Any]) -> None:
+    """Refuse a model that reading it back would refuse: one mutated into an invalid state (an assignment without
+    ``validate_assignment``, ``model_construct``) is validated here as :meth:`Serializer.loads` will."""
+    try:
+        tp.model_validate(fields, by_name=True)
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "(the model)"
+        raise SerializationError(
+            f"cannot store this {tp.__qualname__}: field {where!r} is invalid ({error['msg']}); it would not load back"
+        ) from None
 
 
 def _sorted_if_possible(items: Iterable[Any]) -> list[Any]:

@@ -21,7 +21,13 @@ A saver stores three kinds of rows, all opaque to it except for the columns it m
 
 Every method is a coroutine. Bytes (``body``, ``data``) are produced and decoded by the engine; a saver never inspects
 them. A saver raises :class:`~graphckpt.errors.ThreadConflictError` when a compare-and-set fails and
-:class:`~graphckpt.errors.SaverError` (never a driver exception) when the backend itself fails.
+:class:`~graphckpt.errors.SaverError` (never a driver exception) when the backend itself fails. Its messages quote
+ids through :func:`brief` and never the backend's SQL or bound values. Before writing, it refuses with
+:class:`~graphckpt.errors.SerializationError` what no backend can store (see :func:`check_storable`: text with a lone
+surrogate, NaN or an infinity in metadata), so every saver accepts the same values. Bytes a saver transforms itself
+(compressed blobs) are untrusted when read back: a row that does not decode raises
+:class:`~graphckpt.errors.CorruptCheckpointError` naming the thread and the checkpoint that wrote it, within memory
+bounded by what the writer can produce.
 
 Lifecycle: a saver opens lazily on first use (``setup()`` is called by the first operation and is idempotent), is an
 async context manager, and ``aclose()`` releases its connections. A saver garbage-collected while open warns with
@@ -31,11 +37,14 @@ async context manager, and ``aclose()`` releases its connections. A saver garbag
 from __future__ import annotations
 
 import abc
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
+
+from graphckpt.errors import SerializationError
 
 __all__ = [
     "Blob",
@@ -47,8 +56,12 @@ __all__ = [
     "StoredWrite",
     "ThreadRecord",
     "WriteKind",
+    "brief",
+    "check_storable",
+    "filter_can_match",
     "json_equal",
     "metadata_matches",
+    "utf8_safe",
 ]
 
 Status = Literal["running", "interrupted", "failed", "done"]
@@ -152,11 +165,87 @@ class ThreadRecord:
     """The head checkpoint's metadata."""
 
 
+BRIEF_MAX = 80
+"""How many characters of an id or name an error message quotes (see :func:`brief`)."""
+
+
+def brief(text: str) -> str:
+    """``text`` as error messages quote it: its first :data:`BRIEF_MAX` characters, then ``…`` when it is longer.
+    An id may be a megabyte long; a message stays one readable line."""
+    return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "…"
+
+
+def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str | None) -> None:
+    """Refuse, before anything is written, what no backend can store: text with a lone surrogate (``"\\ud800"``,
+    which has no UTF-8 form), and NaN or an infinity in metadata (JSON has neither). Checks ``checkpoint``'s ids,
+    metadata and blobs' names, and each of ``texts`` (named by its keyword in the message); raises
+    :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all refuse the same
+    values (a driver would fail with its own traceback, or store what it cannot read back)."""
+    pairs: list[tuple[str, str | None]] = list(texts.items())
+    if checkpoint is not None:
+        cp = checkpoint
+        pairs += [
+            ("thread_id", cp.thread_id),
+            ("checkpoint_id", cp.checkpoint_id),
+            ("parent_thread_id", cp.parent_thread_id),
+            ("parent_checkpoint_id", cp.parent_checkpoint_id),
+        ]
+        for b in cp.blobs:
+            pairs += [(f"channel of a blob at step {b.step}", b.channel), ("thread_id of a blob", b.thread_id)]
+        where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
+        try:
+            json.dumps(dict(cp.metadata), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                f"{where} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
+            ) from None
+        except ValueError as exc:
+            if "Out of range float" in str(exc):
+                raise SerializationError(f"{where} holds NaN or an infinity, which JSON cannot store") from None
+        except TypeError:
+            pass  # not JSON at all: the saver's own check names that
+    for what, text in pairs:
+        if text is None:
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                f"{what} {brief(text)!r} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
+            ) from None
+
+
+def utf8_safe(text: str | None) -> str | None:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``): for a failed thread's ``error``, a
+    description that must be stored whatever the exception said."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def filter_can_match(filter: Mapping[str, Any]) -> bool:
+    """False when ``filter`` holds NaN or an infinity: stored metadata never does (see :func:`check_storable`), and
+    NaN equals nothing, so such a filter matches no checkpoint (a backend need not send it to SQL)."""
+    try:
+        json.dumps(dict(filter), allow_nan=False, default=str)
+    except ValueError as exc:
+        return "Out of range float" not in str(exc)
+    except TypeError:
+        pass
+    return True
+
+
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
     whose value equals the filter's value by JSON equality, at any depth: numbers by value (``1`` equals ``1.0``),
     booleans only booleans (``true`` is not ``1``), objects regardless of key order, arrays element by element.
-    Keys and values are data, never code or SQL."""
+    Numbers compare exactly, as Python compares an int with a float (``-2**63`` does not equal ``-2**63 - 1``, which
+    a double cannot tell apart), a number never equals a string (``1`` is not ``"1"``), and a NaN or infinite
+    filter value matches nothing (stored metadata holds neither). Keys and values are data, never code or SQL."""
     return all(key in metadata and json_equal(metadata[key], value) for key, value in filter.items())
 
 
@@ -194,8 +283,17 @@ class Saver(abc.ABC):
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
-        """Open connections and create (or migrate) the storage. Idempotent; called by every operation first."""
+    async def setup(self, *, create: bool = True) -> None:
+        """Open connections and create (or migrate) the storage. Idempotent; called by every operation first.
+
+        With ``create=False`` nothing is created: when graphckpt's tables are absent (a missing or empty SQLite
+        file, a PostgreSQL schema never set up), :class:`~graphckpt.errors.StoreNotSetUpError` is raised and the
+        store is left exactly as it was (no file, schema, table or setting is written). A store that exists opens as
+        with ``create=True`` (missing migrations are applied). A store that exists as soon as its saver does (the
+        memory saver) never raises it. Either way a store that holds another application's data (a SQLite file
+        with tables of its own and not graphckpt's) is refused with ``StoreNotSetUpError`` before anything in it
+        is touched, and a store written by a newer graphckpt (a migration this version does not know) with
+        :class:`~graphckpt.errors.SaverError`."""
         self._open = True
 
     async def aclose(self) -> None:

@@ -6,6 +6,9 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from graphckpt.errors import CorruptCheckpointError
+from graphckpt.savers.base import brief
+
 __all__ = ["LazyJsonMapping"]
 
 
@@ -22,8 +25,7 @@ class LazyJsonMapping(Mapping[str, Any]):
     def _parsed(self) -> dict[str, Any]:
         data = self._data
         if data is None:
-            data = self._data = json.loads(self._text)
-            assert isinstance(data, dict)
+            data = self._data = _object(self._text)
         return data
 
     def __getitem__(self, key: str) -> Any:
@@ -53,3 +55,28 @@ class LazyJsonMapping(Mapping[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LazyJsonMapping, (self._text,))
+
+
+def _object(text: str) -> dict[str, Any]:
+    """The JSON object ``text``. Integers longer than Python converts from text (4300 digits; no saver writes one,
+    an edited row may hold one) read as floats; text that is not a JSON object raises
+    :class:`~graphckpt.errors.CorruptCheckpointError`, never a ``ValueError`` from deep inside a reader."""
+    try:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            if "integer string conversion" not in str(exc):
+                raise
+            data = json.loads(text, parse_int=_int_or_float)
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"stored metadata is not JSON ({brief(str(exc))})") from None
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(f"stored metadata is not a JSON object but {brief(text)!r}")
+    return data
+
+
+def _int_or_float(digits: str) -> int | float:
+    try:
+        return int(digits)
+    except ValueError:
+        return float(digits)

@@ -17,7 +17,10 @@ from graphckpt.savers.base import (
     StoredCheckpoint,
     StoredWrite,
     ThreadRecord,
+    brief,
+    check_storable,
     metadata_matches,
+    utf8_safe,
 )
 
 __all__ = ["MemorySaver"]
@@ -45,20 +48,21 @@ class MemorySaver(Saver):
         pass
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         thread = self._live(checkpoint.thread_id)
         if expected_head is None:
             if checkpoint.thread_id in self._threads:  # live, or deleted but still holding rows a fork needs
-                raise ThreadConflictError(f"thread {checkpoint.thread_id!r} already exists")
+                raise ThreadConflictError(f"thread {brief(checkpoint.thread_id)!r} already exists")
         elif thread is None:
-            raise ThreadNotFoundError(f"thread {checkpoint.thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(checkpoint.thread_id)!r} does not exist")
         elif thread.record.head_checkpoint_id != expected_head or thread.record.run_id != run_id:
             raise ThreadConflictError(
-                f"thread {checkpoint.thread_id!r} moved: head is {thread.record.head_checkpoint_id!r}, "
-                f"expected {expected_head!r}"
+                f"thread {brief(checkpoint.thread_id)!r} moved: head is {brief(thread.record.head_checkpoint_id)!r}, "
+                f"expected {brief(expected_head)!r}"
             )
         if thread is not None and checkpoint.step in thread.by_step:
             raise ThreadConflictError(
-                f"thread {checkpoint.thread_id!r} already has a checkpoint at step {checkpoint.step}"
+                f"thread {brief(checkpoint.thread_id)!r} already has a checkpoint at step {checkpoint.step}"
             )
         stored = dataclasses.replace(checkpoint, blobs=())
         now = ids.now()
@@ -103,9 +107,10 @@ class MemorySaver(Saver):
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         thread = self._require(thread_id)
         if thread.record.head_checkpoint_id != expected_head or thread.record.run_id != expected_run_id:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
         thread.record = dataclasses.replace(thread.record, run_id=run_id, status="running", updated_at=ids.now())
 
     async def put_writes(
@@ -118,9 +123,13 @@ class MemorySaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+        error = utf8_safe(error)
+        for w in writes:
+            check_storable(task_id=w.task_id)
         thread = self._require(thread_id)
         if thread.record.head_checkpoint_id != checkpoint_id or thread.record.run_id != run_id:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
         table = self._writes.setdefault((thread_id, checkpoint_id), {})
         for write in writes:
             table[(write.task_id, write.kind, write.index)] = write
@@ -128,6 +137,7 @@ class MemorySaver(Saver):
             thread.record = dataclasses.replace(thread.record, status=status, error=error, updated_at=ids.now())
 
     async def delete_thread(self, thread_id: str) -> None:
+        check_storable(thread_id=thread_id)
         self._require(thread_id).deleted = True
         self._collect()
 
@@ -241,5 +251,5 @@ class MemorySaver(Saver):
     def _require(self, thread_id: str) -> _Thread:
         thread = self._live(thread_id)
         if thread is None:
-            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         return thread

@@ -37,6 +37,9 @@ compressed by the saver). PostgreSQL only compresses values of rows above ~2 KiB
 bytes and more are compressed here, with zstd, when that saves at least an eighth; the saver still never interprets
 them. (Earlier development versions compressed with zlib; both formats are read, told apart by their magic bytes.
 zstd decodes about four times faster, which is most of the cost of reading a long list's past state.)
+Stored bytes are untrusted when read: :func:`~graphckpt.savers._inflate.inflate` bounds every decompression (by the
+frame's recorded size, what its length can hold and 1 GiB, the most the saver compresses), and a blob that does not
+decompress raises :class:`~graphckpt.errors.CorruptCheckpointError` naming its thread and the checkpoint that wrote it.
 ``threads.updated_at`` is not indexed, so moving the head is a HOT update (no index entries per step);
 ``list_threads`` sorts instead.
 """
@@ -49,7 +52,6 @@ import functools
 import json
 import os
 import struct
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, LiteralString, cast
 
@@ -66,7 +68,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
-from graphckpt.errors import SaverError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.errors import (
+    CorruptCheckpointError,
+    SaverError,
+    StoreNotSetUpError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
+from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers.base import (
     Blob,
     BlobKind,
@@ -77,7 +86,11 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
+    brief,
+    check_storable,
+    filter_can_match,
     nul_free,
+    utf8_safe,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -87,8 +100,6 @@ _KIND_CODE: dict[BlobKind, int] = {"snapshot": 0, "delta": 1, "chunk": 4}
 _COMPRESSED = 2
 """Added to ``blobs.kind`` when the saver stored ``data`` compressed (zstd; zlib in files of earlier versions)."""
 _KIND_NAME: dict[int, BlobKind] = {code | z: kind for kind, code in _KIND_CODE.items() for z in (0, _COMPRESSED)}
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-"""The first bytes of a zstd frame; a zlib stream starts with ``0x78``."""
 """``blobs.kind`` to the blob kind, compressed or not."""
 
 
@@ -180,6 +191,8 @@ def _bytes_elements(values: Sequence[bytes]) -> list[bytes]:
     return [_I4.pack(len(v)) + v for v in values]
 
 
+_MESSAGE_MAX = 300
+"""At most this many characters of a driver's message go into a :class:`SaverError`."""
 _compact_json = functools.partial(json.dumps, separators=(",", ":"))
 _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
@@ -436,28 +449,27 @@ class PostgresSaver(Saver):
         self._lock: asyncio.Lock | None = None
         self._where, self._password = _describe(dsn)
         self._zstd = zstandard.ZstdCompressor(level=3)  # used on the saver's loop only (not thread-safe)
-        self._unzstd = zstandard.ZstdDecompressor()
 
     def __repr__(self) -> str:
         return f"PostgresSaver({self._where!r}, schema={self._schema!r})"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self, *, create: bool = True) -> None:
         if self._pool is None:
             if self._lock is None:
                 self._lock = asyncio.Lock()
             async with self._lock:
                 if self._pool is None:  # not opened by a concurrent first use while we waited
-                    await self._open_pool()
+                    await self._open_pool(create)
 
-    async def _open_pool(self) -> None:
+    async def _open_pool(self, create: bool) -> None:
         with self._errors("connect and set up"):
             # A direct first connection reports an unreachable server at once (a pool would retry in background);
             # it stays open as the dedicated connection.
             conn = await self._connect()
             try:
-                await self._migrate(conn)
+                await self._migrate(conn, create)
                 self._queries = {name: self._compose(text).as_bytes(conn) for name, text in _SQL.items()}
                 pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
                     self._dsn,
@@ -502,15 +514,20 @@ class PostgresSaver(Saver):
         tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit")
         return sql.SQL(text).format(**{t: name(t) for t in tables})
 
-    async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _migrate(self, conn: psycopg.AsyncConnection[Any], create: bool = True) -> None:
         migrations = self._compose("{graphckpt_migrations}")
         # Up to date: no lock and no DDL, so a role without the right to create anything can use a schema that its
         # owner set up (CREATE SCHEMA/TABLE IF NOT EXISTS check that right before they look whether it exists).
         cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (migrations.as_string(conn),))
         if (await cur.fetchone()) == (True,):
             cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
-            if {row[0] for row in await cur.fetchall()} >= {version for version, _ in _MIGRATIONS}:
+            if self._known({row[0] for row in await cur.fetchall()}):
                 return
+        elif not create:
+            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
+            raise StoreNotSetUpError(
+                f"PostgreSQL at {self._where}: {where} has no graphckpt tables (graphckpt_migrations is missing)"
+            )
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"graphckpt:{self._schema}",))
             if self._schema:
@@ -523,6 +540,7 @@ class PostgresSaver(Saver):
             )
             cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
             applied = {row[0] for row in await cur.fetchall()}
+            self._known(applied)
             for version, statements in _MIGRATIONS:
                 if version in applied:
                     continue
@@ -531,6 +549,19 @@ class PostgresSaver(Saver):
                 await conn.execute(
                     sql.SQL("INSERT INTO {} (version, applied_at) VALUES (%s, now())").format(migrations), (version,)
                 )
+
+    def _known(self, applied: set[int]) -> bool:
+        """Whether every migration is applied; raises :class:`SaverError` when one is recorded that this version
+        does not know (a newer graphckpt set the schema up: writing into it could break that version's data)."""
+        known = {version for version, _ in _MIGRATIONS}
+        newer = sorted(applied - known)
+        if newer:
+            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
+            raise SaverError(
+                f"PostgreSQL at {self._where}: {where} has schema version {newer[-1]}, newer than this graphckpt "
+                f"understands ({max(known)}); upgrade graphckpt"
+            )
+        return applied >= known
 
     def _dollar_quoted(self, statement: LiteralString) -> LiteralString:
         """``statement`` with a dollar-quote tag for graphckpt_commit's body that the schema's name (quoted inside the
@@ -575,29 +606,37 @@ class PostgresSaver(Saver):
             raise self._saver_error(action, exc) from exc
 
     def _saver_error(self, action: str, exc: psycopg.Error) -> SaverError:
-        message = str(exc).strip() or type(exc).__name__
+        # The server's one-line message and its error code, never its detail, context or the statement's text (they
+        # quote our SQL and the values bound to it: a megabyte thread id, say).
+        primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) and exc.sqlstate else None
+        message = f"{primary} (SQLSTATE {exc.sqlstate})" if primary else str(exc).strip() or type(exc).__name__
+        message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX] + "…"
         if self._password:
             message = message.replace(self._password, "***")
         return SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}")
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """One prepared statement, rows as tuples in binary format."""
+        """One prepared statement, rows as tuples in binary format. A parameter that no row can hold (text with a
+        lone surrogate, which writes refuse before they get here) matches no row."""
         try:
             async with self._connection() as conn:
                 cur = await conn.execute(self._queries[query], params, binary=True)
                 return await cur.fetchall()
+        except UnicodeEncodeError:
+            return []
         except psycopg.Error as exc:
             raise self._saver_error(action, exc) from exc
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         blobs = cp.blobs
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, _KIND_CODE[b.kind]
-            if len(data) >= _COMPRESS_MIN:
+            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED:  # larger: refused by the server (its limit per value)
                 packed = self._zstd.compress(data)
                 if len(packed) <= len(data) - (len(data) >> 3):
                     data, kind = packed, kind | _COMPRESSED
@@ -624,33 +663,35 @@ class PostgresSaver(Saver):
         )
         try:
             [(won, current)] = await self._fetch(
-                f"commit of checkpoint {cp.checkpoint_id!r} to thread {cp.thread_id!r}", "commit", params
+                f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}", "commit", params
             )
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise ThreadConflictError(
-                    f"thread {cp.thread_id!r} already has checkpoint {cp.checkpoint_id!r} or a checkpoint at step "
-                    f"{cp.step}"
+                    f"thread {brief(cp.thread_id)!r} already has checkpoint {brief(cp.checkpoint_id)!r} "
+                    f"or a checkpoint at step {cp.step}"
                 ) from exc.__cause__
             raise
         if won:
             return
         if expected_head is None:
-            raise ThreadConflictError(f"thread {cp.thread_id!r} already exists")
+            raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists")
         if current is None:
-            raise ThreadNotFoundError(f"thread {cp.thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(cp.thread_id)!r} does not exist")
         raise ThreadConflictError(
-            f"thread {cp.thread_id!r} moved or was claimed: head is {current!r}, expected {expected_head!r} "
-            f"owned by run {run_id!r}"
+            f"thread {brief(cp.thread_id)!r} moved or was claimed: head is {brief(current)!r}, "
+            f"expected {brief(expected_head)!r} owned by run {brief(run_id)!r}"
         )
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         params = {"tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id}
-        [(won, exists)] = await self._fetch(f"claim of thread {thread_id!r}", "claim", {**params, "now": ids.now()})
+        action = f"claim of thread {brief(thread_id)!r}"
+        [(won, exists)] = await self._fetch(action, "claim", {**params, "now": ids.now()})
         if not exists:
-            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
 
     async def put_writes(
         self,
@@ -662,6 +703,10 @@ class PostgresSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+        error = utf8_safe(error)
+        for w in writes:
+            check_storable(task_id=w.task_id)
         if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
             # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
             writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
@@ -677,19 +722,20 @@ class PostgresSaver(Saver):
             "w_idx": [w.index for w in writes],
             "w_data": [w.data for w in writes],
         }
-        [(won, exists)] = await self._fetch(f"put_writes to thread {thread_id!r}", "put_writes", params)
+        [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
         if not exists:
-            raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
-            raise ThreadConflictError(f"thread {thread_id!r} was claimed or moved by another run")
+            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
 
     async def delete_thread(self, thread_id: str) -> None:
-        with self._errors(f"delete of thread {thread_id!r}"):
+        check_storable(thread_id=thread_id)
+        with self._errors(f"delete of thread {brief(thread_id)!r}"):
             async with self._connection() as conn, conn.transaction():
                 cur = await conn.execute(self._queries["lock_thread"], {"tid": thread_id})
                 row = await cur.fetchone()
                 if row is None or row[0]:
-                    raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+                    raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
                 # Prune the thread, then each deleted fork source that was kept only for the forks being removed.
                 tid: str | None = thread_id
                 source: str | None = row[1]
@@ -709,7 +755,7 @@ class PostgresSaver(Saver):
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        rows = await self._fetch(f"get_thread {thread_id!r}", "get_thread", {"tid": thread_id})
+        rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
         return _thread(rows[0]) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
@@ -720,7 +766,7 @@ class PostgresSaver(Saver):
     ) -> StoredCheckpoint | None:
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "cp_by_id" if checkpoint_id is not None else "cp_by_step" if step is not None else "cp_head"
-        rows = await self._fetch(f"get_checkpoint of thread {thread_id!r}", query, params)
+        rows = await self._fetch(f"get_checkpoint of thread {brief(thread_id)!r}", query, params)
         found = _checkpoint(rows[0]) if rows else None
         if found is not None and checkpoint_id is not None and step is not None and found.step != step:
             return None
@@ -733,7 +779,7 @@ class PostgresSaver(Saver):
             return await super().get_thread_and_checkpoint(thread_id)
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "thread_cp_by_id" if checkpoint_id is not None else "thread_cp_by_step"
-        rows = await self._fetch(f"get_thread_and_checkpoint of thread {thread_id!r}", query, params)
+        rows = await self._fetch(f"get_thread_and_checkpoint of thread {brief(thread_id)!r}", query, params)
         if not rows:
             return None, None
         record, cp_row = _thread(rows[0][:_N_THREAD_COLS]), rows[0][_N_THREAD_COLS:]
@@ -749,13 +795,15 @@ class PostgresSaver(Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter and not filter_can_match(filter):
+            return []
         params = {
             "tid": thread_id,
             "limit": limit,
             "before": before_step,
             "filter": Jsonb(nul_free(dict(filter))) if filter else None,
         }
-        rows = await self._fetch(f"list_checkpoints of thread {thread_id!r}", "list_cps", params)
+        rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
         return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
@@ -768,16 +816,32 @@ class PostgresSaver(Saver):
             "hi": [r.max_step for r in ranges],
         }
         rows = await self._fetch("get_blobs", "get_blobs", params)
-        return [Blob(t, c, s, _KIND_NAME[k], self._decompress(d) if k & _COMPRESSED else d) for t, c, s, k, d in rows]
+        out: list[Blob] = []
+        for t, c, s, k, d in rows:
+            kind = _KIND_NAME.get(k)
+            try:
+                if kind is None:
+                    raise ValueError(f"unknown blob kind {k}")
+                out.append(Blob(t, c, s, kind, inflate(d) if k & _COMPRESSED else d))
+            except ValueError as exc:
+                raise await self._corrupt_blob(t, c, s, str(exc)) from None
+        return out
 
-    def _decompress(self, data: bytes) -> bytes:
-        if data.startswith(_ZSTD_MAGIC):
-            return self._unzstd.decompress(data)
-        return zlib.decompress(data)
+    async def _corrupt_blob(self, thread_id: str, channel: str, step: int, why: str) -> CorruptCheckpointError:
+        """The error for a stored blob that cannot be read, naming the checkpoint that wrote it (the thread's
+        checkpoint at the blob's step)."""
+        rows = await self._fetch("get_checkpoint", "cp_by_step", {"tid": thread_id, "cp": None, "step": step})
+        checkpoint_id = rows[0][1] if rows else None
+        return CorruptCheckpointError(
+            f"checkpoint {checkpoint_id} of thread {brief(thread_id)!r}: the stored data of channel "
+            f"{brief(channel)!r} at step {step} is corrupt: {why}",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        )
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
-        rows = await self._fetch(f"get_writes of thread {thread_id!r}", "get_writes", params)
+        rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
 
 

@@ -20,6 +20,10 @@ The schema version is SQLite's ``PRAGMA user_version``; ``_MIGRATIONS`` is appen
 the missing migrations in one ``BEGIN IMMEDIATE`` transaction, so processes opening one file together do not race;
 the switch to WAL mode is retried for up to ``busy_timeout`` (SQLite refuses it at once, without waiting, while
 another process holds the write lock of a file it is still creating).
+Before it writes anything (a pragma, a table), opening reads the file's table names: a file with tables of its own
+and not graphckpt's belongs to another application (whose ``user_version`` and journal mode are its own) and is
+refused with :class:`~graphckpt.errors.StoreNotSetUpError`, untouched. ``setup(create=False)`` also refuses a missing
+or empty file, without creating it.
 The page size applies to files created by this version (SQLite fixes it when the first table is created).
 
 Transactions. Every write method (commit, claim, put_writes, delete_thread) is one ``BEGIN IMMEDIATE`` transaction
@@ -91,7 +95,13 @@ from typing import Any, Final, Literal, TypeVar, cast
 import aiosqlite
 
 from graphckpt import ids
-from graphckpt.errors import SaverError, SerializationError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.errors import (
+    SaverError,
+    SerializationError,
+    StoreNotSetUpError,
+    ThreadConflictError,
+    ThreadNotFoundError,
+)
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -100,7 +110,11 @@ from graphckpt.savers.base import (
     StoredCheckpoint,
     StoredWrite,
     ThreadRecord,
+    brief,
+    check_storable,
+    filter_can_match,
     nul_free,
+    utf8_safe,
 )
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -213,15 +227,63 @@ def _filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
         return where.format("m.type = 'null'"), [key]
     if isinstance(value, bool):
         return where.format("m.type = ?"), [key, "true" if value else "false"]
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:  # SQLite's numbers are 64-bit: compare the digits
-        clause = f"m.type IN ('integer', 'real') AND ({_NUL_FREE_METADATA} -> m.fullkey) = ?"
-        return where.format(clause), [key, str(value)]
     if isinstance(value, int | float):
-        return where.format("m.type IN ('integer', 'real') AND m.value = ?"), [key, value]
+        clause, params = _number_clause(value)
+        return where.format(clause), [key, *params]
     if isinstance(value, str):
         return where.format("m.type = 'text' AND m.value = ?"), [key, value]
-    text = _dump_json(value, f"metadata filter value for key {key!r}")
+    text = _dump_json(value, f"metadata filter value for key {brief(key)!r}")
     return where.format("m.type IN ('array', 'object') AND json(m.value) = json(?)"), [key, text]
+
+
+_TABLES: Final = frozenset({"threads", "checkpoints", "blobs", "writes"})
+"""graphckpt's tables: a file that has others and not these belongs to somebody else."""
+
+
+def _open_hint(path: str) -> str:
+    """Why SQLite may be unable to open ``path`` ("unable to open database file" says nothing more)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.access(parent, os.W_OK):
+        return f" (its directory {parent!r} is not writable, so the file cannot be created there)"
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        return " (the file is not readable)"
+    if not os.access(parent, os.W_OK):
+        return f" (its directory {parent!r} is not writable: SQLite must create the -wal and -shm files beside it)"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return " (the file is not writable)"
+    return ""
+
+
+_NUMBER_TEXT = f"({_NUL_FREE_METADATA} -> m.fullkey)"
+"""The stored JSON text of the number ``m``: its digits, for an integer beyond 64 bits (``json_each`` calls it an
+``integer`` but gives its value as a rounded double)."""
+
+
+def _number_clause(value: float) -> tuple[str, list[Any]]:
+    """SQL matching a stored number equal to ``value`` exactly, as Python compares an int and a float: no rounding
+    through doubles (``-2**63 - 1``, which ``json_each`` reads as the double ``-2**63``, does not equal ``-2**63``).
+    A stored integer is compared as an integer (by its digits beyond 64 bits), a stored float as a float, and only
+    when ``value`` converts to that type exactly. NaN equals nothing."""
+    parts: list[str] = []
+    params: list[Any] = []
+    whole = value if isinstance(value, int) else int(value) if value.is_integer() else None
+    if whole is not None:
+        if -(2**63) <= whole < 2**63:
+            parts.append("m.type = 'integer' AND typeof(m.value) = 'integer' AND m.value = ?")
+            params.append(whole)
+        else:  # SQLite's integers are 64-bit: compare the digits
+            parts.append(f"m.type = 'integer' AND typeof(m.value) = 'real' AND {_NUMBER_TEXT} = ?")
+            params.append(str(whole))
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer beyond any float: no stored float equals it
+        as_float = None
+    if as_float is not None and as_float == value:
+        parts.append("m.type = 'real' AND m.value = ?")  # written as a float: with a point or an exponent
+        params.append(as_float)
+    if not parts:
+        return "0", []
+    return "(" + " OR ".join(f"({part})" for part in parts) + ")", params
 
 
 def _checkpoint(row: _Row) -> StoredCheckpoint:
@@ -298,9 +360,9 @@ def _cas_failed(conn: sqlite3.Connection, thread_id: str, what: str) -> Exceptio
         "SELECT head_checkpoint_id, run_id FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)
     ).fetchone()
     if row is None:
-        return ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+        return ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
     return ThreadConflictError(
-        f"thread {thread_id!r} was moved or claimed by another run ({what}); its head is {row[0]!r}"
+        f"thread {brief(thread_id)!r} was moved or claimed by another run ({what}); its head is {row[0]!r}"
     )
 
 
@@ -353,17 +415,17 @@ class SqliteSaver(Saver):
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
-    async def setup(self) -> None:
+    async def setup(self, *, create: bool = True) -> None:
         if not self._open:
             async with self._lock:
-                await self._open_locked()
+                await self._open_locked(create)
 
-    async def _open_locked(self) -> None:
+    async def _open_locked(self, create: bool) -> None:
         if self._open:  # somebody else opened it while we waited for the lock
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphckpt-sqlite")
         try:
-            self._conn = await self._submit(self._connect)
+            self._conn = await self._submit(lambda: self._connect(create))
             if self.path == ":memory:":  # one private database: one connection, one lock
                 self._inline, self._inline_lock = self._conn, self._conn_lock
             else:
@@ -374,6 +436,8 @@ class SqliteSaver(Saver):
             await self._release()
             if isinstance(exc, sqlite3.Error):
                 raise self._error(exc) from exc
+            if isinstance(exc, OSError):  # a directory on the way that we may not enter, say
+                raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             raise
         self._open = True
 
@@ -420,16 +484,23 @@ class SqliteSaver(Saver):
             raise
         return conn
 
-    def _connect(self) -> sqlite3.Connection:
-        """Open the writer connection (on the executor thread), set pragmas and apply missing migrations."""
+    def _connect(self, create: bool = True) -> sqlite3.Connection:
+        """Open the writer connection (on the executor thread), set pragmas and apply missing migrations; first,
+        before anything is written, refuse a file that is not graphckpt's (see :meth:`_check_owner`)."""
         parent = Path(self.path).resolve().parent
         if self.path != ":memory:" and not parent.is_dir():
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        if not create and (self.path == ":memory:" or not os.path.exists(self.path)):
+            raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file does not exist")
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}{_open_hint(self.path)}") from exc
         # where SQLite keeps the WAL (it resolves the path as it opens the file), not wherever a relative path points
         # after a chdir: the preallocation must never touch another database's WAL
         self._wal_path = os.path.realpath(self.path) + "-wal"
         try:
+            self._check_owner(conn, create)
             conn.execute(f"PRAGMA page_size = {_PAGE_SIZE:d}")  # a new file only: before WAL and the first table
             mode = _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], self.busy_timeout)
             if mode != "wal" and self.path != ":memory:":
@@ -441,6 +512,25 @@ class SqliteSaver(Saver):
             conn.close()
             raise
         return conn
+
+    def _check_owner(self, conn: sqlite3.Connection, create: bool) -> None:
+        """Reads only (no pragma or table is written): refuse a file holding tables of its own but not graphckpt's
+        (another application's database, whose ``user_version`` and journal mode are its own), and with
+        ``create=False`` a file without graphckpt's tables."""
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}{_open_hint(self.path)}") from exc
+        ours = tables >= _TABLES
+        if tables and not ours:
+            mine = sorted(tables - _TABLES)[:5]
+            raise StoreNotSetUpError(
+                f"SQLite database {self.path!r} is not a graphckpt database: it has tables of its own "
+                f"({', '.join(map(repr, mine))}{', ...' if len(tables - _TABLES) > len(mine) else ''}) and not "
+                "graphckpt's; graphckpt leaves it untouched (give it a file of its own)"
+            )
+        if not ours and not create:
+            raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file has no graphckpt tables")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # re-read under the write lock
@@ -462,7 +552,9 @@ class SqliteSaver(Saver):
                 f"SQLite database {self.path!r} is locked: another connection held its write lock for longer "
                 f"than busy_timeout={self.busy_timeout}s"
             )
-        return SaverError(f"SQLite database {self.path!r} failed: {exc}")
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        hint = _open_hint(self.path) if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY) else ""
+        return SaverError(f"SQLite database {self.path!r} failed: {exc}{hint}")
 
     async def _submit(self, fn: Callable[[], _T]) -> _T:
         assert self._executor is not None
@@ -521,7 +613,14 @@ class SqliteSaver(Saver):
         return run
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[_Row]:
-        """One query: inline when the inline connection is free, else one hop to the reader thread."""
+        """One query: inline when the inline connection is free, else one hop to the reader thread. A parameter
+        that no row can hold (text with a lone surrogate, which writes refuse) matches no row."""
+        try:
+            return await self._query(sql, params)
+        except UnicodeEncodeError:
+            return []
+
+    async def _query(self, sql: str, params: Sequence[Any]) -> list[_Row]:
         if not self._open:
             await self.setup()
         if self.read_inline and self._inline_lock.acquire(blocking=False):
@@ -570,8 +669,10 @@ class SqliteSaver(Saver):
     # -- writes ------------------------------------------------------------------------------------------------------
 
     async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
-        meta = _dump_json(dict(cp.metadata), f"metadata of checkpoint {cp.checkpoint_id!r} in thread {cp.thread_id!r}")
+        where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
+        meta = _dump_json(dict(cp.metadata), where)
         now = ids.now()
         blobs = [(b.thread_id, b.channel, b.step, b.kind, b.data) for b in cp.blobs]
         same_thread_parent = cp.parent_checkpoint_id is not None and cp.parent_thread_id == cp.thread_id
@@ -587,7 +688,7 @@ class SqliteSaver(Saver):
                          cp.parent_checkpoint_id, meta),
                     )  # fmt: skip
                 except sqlite3.IntegrityError as exc:  # live, or deleted but still holding rows a fork needs
-                    raise ThreadConflictError(f"thread {cp.thread_id!r} already exists") from exc
+                    raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists") from exc
             else:
                 moved = conn.execute(
                     "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
@@ -596,7 +697,7 @@ class SqliteSaver(Saver):
                     (cp.checkpoint_id, cp.step, cp.status, now, meta, cp.thread_id, expected_head, run_id),
                 )
                 if moved.rowcount != 1:
-                    raise _cas_failed(conn, cp.thread_id, f"expected head {expected_head!r}")
+                    raise _cas_failed(conn, cp.thread_id, f"expected head {brief(expected_head)!r}")
             try:
                 conn.execute(
                     f"INSERT INTO checkpoints ({_CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -605,8 +706,8 @@ class SqliteSaver(Saver):
                 )  # fmt: skip
             except sqlite3.IntegrityError as exc:
                 raise ThreadConflictError(
-                    f"thread {cp.thread_id!r} already has checkpoint {cp.checkpoint_id!r} or a checkpoint at step "
-                    f"{cp.step}"
+                    f"thread {brief(cp.thread_id)!r} already has checkpoint {brief(cp.checkpoint_id)!r} "
+                    f"or a checkpoint at step {cp.step}"
                 ) from exc
             if blobs:
                 for thread_id, channel, step, kind, _ in blobs:
@@ -627,6 +728,7 @@ class SqliteSaver(Saver):
         await self._write(body)
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+        check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
 
         def body(conn: sqlite3.Connection) -> None:
@@ -636,7 +738,8 @@ class SqliteSaver(Saver):
                 (run_id, now, thread_id, expected_head, expected_run_id),
             )
             if claimed.rowcount != 1:
-                raise _cas_failed(conn, thread_id, f"expected head {expected_head!r}, owner {expected_run_id!r}")
+                what = f"expected head {brief(expected_head)!r}, owner {brief(expected_run_id)!r}"
+                raise _cas_failed(conn, thread_id, what)
 
         await self._write(body)
 
@@ -650,6 +753,10 @@ class SqliteSaver(Saver):
         status: Status | None = None,
         error: str | None = None,
     ) -> None:
+        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+        error = utf8_safe(error)
+        for w in writes:
+            check_storable(task_id=w.task_id)
         now = ids.now()
         rows = [(thread_id, checkpoint_id, w.task_id, w.kind, w.index, w.data) for w in writes]
 
@@ -669,7 +776,7 @@ class SqliteSaver(Saver):
                     ).fetchall()
                 )
             if owned != 1:
-                raise _cas_failed(conn, thread_id, f"expected head {checkpoint_id!r}, owner {run_id!r}")
+                raise _cas_failed(conn, thread_id, f"expected head {brief(checkpoint_id)!r}, owner {brief(run_id)!r}")
             conn.executemany(
                 "INSERT OR REPLACE INTO writes (thread_id, checkpoint_id, task_id, kind, idx, data)"
                 " VALUES (?,?,?,?,?,?)",
@@ -679,6 +786,7 @@ class SqliteSaver(Saver):
         await self._write(body)
 
     async def delete_thread(self, thread_id: str) -> None:
+        check_storable(thread_id=thread_id)
         now = ids.now()
 
         def body(conn: sqlite3.Connection) -> None:
@@ -686,7 +794,7 @@ class SqliteSaver(Saver):
                 "SELECT parent_thread_id FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)
             ).fetchone()
             if row is None:
-                raise ThreadNotFoundError(f"thread {thread_id!r} does not exist")
+                raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
             target: str | None = thread_id
             while target is not None:  # a fully removed fork may free what its deleted parent kept for it
                 target = self._trim_deleted(conn, target, now)
@@ -758,6 +866,8 @@ class SqliteSaver(Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter and not filter_can_match(filter):
+            return []
         clauses, params = ["c.thread_id = ?"], list[Any]([thread_id])
         if before_step is not None:
             clauses.append("c.step < ?")
