@@ -36,7 +36,9 @@ The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db
 postgresql:// URL; add ?schema=NAME to keep the tables in that schema (postgresql://user@host/db?schema=agents).
 Only `run` and `import` create the database or its tables; the other commands report a missing one. Messages show a
 PostgreSQL database as user@host:port/dbname, never with its password.
-`run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves.
+`run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves (they say which graph they
+load). Reading commands (threads, history, show, diff, export, import) never import or call code named by stored
+data: values are read as stored (models as plain data) unless you pass --graph MODULE:ATTR.
 --json prints strict JSON: NaN and infinite numbers are printed as null.
 Exit status: 0 success, 1 runtime error, 2 usage error."""
 
@@ -122,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("--answer", metavar="JSON", help="the answer to an open ctx.interrupt (JSON, or @FILE)")
-    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
+    )
     running(p)
 
     p = command("threads", "list threads", "List threads, most recently updated first.")
@@ -143,14 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the newest N checkpoints (N >= 1; with --tree, of each thread)",
     )
 
-    values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
+    values_help = "decode values with this graph code (default: values as stored; the recorded graph is never used)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
     p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument(
         "--checkpoint", type=nonempty, metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage"
     )
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
-    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+    p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
     p = command(
         "diff",
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("b", metavar="B", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
-    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+    p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
     p = command(
         "fork",
@@ -176,7 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=JSON", help="state update, repeatable: --set verdict='\"fix\"'"
     )
     p.add_argument("--new-thread", type=nonempty, metavar="ID", help="id of the new thread (default: a new id)")
-    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
+    )
 
     p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
     p.add_argument("thread", type=nonempty, metavar="ID")
@@ -307,6 +317,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         if debug:
             raise
         message = scrub_password(str(exc), db_url)  # a driver may quote the part of the URL it cannot parse
-        if isinstance(exc, CorruptCheckpointError) and hasattr(args, "raw") and not args.raw:
+        if isinstance(exc, CorruptCheckpointError) and getattr(args, "graph", None) and not getattr(args, "raw", True):
             message += " (--raw reads the stored values without the graph code)"
         return _fail(message, 1)

@@ -181,8 +181,6 @@ def print_snapshot(out: Console, snap: Snapshot, *, raw: bool) -> None:
         out.print(Text(f"interrupted {i.when} {i.node}{payload}", style="cyan"))
     for e in snap.errors:
         out.print(Text(str(e), style="red"))
-    if raw:
-        out.print(Text("(read without the graph code: values as stored)", style="dim"))
     out.print_json(data=state_dict(snap.values), sort_keys=False)
 
 
