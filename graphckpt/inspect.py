@@ -36,7 +36,7 @@ from graphckpt.state import Channel
 
 _ANY_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
-__all__ = ["RawReader", "Unreduced"]
+__all__ = ["RawReader", "Unreduced", "raw_codec"]
 
 CheckpointSpec = Snapshot | tuple[str, str | None]
 
@@ -220,5 +220,12 @@ class _RawApp(App):
         super().__init__(
             graph, saver, interrupt_before=frozenset(), interrupt_after=frozenset(), recursion_limit=1, snapshot_every=1
         )
-        graph.state.channels = _AnyChannels()
-        self.codec = _RawCodec(graph.state, _RawSerializer(), version=1 << 30, snapshot_every=1)
+        self.codec = raw_codec(graph)
+
+
+def raw_codec(graph: StateGraph | None = None) -> Codec:
+    """The schema-free codec (any channel, values as plain data, no migrations) over ``graph`` (its channels are
+    replaced) or a new empty graph. It decodes stored bytes without importing or calling anything they name."""
+    graph = graph if graph is not None else StateGraph(_NoFields)
+    graph.state.channels = _AnyChannels()
+    return _RawCodec(graph.state, _RawSerializer(), version=1 << 30, snapshot_every=1)

@@ -398,7 +398,9 @@ def test_diff_sides_with_at_in_the_thread_id(cli: Any) -> None:
     assert head["a"].startswith("a@b@") and head["changed"]["request"]["before"] == "weather"
     assert ok(cli("diff", "a@b@", "c@", "--json")).json() == head  # a trailing @ is the head too
     first = ok(cli("history", "a@b", "--json")).json()[1]["checkpoint_id"]
-    older = ok(cli("diff", f"a@b@{first[:20]}", "a@b", "--json", "--graph", "cli_graph:app")).json()  # split at the last @
+    older = ok(
+        cli("diff", f"a@b@{first[:20]}", "a@b", "--json", "--graph", "cli_graph:app")
+    ).json()  # split at the last @
     assert older["a"] == f"a@b@{first}" and "drafts" in older["changed"]
     user_error(cli("diff", "nope@x", "c"), 1, "no thread 'nope'")
 
