@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from graphckpt.errors import CorruptCheckpointError
+
 __all__ = ["LazyJsonMapping"]
 
 
@@ -22,8 +24,13 @@ class LazyJsonMapping(Mapping[str, Any]):
     def _parsed(self) -> dict[str, Any]:
         data = self._data
         if data is None:
-            data = self._data = json.loads(self._text)
-            assert isinstance(data, dict)
+            try:
+                data = json.loads(self._text)
+            except (ValueError, RecursionError):
+                raise CorruptCheckpointError("stored metadata is not valid JSON") from None
+            if not isinstance(data, dict):  # a tampered row: never an assert (gone under -O)
+                raise CorruptCheckpointError(f"stored metadata is not a JSON object (a {type(data).__name__})")
+            self._data = data
         return data
 
     def __getitem__(self, key: str) -> Any:
