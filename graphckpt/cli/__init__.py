@@ -229,6 +229,15 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``graphckpt`` command line; returns the exit status."""
+    _tolerant_output()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape)
+            shown = arg.encode("utf-8", "surrogateescape")
+            shown_text = repr(shown if len(shown) <= 60 else shown[:57] + b"...")
+            return _fail(f"argument {position} is not UTF-8 text ({shown_text}); ids and options are text", 2)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "demo":
@@ -243,6 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _tolerant_output() -> None:
+    """Text that cannot be encoded (a lone surrogate from a tampered row) is printed as a ``\\udXXX`` escape
+    instead of failing the command halfway through its output (in JSON output the escape is valid JSON)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 class CtrlC:
