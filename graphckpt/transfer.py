@@ -528,6 +528,14 @@ def _raw_body(cp: StoredCheckpoint) -> dict[str, Any]:
 
 
 def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
+    try:
+        metadata = dict(cp.metadata)
+    except CorruptCheckpointError as exc:  # a tampered row
+        raise CorruptCheckpointError(
+            f"checkpoint {cut(cp.checkpoint_id)} of thread {cut(cp.thread_id)}: {exc}",
+            thread_id=cp.thread_id,
+            checkpoint_id=cp.checkpoint_id,
+        ) from None
     return {
         "kind": "checkpoint",
         "thread_id": cp.thread_id,
@@ -537,7 +545,7 @@ def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
         "step": cp.step,
         "created_at": cp.created_at,
         "status": cp.status,
-        "metadata": dict(cp.metadata),
+        "metadata": metadata,
         "body": _b64(cp.body),
         "blobs": [[b.channel, b.kind, _b64(b.data)] for b in blobs],
     }

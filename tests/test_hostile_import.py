@@ -358,10 +358,16 @@ def test_hostile_export_is_refused_and_changes_nothing(
     ("name", "text", "needle"),
     [
         ("json-100k-deep", '{"kind": "header", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "nests too deeply"),
-        ("json-lone-surrogate", '{"kind": "header", "format": "graphckpt-thread", "version": 1, '
-         '"thread_id": "\\ud800"}\n', "lone surrogate"),  # fmt: skip
-        ("header-only", '{"kind": "header", "format": "graphckpt-thread", "version": 1, "thread_id": "t"}\n',
-         "truncated"),  # fmt: skip
+        (
+            "json-lone-surrogate",
+            '{"kind": "header", "format": "graphckpt-thread", "version": 1, "thread_id": "\\ud800"}\n',
+            "lone surrogate",
+        ),
+        (
+            "header-only",
+            '{"kind": "header", "format": "graphckpt-thread", "version": 1, "thread_id": "t"}\n',
+            "truncated",
+        ),
     ],
     ids=["json-100k-deep", "json-lone-surrogate", "header-only"],
 )
