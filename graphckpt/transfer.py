@@ -9,9 +9,11 @@ checkpoint of its step.) Lines, in order::
     {"kind": "writes", ...}       the pending writes of each thread's head, with its status and error
     {"kind": "end", "checkpoints": N}
 
-Import commits the checkpoints in order through the normal compare-and-set path. Checkpoints that already exist in
-the target with the same id are skipped (so two forks of one thread can be imported one after the other); a
-different checkpoint at the same place is a :class:`ThreadConflictError`.
+An export is untrusted input. Import checks all of it before it writes anything (see :func:`import_thread` and
+:mod:`graphckpt.importcheck`), then commits the new checkpoints in order through the normal compare-and-set path.
+A checkpoint the target already has is skipped only when it is identical there, every field and every blob (so two
+forks of one thread can be imported one after the other); anything else at that place is a
+:class:`ThreadConflictError`, as is a file that would change an existing thread's status or pending writes.
 """
 
 from __future__ import annotations
