@@ -8,6 +8,7 @@ from typing import Any
 
 from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Status, Task, TaskError, ThreadInfo
 from graphckpt.codec import Body, Codec
+from graphckpt.errors import CorruptCheckpointError
 from graphckpt.savers.base import Blob, StoredCheckpoint, ThreadRecord
 
 __all__ = ["LazyFold", "as_dict", "make_snapshot", "thread_info"]
@@ -55,14 +56,24 @@ def thread_info(r: ThreadRecord) -> ThreadInfo:
         status=r.status,
         head=CheckpointRef(r.thread_id, r.head_checkpoint_id),
         step=r.head_step,
-        created_at=dt.datetime.fromtimestamp(r.created_at, dt.UTC),
-        updated_at=dt.datetime.fromtimestamp(r.updated_at, dt.UTC),
+        created_at=_when(r, r.created_at),
+        updated_at=_when(r, r.updated_at),
         forked_from=CheckpointRef(r.parent_thread_id, r.parent_checkpoint_id)
         if r.parent_thread_id and r.parent_checkpoint_id
         else None,
         error=r.error,
         metadata=r.metadata,
     )
+
+
+def _when(r: ThreadRecord, seconds: float) -> dt.datetime:
+    """A stored time as a date; a tampered row's time that is no date is :class:`CorruptCheckpointError`."""
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError, TypeError):
+        raise CorruptCheckpointError(
+            f"thread {r.thread_id!r} has a stored time that is not a date ({seconds!r})", thread_id=r.thread_id
+        ) from None
 
 
 def as_dict(values: Any) -> dict[str, Any]:

@@ -116,7 +116,7 @@ async def test_tampered_exports_are_refused_before_anything_is_written(saver: Sa
         assert await saver.get_thread("t") is None, name
 
 
-async def test_status_is_restored_when_the_checkpoints_are_already_there(saver: Saver) -> None:
+async def test_an_existing_thread_never_takes_the_exports_status_or_writes(saver: Saver) -> None:
     source = MemorySaver()
     FAIL["on"] = True
     with pytest.raises(NodeError):
@@ -124,8 +124,16 @@ async def test_status_is_restored_when_the_checkpoints_are_already_there(saver: 
     lines = await dump(source, "f")
     plain = [line for line in lines if json.loads(line)["kind"] != "writes"]  # as if the status line was lost
     await import_thread(saver, plain)
-    assert (await saver.get_thread("f")).status != "failed"  # type: ignore[union-attr]
-    await import_thread(saver, lines)  # the full export again: checkpoints skipped, status and error restored
+    before = await saver.get_thread("f")
+    assert before is not None and before.status != "failed"
+    with pytest.raises(ThreadConflictError, match=r"'f' exists in the target .* another status or other pending"):
+        await import_thread(saver, lines)  # the same checkpoints, but the file's status and writes differ
+    after = await saver.get_thread("f")
+    assert after == before and await saver.get_writes("f", before.head_checkpoint_id) == []
+    assert await import_thread(saver, plain) == "f"  # identical: nothing to do, nothing changes
+    assert await saver.get_thread("f") == before
+    await saver.delete_thread("f")  # replacing it is explicit
+    await import_thread(saver, lines)
     snap = await app_for(saver).aget_state("f")
     assert snap.status == "failed" and snap.errors[0].message == "crash at 3"
 

@@ -36,7 +36,9 @@ The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db
 postgresql:// URL; add ?schema=NAME to keep the tables in that schema (postgresql://user@host/db?schema=agents).
 Only `run` and `import` create the database or its tables; the other commands report a missing one. Messages show a
 PostgreSQL database as user@host:port/dbname, never with its password.
-`run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves.
+`run` records MODULE:ATTR in the thread, so resume and fork find the graph by themselves (they say which graph they
+load). Reading commands (threads, history, show, diff, export, import) never import or call code named by stored
+data: values are read as stored (models as plain data) unless you pass --graph MODULE:ATTR.
 --json prints strict JSON: NaN and infinite numbers are printed as null.
 Exit status: 0 success, 1 runtime error, 2 usage error."""
 
@@ -122,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("--answer", metavar="JSON", help="the answer to an open ctx.interrupt (JSON, or @FILE)")
-    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
+    )
     running(p)
 
     p = command("threads", "list threads", "List threads, most recently updated first.")
@@ -143,14 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the newest N checkpoints (N >= 1; with --tree, of each thread)",
     )
 
-    values_help = "the graph code to decode values (default: the recorded one; else values are read raw)"
+    values_help = "decode values with this graph code (default: values as stored; the recorded graph is never used)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
     p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument(
         "--checkpoint", type=nonempty, metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage"
     )
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
-    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+    p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
     p = command(
         "diff",
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("b", metavar="B", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
-    p.add_argument("--raw", action="store_true", help="read values as stored, without importing the graph code")
+    p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
     p = command(
         "fork",
@@ -176,7 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=JSON", help="state update, repeatable: --set verdict='\"fix\"'"
     )
     p.add_argument("--new-thread", type=nonempty, metavar="ID", help="id of the new thread (default: a new id)")
-    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded by `run`)")
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
+    )
 
     p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
     p.add_argument("thread", type=nonempty, metavar="ID")
@@ -191,8 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("thread", type=nonempty, metavar="ID")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`; "
-                "existing checkpoints are never overwritten.")  # fmt: skip
+    p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`. "
+                "The whole file is checked first (every field, every stored byte decoded, the lineage) and nothing is "
+                "written unless all of it passes; an existing thread is never changed (a checkpoint the database has "
+                "already must be identical). Importing runs no code the file names.")  # fmt: skip
     p.add_argument("file", metavar="FILE", help="the export (- for stdin)")
 
     p = command("graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False,
@@ -219,6 +231,15 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``graphckpt`` command line; returns the exit status."""
+    _tolerant_output()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape)
+            shown = arg.encode("utf-8", "surrogateescape")
+            shown_text = repr(shown if len(shown) <= 60 else shown[:57] + b"...")
+            return _fail(f"argument {position} is not UTF-8 text ({shown_text}); ids and options are text", 2)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "demo":
@@ -233,6 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _tolerant_output() -> None:
+    """Text that cannot be encoded (a lone surrogate from a tampered row) is printed as a ``\\udXXX`` escape
+    instead of failing the command halfway through its output (in JSON output the escape is valid JSON)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 class CtrlC:
@@ -307,6 +338,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         if debug:
             raise
         message = scrub_password(str(exc), db_url)  # a driver may quote the part of the URL it cannot parse
-        if isinstance(exc, CorruptCheckpointError) and hasattr(args, "raw") and not args.raw:
+        if isinstance(exc, CorruptCheckpointError) and getattr(args, "graph", None) and not getattr(args, "raw", True):
             message += " (--raw reads the stored values without the graph code)"
         return _fail(message, 1)

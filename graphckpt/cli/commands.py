@@ -155,7 +155,7 @@ async def _drive(
             f"checkpoint: `{_resume_hint(thread_id)}`"
         )
     final = await app.aget_state(thread_id)
-    used = sum(records.tokens(snap.metadata) for snap in seen)
+    used = sum(records.tokens(records.metadata_of(snap)) for snap in seen)
     if args.json:
         _print_json({**records.snapshot_record(final, raw=False), "run": {"checkpoints": len(seen), "tokens": used}})
         return 0

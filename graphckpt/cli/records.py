@@ -20,15 +20,19 @@ import pydantic
 
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.diff import Diff, FieldChange
+from graphckpt.errors import CorruptCheckpointError
 
 __all__ = [
     "change_record",
+    "created_iso",
     "diff_record",
     "duration_ms",
     "graph_of",
+    "metadata_of",
     "ran_nodes",
     "ref_text",
     "snapshot_record",
+    "source_of",
     "state_dict",
     "step_record",
     "thread_record",
@@ -85,40 +89,89 @@ def ref_text(ref: CheckpointRef | None) -> str | None:
     return f"{ref.thread_id}@{ref.checkpoint_id}" if ref is not None else None
 
 
-def duration_ms(metadata: Mapping[str, Any]) -> float:
-    """Total node time of a step, in milliseconds."""
-    durations = metadata.get("durations_ms")
+def metadata_of(record: Any) -> Mapping[str, Any] | None:
+    """``record.metadata`` (a snapshot's or a thread's), or ``None`` when the stored row holds no readable JSON
+    object (a tampered database): the tables then show ``?`` and ``--json`` prints ``null``."""
+    try:
+        metadata = record.metadata
+        if isinstance(metadata, Mapping):
+            len(metadata)  # a lazily parsed row is parsed here
+            return metadata
+    except CorruptCheckpointError:
+        pass
+    return None
+
+
+def _meta(metadata: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return metadata if metadata is not None else {}
+
+
+def _number(value: Any) -> float:
+    """A stored count or duration as a finite number; anything else (text, booleans, NaN, numbers too large for a
+    float) counts as 0: metadata is data a tampered row may fill with anything."""
+    if type(value) not in (int, float):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A stored token count: an integer as stored, a finite float cut to one, anything else 0."""
+    return value if type(value) is int else int(_number(value))
+
+
+def duration_ms(metadata: Mapping[str, Any] | None) -> float:
+    """Total node time of a step, in milliseconds (0 when the metadata holds no readable durations)."""
+    durations = _meta(metadata).get("durations_ms")
     if not isinstance(durations, Mapping):
         return 0.0
-    return float(sum(v for v in durations.values() if isinstance(v, int | float)))
+    total = sum(_number(v) for v in durations.values())
+    return total if math.isfinite(total) else 0.0
 
 
-def tokens(metadata: Mapping[str, Any]) -> int:
-    """Prompt plus completion tokens reported by the nodes of a step."""
-    usage = metadata.get("usage")
+def tokens(metadata: Mapping[str, Any] | None) -> int:
+    """Prompt plus completion tokens reported by the nodes of a step (counts that are not numbers count as 0)."""
+    usage = _meta(metadata).get("usage")
     if not isinstance(usage, Mapping):
         return 0
     total = 0
     for node in usage.values():
         if isinstance(node, Mapping):
-            total += sum(int(node.get(k, 0) or 0) for k in ("prompt_tokens", "completion_tokens"))
+            total += sum(_count(node.get(k)) for k in ("prompt_tokens", "completion_tokens"))
     return total
 
 
-def ran_nodes(metadata: Mapping[str, Any]) -> list[str]:
+def ran_nodes(metadata: Mapping[str, Any] | None) -> list[str]:
     """The nodes whose work a checkpoint holds (``input``/``fork`` for those sources)."""
-    source = metadata.get("source")
+    source = _meta(metadata).get("source")
     if source in ("input", "fork", "update"):
         return [str(source)]
-    durations = metadata.get("durations_ms")
+    durations = _meta(metadata).get("durations_ms")
     return [str(n) for n in durations] if isinstance(durations, Mapping) else []
 
 
-def graph_of(metadata: Mapping[str, Any]) -> str | None:
-    """The ``MODULE:ATTR`` graph reference the CLI records in a checkpoint's tags."""
-    tags = metadata.get("tags")
+def source_of(metadata: Mapping[str, Any] | None) -> str:
+    """The checkpoint's ``source`` as text, ``?`` when there is none."""
+    source = _meta(metadata).get("source")
+    return "?" if source is None else str(source)
+
+
+def graph_of(metadata: Mapping[str, Any] | None) -> str | None:
+    """The ``MODULE:ATTR`` graph reference the CLI records in a checkpoint's tags (shown, never imported)."""
+    tags = _meta(metadata).get("tags")
     graph = tags.get("graph") if isinstance(tags, Mapping) else None
     return graph if isinstance(graph, str) else None
+
+
+def created_iso(snap: Snapshot) -> str | None:
+    """When the checkpoint was made, as ISO text; ``None`` when the stored time is no date (a tampered row)."""
+    try:
+        return snap.created_at.isoformat()
+    except (OverflowError, OSError, ValueError, TypeError):
+        return None
 
 
 def thread_record(info: ThreadInfo) -> dict[str, Any]:
@@ -131,24 +184,25 @@ def thread_record(info: ThreadInfo) -> dict[str, Any]:
         "created_at": info.created_at.isoformat(),
         "updated_at": info.updated_at.isoformat(),
         "forked_from": ref_text(info.forked_from),
-        "graph": graph_of(info.metadata),
+        "graph": graph_of(metadata_of(info)),
         "error": info.error,
     }
 
 
 def step_record(snap: Snapshot) -> dict[str, Any]:
     """A checkpoint as ``history --json`` prints it (no values)."""
-    usage = snap.metadata.get("usage")
+    metadata = metadata_of(snap)
+    usage = _meta(metadata).get("usage")
     return {
         "thread_id": snap.thread_id,
         "checkpoint_id": snap.checkpoint_id,
         "step": snap.step,
-        "source": snap.metadata.get("source"),
-        "ran": ran_nodes(snap.metadata),
+        "source": to_jsonable(_meta(metadata).get("source")),
+        "ran": ran_nodes(metadata),
         "next": list(snap.next),
-        "created_at": snap.created_at.isoformat(),
-        "duration_ms": round(duration_ms(snap.metadata), 3),
-        "tokens": tokens(snap.metadata),
+        "created_at": created_iso(snap),
+        "duration_ms": round(duration_ms(metadata), 3),
+        "tokens": tokens(metadata),
         "usage": to_jsonable(usage) if isinstance(usage, Mapping) else {},
         "parent": ref_text(snap.parent),
     }
@@ -165,8 +219,8 @@ def snapshot_record(snap: Snapshot, *, raw: bool) -> dict[str, Any]:
         "interrupts": [{"node": i.node, "when": i.when, "payload": to_jsonable(i.payload)} for i in snap.interrupts],
         "errors": [{"node": e.node, "type": e.type, "message": e.message} for e in snap.errors],
         "parent": ref_text(snap.parent),
-        "created_at": snap.created_at.isoformat(),
-        "metadata": to_jsonable(snap.metadata),
+        "created_at": created_iso(snap),
+        "metadata": to_jsonable(metadata_of(snap)),
         "raw": raw,
         "values": state_dict(snap.values),
     }

@@ -6,6 +6,7 @@ none when the output is not a terminal or ``NO_COLOR`` is set; the tables read t
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import json
 import os
@@ -21,7 +22,17 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphckpt.checkpoint import Snapshot, ThreadInfo
-from graphckpt.cli.records import duration_ms, graph_of, ran_nodes, ref_text, state_dict, to_jsonable, tokens
+from graphckpt.cli.records import (
+    duration_ms,
+    graph_of,
+    metadata_of,
+    ran_nodes,
+    ref_text,
+    source_of,
+    state_dict,
+    to_jsonable,
+    tokens,
+)
 from graphckpt.diff import Diff
 
 __all__ = [
@@ -69,6 +80,14 @@ def _status(status: str) -> Text:
     return Text(status, style=_STATUS_STYLE.get(status, ""))
 
 
+def _local_time(when: dt.datetime) -> str:
+    """A stored time in the local zone; ``?`` when it has no local equivalent (a tampered row's year 9999)."""
+    try:
+        return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
 def _next(snap: Snapshot) -> str:
     return ", ".join(snap.next) if snap.next else "END"
 
@@ -91,9 +110,9 @@ def threads_table(infos: Sequence[ThreadInfo]) -> Table:
             escape(info.thread_id),
             _status(info.status),
             str(info.step),
-            info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            _local_time(info.updated_at),
             escape(ref_text(info.forked_from) or "-"),
-            escape(graph_of(info.metadata) or "-"),
+            escape(graph_of(metadata_of(info)) or "-"),
             escape(info.error or ""),
         )
     return table
@@ -116,14 +135,15 @@ def history_table(snaps: Sequence[Snapshot], thread_id: str) -> Table:
     table.add_column("duration", justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     for s in snaps:
+        metadata = metadata_of(s)
         row = [
             str(s.step),
-            s.checkpoint_id,
-            str(s.metadata.get("source", "?")),
-            escape(", ".join(ran_nodes(s.metadata))),
+            escape(s.checkpoint_id),
+            escape(source_of(metadata)),
+            escape(", ".join(ran_nodes(metadata))),
             escape(_next(s)),
-            fmt_duration(duration_ms(s.metadata)),
-            fmt_tokens(tokens(s.metadata)),
+            fmt_duration(duration_ms(metadata)),
+            fmt_tokens(tokens(metadata)),
         ]
         table.add_row(*([escape(s.thread_id)] if crosses else []), *row, style="dim" if crosses and
                       s.thread_id != thread_id else None)  # fmt: skip
@@ -175,14 +195,12 @@ def print_snapshot(out: Console, snap: Snapshot, *, raw: bool) -> None:
     head = Text(f"thread {snap.thread_id}  checkpoint {snap.checkpoint_id}  step {snap.step}  ")
     head.append_text(_status(snap.status))
     out.print(head)
-    out.print(f"next: {escape(_next(snap))}   source: {snap.metadata.get('source', '?')}", highlight=False)
+    out.print(Text(f"next: {_next(snap)}   source: {source_of(metadata_of(snap))}"))
     for i in snap.interrupts:
         payload = "" if i.payload is None else f": {to_jsonable(i.payload)!r}"
         out.print(Text(f"interrupted {i.when} {i.node}{payload}", style="cyan"))
     for e in snap.errors:
         out.print(Text(str(e), style="red"))
-    if raw:
-        out.print(Text("(read without the graph code: values as stored)", style="dim"))
     out.print_json(data=state_dict(snap.values), sort_keys=False)
 
 
@@ -252,14 +270,15 @@ class StepDisplay:
     def checkpoint(self, snap: Snapshot) -> None:
         """Called for every checkpoint the run commits."""
         self.steps += 1
-        used = tokens(snap.metadata)
+        metadata = metadata_of(snap)
+        used = tokens(metadata)
         self.tokens += used
         if self._status is not None:
             self._status.update(f"{escape(self.thread_id)}: step {snap.step + 1} running {escape(_next(snap))}")
         if self.quiet:
             return
         line = Text(f"step {snap.step:>3}  ")
-        line.append(f"{', '.join(ran_nodes(snap.metadata)):<16}", style="cyan")
-        line.append(f" {fmt_duration(duration_ms(snap.metadata)):>8}  {_tok(used):>10}")
+        line.append(f"{', '.join(ran_nodes(metadata)):<16}", style="cyan")
+        line.append(f" {fmt_duration(duration_ms(metadata)):>8}  {_tok(used):>10}")
         line.append(f"  -> {_next(snap)}", style="dim")
         self.err.print(line)

@@ -1,9 +1,10 @@
 """What every command needs: the database, the user's graph, JSON arguments, and one clear error per mistake.
 
 Graph references. ``run MODULE:ATTR`` records ``MODULE:ATTR`` in the thread's checkpoint tags (``tags={"graph": ...}``);
-``resume`` and ``fork`` find it there (``--graph`` overrides it). Reading commands decode values with that graph when
-it imports, and otherwise with :class:`~graphckpt.reader.RawReader` (values as plain data): looking at a database
-never needs the code that wrote it.
+``resume`` and ``fork`` find it there (``--graph`` overrides it) and say on stderr which graph they load. Reading
+commands never import or call anything named by stored data (a recorded reference arrives verbatim in an imported
+file or a database row): they read values with :class:`~graphckpt.reader.RawReader` (plain data), or with the graph
+the user names with ``--graph``.
 """
 
 from __future__ import annotations
@@ -351,20 +352,24 @@ class Session:
         return self._apps[ref]
 
     async def graph_ref(self, thread_id: str, override: str | None) -> str | None:
-        """``override``, else the graph recorded in the thread's lineage (raises if the thread does not exist)."""
+        """``override``, else the graph recorded in the thread's lineage (raises if the thread does not exist).
+        Only for commands that run the graph (``resume``, ``fork``): reading commands never use a recorded one."""
         recorded = await self.reader().atag(thread_id, "graph")
         if override:
             return override
         return recorded if isinstance(recorded, str) else None
 
     async def app_for(self, thread_id: str, override: str | None, *, action: str) -> tuple[App, str]:
-        """The app that can ``action`` (resume, fork) ``thread_id``: it needs the graph code."""
+        """The app that can ``action`` (resume, fork) ``thread_id``: it needs the graph code. A graph taken from the
+        thread's record (not ``override``) is named on stderr before it is imported: it is code the data chose."""
         ref = await self.graph_ref(thread_id, override)
         if ref is None:
             raise UsageError(
                 f"cannot {action} thread {thread_id!r}: it records no graph (it was not started by `graphckpt run`); "
                 "pass --graph MODULE:ATTR"
             )
+        if not override:
+            self.loading(f"loading graph {ref} recorded in thread {thread_id!r}")
         try:
             return self.app(ref), ref
         except CliError as exc:
@@ -373,22 +378,23 @@ class Session:
             raise UsageError(f"cannot {action} thread {thread_id!r} with its recorded graph: {exc}; "
                              "pass --graph MODULE:ATTR") from None  # fmt: skip
 
+    def loading(self, message: str) -> None:
+        """The one line saying which recorded graph a command imports (``graphckpt: ...`` on stderr)."""
+        sys.stderr.write(f"graphckpt: {' '.join(message.split())}\n")
+        sys.stderr.flush()
+
     async def values_reader(self, thread_ids: Sequence[str], override: str | None, *, raw: bool) -> tuple[Reader, bool]:
-        """A reader for the values of these threads: their graph's app when it imports, else the raw reader.
-        Returns ``(reader, is_raw)``."""
-        if raw:
+        """A reader for the values of these threads: the app of ``override`` (``--graph``, given by the user), else
+        the raw reader. Returns ``(reader, is_raw)``. The graph recorded in the threads is never used here: reading
+        must not run code that the data names."""
+        if raw or not override:
+            if not raw:
+                self.note(
+                    "values are read without the graph code (models as plain data); --graph MODULE:ATTR decodes "
+                    "them with it"
+                )
             return self.reader(), True
-        refs = {await self.graph_ref(t, override) for t in thread_ids}
-        ref = refs.pop() if len(refs) == 1 else None
-        if ref is None:
-            why = "they record different graphs" if len(refs) > 0 else "no graph is recorded"
-            self.note(f"values are read without the graph code ({why}): models are shown as plain data")
-            return self.reader(), True
-        try:
-            return self.app(ref), False
-        except CliError as exc:
-            self.note(f"values are read without the graph code ({exc}): models are shown as plain data")
-            return self.reader(), True
+        return self.app(override), False
 
     async def checkpoint_id(self, thread_id: str, spec: str) -> str:
         """The id of the checkpoint of ``thread_id``'s lineage that ``spec`` names: a full id or a unique prefix."""

@@ -70,6 +70,8 @@ def _object(text: str) -> dict[str, Any]:
             data = json.loads(text, parse_int=_int_or_float)
     except ValueError as exc:
         raise CorruptCheckpointError(f"stored metadata is not JSON ({brief(str(exc))})") from None
+    except RecursionError:
+        raise CorruptCheckpointError("stored metadata is not JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise CorruptCheckpointError(f"stored metadata is not a JSON object but {brief(text)!r}")
     return data
