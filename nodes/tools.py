@@ -98,7 +98,7 @@ class Tool:
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
     async def ainvoke(self, arguments: str | Mapping[str, Any]) -> Any:
-        """Validate ``arguments``, call the tool (awaiting it if async) and return its result as plain data."""
+        """Validate ``arguments``, call the tool (a sync one in a worker thread) and return its result as plain data."""
         return await _bind(self, self.validate(arguments))()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

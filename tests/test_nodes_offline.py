@@ -56,6 +56,21 @@ def test_import_nodes_does_not_import_openai() -> None:
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "nodes.llm" in imported  # the chat node's module was imported ...
     assert not [name for name in imported if name.split(".")[0] == "openai"]  # ... without the openai package
+    assert "nodes.human" not in imported  # its pydantic model is built on first use of an approval name
+
+
+def test_approval_names_are_imported_on_first_use() -> None:
+    proc = _python(
+        """
+        import sys
+        import nodes
+        before = "nodes.human" in sys.modules
+        from nodes import Approval, approval_node
+        print(before, Approval.__module__, approval_node is nodes.human.approval_node, "parse_approval" in dir(nodes))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "nodes.human", "True", "True"]
 
 
 def test_offline_chat_graph_runs_without_openai(tmp_path: Path) -> None:
