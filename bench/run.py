@@ -33,9 +33,9 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common, floor, report, storage
-from bench.workloads import WORKLOADS
+from bench.workloads import ENGINES_OF, WORKLOADS
 
-ALL_WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FLOOR"]
+ALL_WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W5C", "W6", "W7", "FLOOR"]
 ALL_SAVERS = ["memory", "sqlite", "postgres"]
 ALL_ENGINES = ["graphckpt", "langgraph"]
 
@@ -47,7 +47,7 @@ def applicable_savers(workload: str, savers: list[str]) -> list[str]:
         return ["none"]
     if workload == "W3":
         return ["none", *savers]
-    if workload in ("W5", "FLOOR"):
+    if workload in ("W5", "W5C", "FLOOR"):
         return [s for s in savers if s in ("sqlite", "postgres")]
     return list(savers)
 
@@ -92,7 +92,10 @@ def worker_main(job: dict[str, object]) -> int:
         print("RESULT " + json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 0
     if job.get("version"):
-        print("RESULT " + json.dumps({"version": engine.version()}), flush=True)
+        try:
+            print("RESULT " + json.dumps({"version": engine.version()}), flush=True)
+        except ImportError as exc:
+            print("RESULT " + json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 0
     sizes = common.QUICK if job["quick"] else common.FULL
     workload, tmpdir = str(job["workload"]), str(job["tmpdir"])
@@ -140,6 +143,8 @@ def run_all(args: argparse.Namespace, engines: list[str], savers: list[str], res
                         _run_floor_once(args, sizes, saver, tmpdir, repeat, results)
                     continue
                 for name in order:
+                    if name not in ENGINES_OF.get(workload, (name,)):
+                        continue
                     todo = [s for s in applicable if (name, workload, s) not in results.errors]
                     if not todo:
                         continue
@@ -183,7 +188,7 @@ def _run_floor_once(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="graphckpt vs LangGraph benchmarks (issue 5)")
-    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, FLOOR")
+    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, W5C, FLOOR")
     parser.add_argument("--savers", default=",".join(ALL_SAVERS), help="comma list of memory, sqlite, postgres")
     parser.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of graphckpt, langgraph")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per figure; medians are reported")

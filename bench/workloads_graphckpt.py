@@ -118,6 +118,31 @@ def build_messages(
     return App(g.compile(saver=_saver(store)), 2 * steps + 10)
 
 
+def build_chat(
+    store: Store | None, steps: int, size: int = common.MESSAGE_BYTES, on_step: Callable[[int], None] | None = None
+) -> App:
+    """W5C: the W5 message loop with a ``chat_node`` (the offline model, journaled) making each step's message.
+
+    ``size`` is ignored: the message is the model's answer. The ready-made nodes are imported here, so the W5C child
+    process pays for ``import nodes`` inside the measured time, as a user's program does."""
+    from nodes import chat_node
+
+    chat = chat_node("Step {n}: say something.", output_key="answer", offline=True)
+
+    async def step(state: MessagesState, ctx: Any) -> dict[str, Any]:
+        n = state["n"]
+        if on_step is not None:
+            on_step(n)
+        answer = (await chat(state, ctx))["answer"]
+        return {"n": n + 1, "messages": [answer]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", common.make_loop_router(END))
+    return App(g.compile(saver=_saver(store)), 2 * steps + 10)
+
+
 def build_fanout(store: Store | None, iterations: int) -> App:
     """W3: ``fan`` -> 16 workers in parallel -> ``join`` -> ``fan`` ..., ``iterations`` times."""
     g = StateGraph(FanoutState)

@@ -39,7 +39,14 @@ FanoutState = TypedDict(  # type: ignore[misc]
 
 
 def version() -> str:
+    """The versions measured; ImportError when a saver package of the ``bench`` extra is missing (the engine is then
+    skipped with a note, instead of failing every run on that saver)."""
     from importlib.metadata import version as dist_version
+    from importlib.util import find_spec
+
+    missing = [name for name in ("langgraph.checkpoint.sqlite", "langgraph.checkpoint.postgres") if not find_spec(name)]
+    if missing:
+        raise ImportError(f"{', '.join(missing)} not installed (pip install -e '.[bench]')")
 
     return f"langgraph {dist_version('langgraph')}, langgraph-checkpoint {dist_version('langgraph-checkpoint')}"
 

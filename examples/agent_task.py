@@ -14,6 +14,7 @@ check it for errors, write the tests. Every super-step is checkpointed to a SQLi
 
 The model is the deterministic built-in ``graphckpt-offline`` unless ``--online`` is given (then the OpenAI-compatible
 endpoint from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` is used): a key in your shell is never spent by accident.
+Offline, its answers are the demo's canned ones, in ``demo_answers.py`` next to this file.
 Apart from timings, ids and paths, the output is the same on every run.
 
     python examples/agent_task.py [--db PATH] [--online]
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import itertools
 import os
 import subprocess
@@ -31,6 +33,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,6 +50,22 @@ FORK_INSTRUCTION = "Report the temperature in Fahrenheit instead of Celsius."
 STEPS = ("analyse", "write", "check", "tests")
 """The nodes, in order: super-steps 1-4 of a run."""
 FAILING_STEP = "check"
+
+
+def _sibling(name: str) -> ModuleType:
+    """The module ``name.py`` next to this file. Loaded by path: the demo runs as a script and as ``graphckpt demo``
+    (which loads this file by path too), so this directory need not be on ``sys.path``."""
+    spec = importlib.util.spec_from_file_location(
+        f"graphckpt_demo_{name}", Path(__file__).resolve().with_name(f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+demo_answer = _sibling("demo_answers").demo_answer
+"""The canned answers of the offline model for the four steps."""
 
 
 class AgentTask(BaseModel):
@@ -133,7 +152,14 @@ def build_app(db: str | os.PathLike[str], *, online: bool = False) -> App:
     g = StateGraph(AgentTask)
     for name in STEPS:
         system, prompt, output = _PROMPTS[name]
-        g.add_node(name, _tracked(name, chat_node(prompt, system=system, output_key=output, offline=not online), fault))
+        g.add_node(
+            name,
+            _tracked(
+                name,
+                chat_node(prompt, system=system, output_key=output, offline=not online, offline_answer=demo_answer),
+                fault,
+            ),
+        )
     g.add_edge(START, STEPS[0])
     for a, b in itertools.pairwise(STEPS):
         g.add_edge(a, b)

@@ -12,7 +12,10 @@ Configuration (read when a call is made, explicit arguments win):
     ``1`` forces the offline model even when an endpoint is configured.
 
 With neither ``OPENAI_BASE_URL`` nor ``OPENAI_API_KEY`` set, calls are answered by the deterministic built-in model
-:mod:`nodes.offline`, reported as ``graphckpt-offline``; nothing leaves the machine.
+:mod:`nodes.offline`, reported as ``graphckpt-offline``; nothing leaves the machine. What it answers is the node's
+``offline_answer`` (a function of the messages), by default a short note of the request.
+
+The ``openai`` package is imported only when a call goes online: ``import nodes`` and offline runs never load it.
 
 Every model call runs inside ``ctx.aeffect``: its result is journaled before the node goes on, so a task re-run after
 a crash, a retry or an interrupt gets the recorded answer and the model is not called again. Usage is reported with
@@ -29,16 +32,18 @@ import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-import openai
 import pydantic
 
 from ._base import NodeContext, format_template, state_mapping
 from .errors import LLMError
-from .offline import OFFLINE_MODEL, offline_completion
+from .offline import OFFLINE_MODEL, OfflineAnswer, offline_completion
 from .retry import LLMRetry, is_retryable_status, llm_calls, parse_retry_after
 from .tools import Tool
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["DEFAULT_MODEL", "ChatModel", "ChatResult", "build_messages", "chat_node"]
 
@@ -81,6 +86,8 @@ class ChatModel:
     retry: LLMRetry = field(default_factory=LLMRetry)
     offline: bool | None = None
     """``True`` forces the offline model, ``False`` forbids it, ``None`` decides from the environment."""
+    offline_answer: OfflineAnswer | None = field(default=None, repr=False, compare=False)
+    """What the offline model answers (a function of the messages); ``None``: :func:`nodes.offline.echo_answer`."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """Further ``chat.completions.create`` arguments (``temperature``, ``max_tokens``, ``response_format``, ...).
     Not ``stream``: the node journals whole completions."""
@@ -126,7 +133,7 @@ class ChatModel:
         llm_calls.record_call()
         if self.is_offline():
             llm_calls.record_request()
-            result = _normalize(offline_completion(messages), OFFLINE_MODEL, "offline")
+            result = _normalize(offline_completion(messages, self.offline_answer), OFFLINE_MODEL, "offline")
         else:
             result = await self._create_online(messages, tools, idempotency_key)
         llm_calls.record_usage(result["usage"]["prompt_tokens"], result["usage"]["completion_tokens"])
@@ -135,6 +142,8 @@ class ChatModel:
     async def _create_online(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool], idempotency_key: str | None
     ) -> ChatResult:
+        import openai  # here, not at module level: importing it costs about 0.6 s, and offline runs never need it
+
         model = self.model_name()
         kwargs: dict[str, Any] = {**self.params, "model": model, "messages": list(messages)}
         if tools:
@@ -203,6 +212,8 @@ class ChatModel:
         if self.client is not None:
             yield self.client.with_options(max_retries=0, timeout=self.timeout)
             return
+        import openai
+
         base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or None
         api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"  # local endpoints need none
         async with openai.AsyncOpenAI(
@@ -234,6 +245,7 @@ def chat_node(
     timeout: float = 60.0,
     retry: LLMRetry | None = None,
     offline: bool | None = None,
+    offline_answer: OfflineAnswer | None = None,
     **params: Any,
 ) -> Callable[[Any, NodeContext], Any]:
     """An async node ``(state, ctx) -> dict`` that makes one journaled chat call and writes its answer into the state.
@@ -257,6 +269,7 @@ def chat_node(
             timeout=timeout,
             retry=retry or LLMRetry(),
             offline=offline,
+            offline_answer=offline_answer,
             params=params,
         )
 

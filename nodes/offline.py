@@ -1,13 +1,15 @@
-"""The offline model: a deterministic stand-in for a chat model, so examples and the demo run with no endpoint or key.
+"""The offline model: a deterministic stand-in for a chat model, so graphs run with no endpoint, key or network.
 
 It is used when no ``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` is configured (see :mod:`nodes.llm`) and it reports its
-model name as ``graphckpt-offline``. It is **not** a language model: it picks a canned answer by the kind of step the
-system prompt asks for (analyse, write code, check for errors, write tests) and fills it from the prompt. The same
-messages always give the same answer, byte for byte; the answer carries a short digest of the prompt, so a changed
-prompt visibly changes the answer. Usage is counted in whitespace-separated tokens.
+model name as ``graphckpt-offline``. It is **not** a language model. What it says comes from an *answer function*
+(:data:`OfflineAnswer`): ``messages -> text``, given to ``chat_node(..., offline_answer=...)`` or
+``ChatModel(offline_answer=...)``. Without one, :func:`echo_answer` notes the request. :func:`scripted` builds an
+answer function from rules (first matching phrase wins), the way an example or a test scripts its model; the demo's
+canned answers live with the demo (``examples/demo_answers.py``).
 
-It knows the demo's task ("write a weather lookup function") well and anything else only generically. Tools offered
-to it are ignored: it never asks for a tool call.
+The same messages always give the same completion, byte for byte (as long as the answer function is deterministic);
+the default answer carries a short digest of the prompt, so a changed prompt visibly changes it. Usage is counted in
+whitespace-separated tokens. Tools offered to it are ignored: it never asks for a tool call.
 """
 
 from __future__ import annotations
@@ -15,39 +17,86 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["OFFLINE_MODEL", "offline_completion", "prompt_digest"]
+__all__ = [
+    "OFFLINE_MODEL",
+    "OfflineAnswer",
+    "echo_answer",
+    "message_text",
+    "offline_completion",
+    "prompt_digest",
+    "scripted",
+]
 
 OFFLINE_MODEL = "graphckpt-offline"
 """The model name the offline model reports (in usage, in the checkpoint metadata and in its answers)."""
 
-# The step kinds, tried in this order against the system prompt (then, failing that, the user messages).
-_TASKS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("tests", ("unit test", "write tests", "tests for", "pytest", "test case")),
-    ("check", ("check", "review", "error", "bug", "verify")),
-    ("analyse", ("analyse", "analyze", "analysis", "plan", "requirement")),
-    ("code", ("code", "implement", "function", "program", "write")),
-)
-
-_CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
+OfflineAnswer = Callable[[Sequence[Mapping[str, Any]]], str]
+"""What the offline model says: a (deterministic) function of the messages returning the answer's text."""
 
 
 def prompt_digest(messages: Sequence[Mapping[str, Any]]) -> str:
     """8 hex digits identifying the messages (stable across processes, unlike ``hash``)."""
-    data = json.dumps([_text(m.get("content")) for m in messages], ensure_ascii=False)
+    data = json.dumps([message_text(m.get("content")) for m in messages], ensure_ascii=False)
     return hashlib.sha256(data.encode()).hexdigest()[:8]
 
 
-def offline_completion(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Answer ``messages`` deterministically; the result has the shape of an OpenAI chat completion, as plain data."""
+def message_text(content: Any) -> str:
+    """Message content as text (content parts are joined; ``None`` is empty)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) if isinstance(part, Mapping) else str(part) for part in content)
+    return str(content)
+
+
+def echo_answer(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The default answer: notes the first line of the last user message, tagged with the prompt's digest."""
+    user = next((message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    first = next((line.strip() for line in user.splitlines() if line.strip()), "the request")
+    subject = re.sub(r"^(request|task)\s*:\s*", "", first, flags=re.IGNORECASE)[:100]
+    return (
+        f"[{OFFLINE_MODEL} #{prompt_digest(messages)}] Noted: {subject}. "
+        "(Offline model: set OPENAI_BASE_URL or OPENAI_API_KEY for a real one.)"
+    )
+
+
+def scripted(
+    rules: Sequence[tuple[str, str | OfflineAnswer]], *, default: OfflineAnswer = echo_answer
+) -> OfflineAnswer:
+    """An answer function from ``(phrase, answer)`` rules, tried in order against the system messages, then the user
+    messages (case-insensitive substring match); ``answer`` is a text or an answer function. No match: ``default``.
+
+    ::
+
+        model = scripted([("review", "Verdict: ok"), ("write", lambda messages: "def f(): ...")])
+        chat_node("Request: {request}", system="Review the code.", output_key="review", offline_answer=model)
+    """
+    lowered = [(phrase.lower(), answer) for phrase, answer in rules]
+
+    def answer(messages: Sequence[Mapping[str, Any]]) -> str:
+        for roles in (("system", "developer"), ("user",)):
+            text = " ".join(message_text(m.get("content")) for m in messages if m.get("role") in roles).lower()
+            for phrase, found in lowered:
+                if phrase in text:
+                    return found if isinstance(found, str) else found(messages)
+        return default(messages)
+
+    return answer
+
+
+def offline_completion(messages: Sequence[Mapping[str, Any]], answer: OfflineAnswer | None = None) -> dict[str, Any]:
+    """Answer ``messages`` with ``answer`` (default :func:`echo_answer`); the result has the shape of an OpenAI chat
+    completion, as plain data."""
+    content = (answer or echo_answer)(messages)
+    if not isinstance(content, str):
+        raise TypeError(f"an offline answer function must return str, got {type(content).__name__}")
     digest = prompt_digest(messages)
-    system = " ".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
-    user = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
-    task = _detect_task(system) or _detect_task(user) or "general"
-    content = _ANSWERS[task](user, f"{OFFLINE_MODEL} #{digest}")
-    prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
+    prompt_tokens = sum(len(message_text(m.get("content")).split()) for m in messages)
     completion_tokens = len(content.split())
     return {
         "id": f"offline-{digest}",
@@ -67,229 +116,3 @@ def offline_completion(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-
-
-def _text(content: Any) -> str:
-    """Message content as text (content parts are joined; ``None`` is empty)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) if isinstance(part, Mapping) else str(part) for part in content)
-    return str(content)
-
-
-def _detect_task(text: str) -> str | None:
-    lowered = text.lower()
-    for task, words in _TASKS:
-        if any(word in lowered for word in words):
-            return task
-    return None
-
-
-def _subject(user: str) -> str:
-    """The request, as the first non-empty line of the user text, without a leading ``Request:`` label."""
-    for line in user.splitlines():
-        line = line.strip()
-        if line:
-            return re.sub(r"^(request|task)\s*:\s*", "", line, flags=re.IGNORECASE)[:100]
-    return "the request"
-
-
-def _function_name(subject: str) -> str:
-    words = re.findall(r"[a-z0-9]+", subject.lower())
-    drop = {"write", "a", "an", "the", "function", "that", "please", "python", "create", "implement"}
-    kept = [w for w in words if w not in drop][:3]
-    name = "_".join(kept) or "solve"
-    return name if not name[0].isdigit() else f"f_{name}"
-
-
-def _flags(user: str) -> dict[str, bool]:
-    lowered = user.lower()
-    return {
-        "async": "async" in lowered,
-        "fahrenheit": "fahrenheit" in lowered or "imperial" in lowered,
-        "weather": "weather" in lowered,
-    }
-
-
-# ----------------------------------------------------------------------------------------------------- the answers
-
-
-def _analyse(user: str, tag: str) -> str:
-    subject, flags = _subject(user), _flags(user)
-    if not flags["weather"]:
-        return (
-            f"[{tag}] Analysis of: {subject}\n"
-            f"- Goal: a function `{_function_name(subject)}` that does what the request asks.\n"
-            "- Inputs and outputs: typed parameters, a plain-data return value.\n"
-            "- Errors to handle: invalid input (ValueError), missing data (LookupError).\n"
-            "- Plan: write the code, check it for errors, write unit tests."
-        )
-    unit = "degrees Fahrenheit" if flags["fahrenheit"] else "degrees Celsius"
-    style = "an async function using httpx" if flags["async"] else "a plain function using the standard library"
-    return (
-        f"[{tag}] Analysis of: {subject}\n"
-        f"- Goal: `get_weather(city)` returns the current temperature ({unit}), wind speed and weather code.\n"
-        "- Data source: the free Open-Meteo API (geocoding, then forecast); no API key needed.\n"
-        f"- Shape: {style}, with a timeout on every HTTP call.\n"
-        "- Errors to handle: empty city (ValueError), unknown city (LookupError), network failure or timeout.\n"
-        "- Plan: write the code, check it for errors, write unit tests with the network mocked."
-    )
-
-
-_WEATHER_SYNC = '''import json
-import urllib.parse
-import urllib.request
-
-GEOCODE_URL = "https://geocoding-api.open-meteo.com/v1/search"
-FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
-
-
-def _get_json(url: str, params: dict[str, object], timeout: float) -> dict:
-    with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=timeout) as resp:
-        return json.load(resp)
-
-
-def get_weather(city: str, timeout: float = 10.0) -> dict:
-    """Current weather for ``city``: temperature, wind speed (km/h) and WMO weather code."""
-    if not city.strip():
-        raise ValueError("city must not be empty")
-    places = _get_json(GEOCODE_URL, {"name": city, "count": 1}, timeout).get("results") or []
-    if not places:
-        raise LookupError(f"unknown city: {city}")
-    params = {"latitude": places[0]["latitude"], "longitude": places[0]["longitude"], "current_weather": "true"UNIT}
-    current = _get_json(FORECAST_URL, params, timeout)["current_weather"]
-    return {"city": city, "TEMP": current["temperature"], "wind_kmh": current["windspeed"],
-            "code": current["weathercode"]}
-'''
-
-_WEATHER_ASYNC = '''import httpx
-
-GEOCODE_URL = "https://geocoding-api.open-meteo.com/v1/search"
-FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
-
-
-async def get_weather(city: str, timeout: float = 10.0) -> dict:
-    """Current weather for ``city``: temperature, wind speed (km/h) and WMO weather code."""
-    if not city.strip():
-        raise ValueError("city must not be empty")
-    async with httpx.AsyncClient(timeout=timeout) as client:
-        geo = await client.get(GEOCODE_URL, params={"name": city, "count": 1})
-        geo.raise_for_status()
-        places = geo.json().get("results") or []
-        if not places:
-            raise LookupError(f"unknown city: {city}")
-        params = {"latitude": places[0]["latitude"], "longitude": places[0]["longitude"], "current_weather": "true"UNIT}
-        resp = await client.get(FORECAST_URL, params=params)
-        resp.raise_for_status()
-    current = resp.json()["current_weather"]
-    return {"city": city, "TEMP": current["temperature"], "wind_kmh": current["windspeed"],
-            "code": current["weathercode"]}
-'''
-
-
-def _code(user: str, tag: str) -> str:
-    subject, flags = _subject(user), _flags(user)
-    if flags["weather"]:
-        source = _WEATHER_ASYNC if flags["async"] else _WEATHER_SYNC
-        unit = ', "temperature_unit": "fahrenheit"' if flags["fahrenheit"] else ""
-        source = source.replace("UNIT", unit).replace("TEMP", "temp_f" if flags["fahrenheit"] else "temp_c")
-    else:
-        name = _function_name(subject)
-        source = (
-            f"def {name}(value: str) -> str:\n"
-            f'    """{subject}."""\n'
-            "    if not value:\n"
-            '        raise ValueError("value must not be empty")\n'
-            "    return value.strip()\n"
-        )
-    return f"```python\n# {tag}: deterministic built-in model, no API call was made\n{source}```"
-
-
-def _check(user: str, tag: str) -> str:
-    blocks = _CODE_BLOCK.findall(user)
-    findings: list[str] = []
-    for block in blocks:
-        try:
-            compile(block, "<generated>", "exec")
-        except SyntaxError as exc:
-            findings.append(f"syntax error at line {exc.lineno}: {exc.msg}")
-    code = "\n".join(blocks) or user
-    if "timeout" not in code:
-        findings.append("HTTP calls have no timeout")
-    if "raise " not in code:
-        findings.append("invalid input is not rejected")
-    lines = [f"[{tag}] Checked {len(blocks)} code block(s) for errors."]
-    if findings:
-        lines += [f"- {finding}" for finding in findings]
-        lines.append("Verdict: fix")
-    else:
-        lines += [
-            "- compiles without syntax errors",
-            "- every HTTP call has a timeout" if "http" in code.lower() else "- no I/O without bounds",
-            "- invalid input raises a clear exception",
-            "Verdict: ok",
-        ]
-    return "\n".join(lines)
-
-
-def _tests(user: str, tag: str) -> str:
-    flags = _flags(user)
-    if not flags["weather"]:
-        name = _function_name(_subject(user))
-        body = (
-            "import pytest\n\n"
-            f"from solution import {name}\n\n\n"
-            f"def test_{name}_strips_input():\n"
-            f'    assert {name}("  x  ") == "x"\n\n\n'
-            f"def test_{name}_rejects_empty_input():\n"
-            "    with pytest.raises(ValueError):\n"
-            f'        {name}("")\n'
-        )
-        return f"```python\n# {tag}: deterministic built-in model\n{body}```"
-    temp = "temp_f" if flags["fahrenheit"] else "temp_c"
-    if flags["async"] or "async def get_weather" in user:
-        body = (
-            "import httpx\nimport pytest\nimport respx\n\nfrom weather import get_weather\n\n\n"
-            "@respx.mock\nasync def test_returns_current_weather():\n"
-            '    respx.get(url__regex=r".*geocoding.*").respond(json={"results": [{"latitude": 1, "longitude": 2}]})\n'
-            '    respx.get(url__regex=r".*forecast.*").respond(\n'
-            '        json={"current_weather": {"temperature": 21.5, "windspeed": 7.0, "weathercode": 1}}\n'
-            "    )\n"
-            f'    assert (await get_weather("Paris"))["{temp}"] == 21.5\n\n\n'
-            "@respx.mock\nasync def test_unknown_city_raises_lookup_error():\n"
-            '    respx.get(url__regex=r".*geocoding.*").respond(json={"results": []})\n'
-            "    with pytest.raises(LookupError):\n"
-            '        await get_weather("Atlantis")\n'
-        )
-    else:
-        body = (
-            "from unittest import mock\n\nimport pytest\n\nimport weather\n\n\n"
-            "def test_returns_current_weather():\n"
-            "    replies = [\n"
-            '        {"results": [{"latitude": 1, "longitude": 2}]},\n'
-            '        {"current_weather": {"temperature": 21.5, "windspeed": 7.0, "weathercode": 1}},\n'
-            "    ]\n"
-            '    with mock.patch.object(weather, "_get_json", side_effect=replies):\n'
-            f'        assert weather.get_weather("Paris")["{temp}"] == 21.5\n\n\n'
-            "def test_unknown_city_raises_lookup_error():\n"
-            '    with mock.patch.object(weather, "_get_json", return_value={"results": []}):\n'
-            "        with pytest.raises(LookupError):\n"
-            '            weather.get_weather("Atlantis")\n'
-        )
-    body += "\n\ndef test_empty_city_is_rejected():\n    with pytest.raises(ValueError):\n"
-    body += '        weather.get_weather(" ")\n'
-    if flags["async"] or "async def get_weather" in user:
-        body = body.replace('weather.get_weather(" ")', 'await get_weather(" ")').replace(
-            "def test_empty_city", "async def test_empty_city"
-        )
-    return f"```python\n# {tag}: deterministic built-in model, no API call was made\n{body}```"
-
-
-def _general(user: str, tag: str) -> str:
-    return f"[{tag}] Noted: {_subject(user)}. (Offline model: set OPENAI_BASE_URL or OPENAI_API_KEY for a real one.)"
-
-
-_ANSWERS = {"analyse": _analyse, "code": _code, "check": _check, "tests": _tests, "general": _general}

@@ -8,7 +8,6 @@ explicit: exponential backoff with jitter, a server's ``Retry-After`` honoured u
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import math
 import random
 import threading
@@ -88,6 +87,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / divisor
         except ValueError:
+            import email.utils  # here: an HTTP date is rare, and the module costs start-up time (bench W5C)
+
             parsed = email.utils.parsedate_tz(value)
             if parsed is None:
                 continue

@@ -14,10 +14,15 @@ Arguments are validated by a pydantic model built from the signature (``Annotate
 adds a description to the schema). A tool's result must be plain data (dict, list, str, numbers, bool, None) or a
 pydantic model, which is dumped to JSON-compatible data; it is journaled, so a re-run of the task does not call the
 tool again.
+
+A sync tool runs in a worker thread (``asyncio.to_thread``, which carries the caller's contextvars), never on the
+event loop: a slow or blocking tool does not hold up the tasks running beside it, the run's other I/O, or a Ctrl-C.
+An async tool is awaited on the loop.
 '''
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -93,7 +98,7 @@ class Tool:
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
     async def ainvoke(self, arguments: str | Mapping[str, Any]) -> Any:
-        """Validate ``arguments``, call the tool (awaiting it if async) and return its result as plain data."""
+        """Validate ``arguments``, call the tool (a sync one in a worker thread) and return its result as plain data."""
         return await _bind(self, self.validate(arguments))()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -125,8 +130,10 @@ def tool_node(
     results_key: str = "tool_results",
     messages_key: str | None = None,
     on_error: Literal["result", "raise"] = "result",
+    parallel: bool = False,
 ) -> Callable[[Any, NodeContext], Any]:
-    """An async node ``(state, ctx) -> dict`` running the tool calls in ``state.<calls_key>``, in order.
+    """An async node ``(state, ctx) -> dict`` running the tool calls in ``state.<calls_key>``, in order (with
+    ``parallel=True``: all at once, as a model's parallel tool calls are meant to run).
 
     Each call (``{"id", "function": {"name", "arguments"}}``, as a model sends it) is journaled with ``ctx.aeffect``.
     The node writes one result per call to ``results_key``: ``{"tool_call_id", "name", "output"}``, or
@@ -135,6 +142,10 @@ def tool_node(
     :class:`~nodes.errors.ToolError` instead. An exception raised *by* a tool always propagates: the node fails and
     the engine's retry policy applies; calls already journaled are not repeated. With ``messages_key``, ``role:
     "tool"`` messages for the conversation are written there too.
+
+    With ``parallel``, the calls are validated in order, then run concurrently (sync tools each in a worker thread);
+    results are still written in call order, each call has its own journal entry, and when tools raise, the node
+    waits for every call to finish, then raises the exception of the first failing call in call order.
     """
     by_name: dict[str, Tool] = {}
     for item in tools:
@@ -145,6 +156,7 @@ def tool_node(
 
     async def node(state: Any, ctx: NodeContext) -> dict[str, Any]:
         results: list[dict[str, Any]] = []
+        pending: list[tuple[dict[str, Any], Callable[[], Any]]] = []  # parallel: the calls to run, with their result
         for call in state_get(state, calls_key) or []:
             function = call.get("function") or {}
             name, call_id = str(function.get("name", "")), call.get("id")
@@ -161,8 +173,17 @@ def tool_node(
                     raise
                 result["error"] = str(exc)
             else:
-                result["output"] = await ctx.aeffect(_bind(found, arguments))
+                if parallel:
+                    pending.append((result, _bind(found, arguments)))
+                else:
+                    result["output"] = await ctx.aeffect(_bind(found, arguments))
             results.append(result)
+        if pending:
+            outputs = await asyncio.gather(*(ctx.aeffect(run) for _, run in pending), return_exceptions=True)
+            for (result, _), output in zip(pending, outputs, strict=True):
+                if isinstance(output, BaseException):
+                    raise output
+                result["output"] = output
         update: dict[str, Any] = {results_key: results}
         if messages_key is not None:
             update[messages_key] = [
@@ -176,15 +197,24 @@ def tool_node(
 
 def _bind(found: Tool, arguments: dict[str, Any]) -> Callable[[], Any]:
     """The effect for one call: a closure, so only its (plain) result reaches the journal."""
+    is_async = _is_async(found.fn)
 
     async def run() -> Any:
-        result = found.fn(**arguments)
-        if inspect.isawaitable(result):
-            result = await result
+        if is_async:
+            result = await found.fn(**arguments)
+        else:  # in a worker thread (with this context's contextvars): a blocking tool must not block the event loop
+            result = await asyncio.to_thread(found.fn, **arguments)
+            if inspect.isawaitable(result):  # a sync function that returned an awaitable
+                result = await result
         return _plain(result)
 
     run.__name__ = run.__qualname__ = f"tool:{found.name}"
     return run
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """``fn`` is an async function (or a partial of one, or an object with an async ``__call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _plain(value: Any) -> Any:

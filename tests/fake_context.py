@@ -7,6 +7,7 @@ check that a recorded effect is not executed again. Results must be plain data, 
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import inspect
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 __all__ = ["FakeContext", "Interrupted"]
 
 _MISSING: Any = object()
+_CURRENT_EFFECT: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("fake_effect", default=None)
 
 
 class Interrupted(Exception):
@@ -54,7 +56,9 @@ class FakeContext:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.thread_id}:{self.task_id}:{self._effects}"
+        current = _CURRENT_EFFECT.get()
+        index = current[1] if current is not None and current[0] is self else self._effects
+        return f"{self.thread_id}:{self.task_id}:{index}"
 
     def rerun(self, *, answer: Any = _MISSING) -> FakeContext:
         """The same task run again, sharing this run's journal."""
@@ -69,13 +73,17 @@ class FakeContext:
         )
 
     async def aeffect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        index = self._effects
-        if index not in self.journal:
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            self._record(index, result)
+        index = self._effects  # taken when the call is made, as the engine does: concurrent calls get their own
         self._effects += 1
+        if index not in self.journal:
+            token = _CURRENT_EFFECT.set((self, index))  # the key read inside the call names this call
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            finally:
+                _CURRENT_EFFECT.reset(token)
+            self._record(index, result)
         return copy.deepcopy(self.journal[index])
 
     def effect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

@@ -17,7 +17,7 @@ from fake_context import FakeContext
 from openai_server import FakeOpenAIServer, completion, error, html_page, slow
 
 import nodes
-from nodes import OFFLINE_MODEL, ChatModel, LLMError, LLMRetry, PromptError, chat_node, llm_calls, tool, tool_node
+from nodes import ChatModel, LLMError, LLMRetry, PromptError, chat_node, llm_calls, tool, tool_node
 
 KEY = "sk-test-secret-key-123456"
 
@@ -228,38 +228,6 @@ async def test_configuration_from_the_environment(server: FakeOpenAIServer, monk
     monkeypatch.setenv("GRAPHCKPT_OFFLINE", "1")
     await chat_node("Say {request}", output_key="answer")({"request": "hello"}, FakeContext())
     assert server.request_count == 1  # forced offline: the server saw nothing new
-
-
-async def test_offline_by_default_is_deterministic() -> None:
-    node = chat_node("Request: {request}", output_key="answer", system="Write the code for the request.")
-    before = llm_calls.calls
-    first, second = FakeContext(), FakeContext()
-    a = await node(Task(), first)
-    b = await node(Task(), second)
-    assert a == b
-    assert "def get_weather(city: str" in a["answer"]
-    assert OFFLINE_MODEL in a["answer"]
-    assert first.usage == second.usage
-    model, prompt_tokens, completion_tokens = first.usage[0]
-    assert (model, prompt_tokens) == (OFFLINE_MODEL, 12)
-    assert completion_tokens == len(a["answer"].split())
-    assert llm_calls.calls - before == 2
-    other = await node(Task(request="write a weather lookup function, async, in fahrenheit"), FakeContext())
-    assert other != a and "async def get_weather" in other["answer"]
-
-
-@pytest.mark.parametrize(
-    ("system", "expected"),
-    [
-        ("Analyse the request.", "Analysis of: write a weather lookup function"),
-        ("Write the code.", "def get_weather"),
-        ("Check the code for errors.", "Verdict:"),
-        ("Write unit tests for the code.", "def test_unknown_city_raises_lookup_error"),
-    ],
-)
-async def test_offline_model_answers_each_demo_step(system: str, expected: str) -> None:
-    update = await chat_node("Request: {request}", output_key="answer", system=system)(Task(), FakeContext())
-    assert expected in update["answer"]
 
 
 async def test_prompt_function_and_parse(server: FakeOpenAIServer, sleeps: Sleeps) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
+import threading
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
 from fake_context import FakeContext
 
+from graphckpt import END, START, StateGraph
+from graphckpt.savers.sqlite import SqliteSaver
 from nodes import Tool, ToolError, tool, tool_node
 
 invocations: list[str] = []
@@ -181,3 +186,85 @@ async def test_pydantic_state_plain_functions_and_no_calls() -> None:
 def test_duplicate_tool_names_are_refused() -> None:
     with pytest.raises(ValueError, match="two tools are named 'get_weather'"):
         tool_node([get_weather, get_weather])
+
+
+# -- sync tools run in worker threads ----------------------------------------------------------------------------------
+# Each tool below waits on a barrier that two calls must reach. Run one at a time (on the event loop, as sync tools
+# once were), the first call waits alone and the barrier breaks after its timeout: the test fails instead of hanging.
+
+
+def _meeting_tool(barrier: threading.Barrier, seen: list[str]) -> Tool:
+    @tool
+    def meet(who: str) -> str:
+        """Wait until the other call arrives too."""
+        seen.append(f"{who} in {threading.current_thread().name}")
+        barrier.wait()  # raises BrokenBarrierError after the barrier's timeout if the other call never comes
+        return f"{who} met"
+
+    return meet
+
+
+async def test_sync_tools_of_parallel_tasks_overlap(tmp_path: Path) -> None:
+    class Trip(pydantic.BaseModel):
+        tool_calls: list[dict[str, Any]] = []
+        a: list[dict[str, Any]] = []
+        b: list[dict[str, Any]] = []
+
+    barrier, seen = threading.Barrier(2, timeout=30), []
+    meet = _meeting_tool(barrier, seen)
+    g = StateGraph(Trip)
+    g.add_node("left", tool_node([meet], calls_key="tool_calls", results_key="a"))
+    g.add_node("right", tool_node([meet], calls_key="tool_calls", results_key="b"))
+    g.add_edge(START, "left")
+    g.add_edge(START, "right")
+    g.add_edge("left", END)
+    g.add_edge("right", END)
+    async with g.compile(saver=SqliteSaver(tmp_path / "runs.db")) as app:
+        out = await app.ainvoke({"tool_calls": [call("meet", {"who": "x"})]}, thread_id="t1")
+    assert out.values.a == out.values.b == [{"tool_call_id": "c1", "name": "meet", "output": "x met"}]
+    assert not any("MainThread" in s for s in seen)  # each call ran in a worker thread, not on the loop's thread
+
+
+async def test_parallel_tool_calls_of_one_message_overlap() -> None:
+    barrier, seen = threading.Barrier(2, timeout=30), []
+    node = tool_node([_meeting_tool(barrier, seen), get_weather], parallel=True)
+    calls = [call("meet", {"who": "a"}, "c1"), call("nope", {}, "c2"), call("meet", {"who": "b"}, "c3")]
+    ctx = FakeContext()
+    update = await node({"tool_calls": calls}, ctx)
+    assert update["tool_results"] == [  # in call order, whatever order they finished in
+        {"tool_call_id": "c1", "name": "meet", "output": "a met"},
+        {"tool_call_id": "c2", "name": "nope", "error": "unknown tool 'nope' (known tools: get_weather, meet)"},
+        {"tool_call_id": "c3", "name": "meet", "output": "b met"},
+    ]
+    assert len(seen) == 2
+    assert await node({"tool_calls": calls}, ctx.rerun()) == update  # journaled: the re-run meets nobody
+    assert len(seen) == 2
+
+
+async def test_parallel_calls_raise_the_first_failure_in_call_order() -> None:
+    started = threading.Barrier(2, timeout=30)
+
+    @tool
+    def fail(n: int) -> int:
+        """Both calls start, then each raises."""
+        started.wait()
+        raise LookupError(f"call {n}")
+
+    with pytest.raises(LookupError, match="call 1"):
+        await tool_node([fail], parallel=True)(
+            {"tool_calls": [call("fail", {"n": 1}), call("fail", {"n": 2})]}, FakeContext()
+        )
+
+
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+
+
+async def test_a_sync_tool_sees_the_callers_contextvars() -> None:
+    @tool
+    def which() -> str:
+        """The request id of the caller, read in the worker thread."""
+        return f"{_REQUEST.get()} in {threading.current_thread() is threading.main_thread()}"
+
+    _REQUEST.set("req-7")
+    update = await tool_node([which])({"tool_calls": [call("which", {})]}, FakeContext())
+    assert update["tool_results"][0]["output"] == "req-7 in False"

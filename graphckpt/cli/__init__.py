@@ -11,8 +11,8 @@
 
 The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL
 (``?schema=NAME`` picks the schema of the tables). Only ``run`` and ``import`` create a database or its tables.
-Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error; errors are one line
-on stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
+Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error, 130 stopped by Ctrl-C,
+143 stopped by SIGTERM; errors are one line on stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ PostgreSQL database as user@host:port/dbname, never with its password.
 load). Reading commands (threads, history, show, diff, export, import) never import or call code named by stored
 data: values are read as stored (models as plain data) unless you pass --graph MODULE:ATTR.
 --json prints strict JSON: NaN and infinite numbers are printed as null.
-Exit status: 0 success, 1 runtime error, 2 usage error."""
+The first Ctrl-C or SIGTERM stops a run after its running task(s); a second one quits at once.
+Exit status: 0 success, 1 runtime error, 2 usage error, 130 stopped by Ctrl-C, 143 stopped by SIGTERM."""
 
 _DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
 
@@ -247,10 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.demo_args = [a for a in extra if a != "--"]
     try:
         return _dispatch(args)
-    except (KeyboardInterrupt, asyncio.CancelledError):
+    except (KeyboardInterrupt, asyncio.CancelledError):  # stopped before a run was under way (or a sync command)
         thread = getattr(args, "thread", None)
-        hint = f"; the thread keeps its last checkpoint: `graphckpt resume {shlex.quote(thread)}`" if thread else ""
-        return _fail(f"interrupted{hint}", 130)
+        ctrl_c = getattr(args, "ctrl_c", None)
+        signum = ctrl_c.signum if isinstance(ctrl_c, CtrlC) and ctrl_c.signum is not None else signal.SIGINT
+        hint = f" (resume with: graphckpt resume {shlex.quote(thread)})" if thread else ""
+        sys.stderr.write(f"graphckpt: stopped{_BY[signum]}{hint}\n")
+        return stop_exit_status(signum)
     except BrokenPipeError:  # e.g. `graphckpt history t1 | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -266,46 +270,81 @@ def _tolerant_output() -> None:
                 reconfigure(errors="backslashreplace")
 
 
+def stop_exit_status(signum: int) -> int:
+    """The exit status of a command stopped by signal ``signum``: 128 + its number (130 Ctrl-C, 143 SIGTERM)."""
+    return 128 + int(signum)
+
+
+_BY: dict[int, str] = {signal.SIGINT: "", signal.SIGTERM: " on SIGTERM"}
+"""How a stop message names the signal (a Ctrl-C is the usual case and goes unnamed)."""
+
+SHOW_CURSOR = "\x1b[?25h"
+
+
 class CtrlC:
-    """What the first Ctrl-C does: cancel the command, or, while ``run``/``resume`` consume the checkpoints of a run
-    (``stop`` is set by :func:`graphckpt.cli.commands._drive`), ask it to stop once the running task(s) committed."""
+    """What the first Ctrl-C (or SIGTERM) does: cancel the command, or, while ``run``/``resume`` consume the
+    checkpoints of a run (``stop`` and ``display`` are set by :func:`graphckpt.cli.commands._drive`), ask it to stop
+    once the running task(s) committed. :meth:`restore_terminal` undoes the live display for an exit that skips it."""
 
     def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.task = task
         self.stop: asyncio.Event | None = None
+        self.display: Any = None
+        """The run's live display (it has ``stop()``), while there is one."""
+        self.signum: int | None = None
+        """The signal that asked to stop (``SIGINT`` or ``SIGTERM``), once one did."""
 
-    def first(self) -> None:
+    def first(self, signum: int = signal.SIGINT) -> None:
+        self.signum = signum
         if self.stop is not None:
             self.stop.set()
         elif self.task is not None:
             self.task.cancel()
 
+    def restore_terminal(self) -> None:
+        """Stop the live display (its spinner line is erased) and show the cursor again."""
+        display, self.display = self.display, None
+        if display is not None:
+            with contextlib.suppress(Exception):  # on the way out: restoring the cursor below matters more
+                display.stop()
+        with contextlib.suppress(OSError, ValueError):
+            if sys.stderr.isatty():
+                sys.stderr.write(SHOW_CURSOR)
+            sys.stderr.flush()
+
 
 def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
-    """First Ctrl-C: say so at once and stop the run after the running task(s) (their step is committed; before a
-    run is under way, the command is cancelled); second Ctrl-C: quit now. Either way every committed checkpoint is
-    already durable."""
-    presses = 0
+    """First Ctrl-C or SIGTERM (``docker stop``, systemd): say so at once and stop the run after the running task(s)
+    (their step is committed; before a run is under way, the command is cancelled); a second one: restore the
+    terminal and quit now. Either way every committed checkpoint is already durable. Exit status 130 for Ctrl-C,
+    143 for SIGTERM."""
+    signals = 0
 
-    def on_sigint() -> None:
-        nonlocal presses
-        presses += 1
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
         hint = f"; `graphckpt resume {shlex.quote(thread)}` continues it" if thread else ""
-        if presses == 1:
-            sys.stderr.write(f"graphckpt: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n")
+        if signals == 1:
+            what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            sys.stderr.write(
+                f"graphckpt: {what}: stopping after the running task(s){hint} (Ctrl-C again to quit now)\n"
+            )
             sys.stderr.flush()
-            ctrl_c.first()
+            ctrl_c.first(signum)
         else:
-            sys.stderr.write(f"graphckpt: interrupted{hint}\n")
+            ctrl_c.restore_terminal()
+            sys.stderr.write(f"graphckpt: quit without waiting for the running task(s){hint}\n")
             sys.stderr.flush()
-            os._exit(130)
+            os._exit(stop_exit_status(signum))
 
     with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers here (not the main thread)
-        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_sigint)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS
+    from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS, Stopped
     from graphckpt.cli.session import CliError, Database, Session, scrub_password
     from graphckpt.errors import CorruptCheckpointError, GraphckptError
 
@@ -330,6 +369,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                 return result
 
         return asyncio.run(run())
+    except Stopped as exc:  # not an error: the user asked for it
+        sys.stderr.write(f"graphckpt: {exc}\n")
+        return exc.exit_code
     except CliError as exc:
         if debug:
             raise

@@ -14,6 +14,7 @@ import inspect
 import json
 import os
 import shlex
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -34,7 +35,7 @@ from graphckpt.cli.session import (
 )
 from graphckpt.errors import GraphckptError, ThreadNotFoundError
 
-__all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS"]
+__all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
 
 def _print_json(data: Any) -> None:
@@ -42,10 +43,13 @@ def _print_json(data: Any) -> None:
     print(json.dumps(records.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
 
 
-class _Interrupted(CliError):
-    """The run stopped at the user's Ctrl-C."""
+class Stopped(CliError):
+    """The run stopped after its running task(s), as a Ctrl-C (exit status 130) or SIGTERM (143) asked. Reported as
+    a stop, not an error (and not as "interrupted", which is a thread status: waiting for a person)."""
 
-    exit_code = 130
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _payload_text(payload: Any) -> str:
@@ -127,6 +131,7 @@ async def _drive(
     ctrl_c = getattr(args, "ctrl_c", None)
     if ctrl_c is not None:
         ctrl_c.stop = stop
+        ctrl_c.display = display
     try:
         with display.running(verb) if display is not None else contextlib.nullcontext():
             async for snap in stream:
@@ -144,16 +149,14 @@ async def _drive(
         raise
     finally:
         if ctrl_c is not None:
-            ctrl_c.stop = None
+            ctrl_c.stop = ctrl_c.display = None
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()  # a stream left midway stops its run (the next step's tasks are cancelled)
     if stop.is_set() and seen and seen[-1].status == "running":  # else the run ended anyway: report it
-        last = seen[-1]
-        raise _Interrupted(
-            f"interrupted after step {last.step} (checkpoint {last.checkpoint_id}); the thread keeps its last "
-            f"checkpoint: `{_resume_hint(thread_id)}`"
-        )
+        last, signum = seen[-1], getattr(ctrl_c, "signum", None) or signal.SIGINT
+        by = " on SIGTERM" if signum == signal.SIGTERM else ""
+        raise Stopped(f"stopped after step {last.step}{by} (resume with: {_resume_hint(thread_id)})", 128 + signum)
     final = await app.aget_state(thread_id)
     used = sum(records.tokens(records.metadata_of(snap)) for snap in seen)
     if args.json:

@@ -267,6 +267,12 @@ class StepDisplay:
             finally:
                 self._status = None
 
+    def stop(self) -> None:
+        """Stop the live display now (spinner line erased, cursor shown), for an exit that skips :meth:`running`."""
+        status, self._status = self._status, None
+        if status is not None:
+            status.stop()
+
     def checkpoint(self, snap: Snapshot) -> None:
         """Called for every checkpoint the run commits."""
         self.steps += 1
