@@ -16,6 +16,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
+
+    GraphckptWarning(UserWarning)            a graph that runs but is likely a mistake (an unreachable node, ...)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "CorruptCheckpointError",
     "GraphSetupError",
     "GraphckptError",
+    "GraphckptWarning",
     "InvalidUpdateError",
     "NodeError",
     "NodeTimeoutError",
@@ -40,6 +43,11 @@ __all__ = [
 
 class GraphckptError(Exception):
     """The root of every error raised by graphckpt."""
+
+
+class GraphckptWarning(UserWarning):
+    """Something graphckpt accepts, as LangGraph does, that is likely a mistake: a node nothing leads to, a node with
+    no way on to END. Turn it into an error with ``warnings.simplefilter("error", GraphckptWarning)``."""
 
 
 class GraphSetupError(GraphckptError, ValueError):
