@@ -18,13 +18,14 @@ from graphckpt.checkpoint import (
     TaskError,
     ThreadInfo,
 )
-from graphckpt.context import Context
+from graphckpt.context import Context, current_context, interrupt
 from graphckpt.control import END, START, Command, Send
 from graphckpt.diff import Diff, FieldChange
 from graphckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     GraphckptError,
+    GraphckptWarning,
     GraphSetupError,
     InvalidUpdateError,
     NodeError,
@@ -38,7 +39,8 @@ from graphckpt.errors import (
     ThreadStateError,
 )
 from graphckpt.graph import StateGraph
-from graphckpt.retry import RetryPolicy
+from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
+from graphckpt.retry import RetryPolicy, default_retry_on
 from graphckpt.savers.base import Saver
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.state import append, merge
@@ -58,13 +60,17 @@ __all__ = [
     "FieldChange",
     "GraphSetupError",
     "GraphckptError",
+    "GraphckptWarning",
     "Interrupt",
     "InvalidUpdateError",
     "MemorySaver",
+    "MessagesState",
     "NodeError",
     "NodeTimeoutError",
     "NodeUsage",
+    "REMOVE_ALL_MESSAGES",
     "RecursionLimitError",
+    "RemoveMessage",
     "RetryPolicy",
     "START",
     "Saver",
@@ -83,6 +89,10 @@ __all__ = [
     "ThreadInfo",
     "ThreadNotFoundError",
     "ThreadStateError",
+    "add_messages",
     "append",
+    "current_context",
+    "default_retry_on",
+    "interrupt",
     "merge",
 ]
