@@ -108,11 +108,13 @@ class StateGraph:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         destinations: Iterable[str] | Mapping[str, str] = (),
+        retry_policy: RetryPolicy | None = None,
     ) -> StateGraph:
         """Add a node. ``fn(state)`` or ``fn(state, ctx)``, sync or async, returns a partial update dict, a
         :class:`~graphckpt.Command`, or ``None``. ``add_node(fn)`` uses ``fn.__name__``. ``timeout`` (seconds)
         bounds each attempt; ``destinations`` names the nodes a ``Command(goto=...)`` may send to (for validation
         and drawing; a mapping's keys are the nodes, as in LangGraph, where its values are edge labels).
+        ``retry_policy`` is LangGraph's name for ``retry``.
 
         A second parameter named ``config`` (or annotated ``RunnableConfig``) is refused: graphckpt would pass its
         :class:`~graphckpt.Context` there, not a LangGraph config. Declare ``(state, ctx)`` or ``(state)``."""
@@ -129,6 +131,10 @@ class StateGraph:
         if timeout is not None and timeout <= 0:
             raise GraphSetupError(f"node {name!r}: timeout must be positive seconds, not {timeout!r}")
         _refuse_config_parameter(fn, name)
+        if retry_policy is not None:
+            if retry is not None:
+                raise GraphSetupError(f"node {name!r}: give retry= or retry_policy= (the same), not both")
+            retry = retry_policy
         self.nodes[name] = NodeSpec(
             name=name,
             fn=fn,
