@@ -82,9 +82,7 @@ class RetryPolicy:
     """No wait is longer than this."""
     jitter: bool = True
     """Randomize each wait between half and all of its value, so retrying workers do not stampede."""
-    retry_on: type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool] = (
-        default_retry_on
-    )
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool] = default_retry_on
     """Exception types to retry, or a predicate deciding per exception. The default, :func:`default_retry_on`,
     retries transient errors (connections, timeouts of the node, HTTP 5xx) and not the ones that are bugs
     (``ValueError``, ``TypeError``, ``KeyError``, ...): pass ``retry_on=Exception`` to retry everything."""

@@ -4,14 +4,13 @@ Each field of the state schema (a pydantic model, a TypedDict or a dataclass) is
 the last write. A field declared ``Annotated[T, reducer]`` folds every write into its value with
 ``reducer(old, new)``; the built-in reducers are :func:`append` (list concatenation) and :func:`merge` (dict update).
 
-A reducer field starts at its declared default, or (a TypedDict field) at the empty value of its type (``list()``, ``dict()``,
-``set()``, ``int()``, ``str()``, ``tuple()``, ...; abstract collections such as ``Sequence`` start as the concrete
-empty one), so ``operator.add`` and ``max`` see a value of the right type on the first write, and a reducer field
-nobody wrote reads as that empty value. A type that cannot be built without arguments (``list[str] | None``, a
-model with required fields) has no start: its reducer gets ``None`` first.
+A reducer field starts at its declared default or, in a TypedDict, at the empty value of its type (``list()``,
+``dict()``, ``set()``, ``int()``, ``str()``, ``tuple()``, ...; abstract collections such as ``Sequence`` start as the
+concrete empty one), so ``operator.add`` and ``max`` see a value of the right type on the first write, and a reducer
+field nobody wrote reads as that empty value, as in LangGraph. A type that cannot be built without arguments
+(``list[str] | None``, a model with required fields) has no start: its reducer gets ``None`` first. (Only values
+change: stored threads load as before, an unwritten field filled in from the start value.)
 
-Storage: a plain channel stores its new value when it changes. A reducer channel stores the *writes* of each step
-(a delta) and a full snapshot every ``snapshot_every`` versions, so appending k bytes per step stores O(k) bytes.
 """
 
 from __future__ import annotations
