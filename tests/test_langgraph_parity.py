@@ -20,6 +20,7 @@ failures the day the engine matches; deliberate differences are asserted as such
 from __future__ import annotations
 
 import collections
+import dataclasses
 import inspect
 import operator
 import random
@@ -70,7 +71,7 @@ class Rm:
 
 
 Reducer = Literal["add", "max", "messages"] | None
-Kind = Literal["typeddict", "pydantic"]
+Kind = Literal["typeddict", "pydantic", "dataclass"]
 
 
 def keep_max(old: int, new: int) -> int:
@@ -89,8 +90,9 @@ class Spec:
     kind: Kind = "typeddict"
 
     def defaults(self) -> dict[str, Any]:
-        """What an unset field reads as in a pydantic state (every field has its type's empty value as default)."""
-        return {name: tp() for name, (tp, _) in self.fields.items()} if self.kind == "pydantic" else {}
+        """What an unset field reads as in a pydantic or dataclass state (every field defaults to its type's empty
+        value)."""
+        return {name: tp() for name, (tp, _) in self.fields.items()} if self.kind != "typeddict" else {}
 
 
 @dataclass
@@ -137,6 +139,11 @@ class Engine:
         }
         if spec.kind == "typeddict":
             return TypedDict("State", hints, total=False)  # type: ignore[operator]
+        if spec.kind == "dataclass":
+            return dataclasses.make_dataclass(
+                "State",
+                [(n, h, dataclasses.field(default_factory=spec.fields[n][0])) for n, h in hints.items()],
+            )
         definitions: dict[str, Any] = {
             name: (hint, pydantic.Field(default_factory=spec.fields[name][0])) for name, hint in hints.items()
         }
@@ -168,6 +175,8 @@ def neutral(value: Any) -> Any:
         return {"role": _ROLES.get(value.type, value.type), "content": value.content, "id": value.id}
     if isinstance(value, pydantic.BaseModel):
         return {k: neutral(getattr(value, k)) for k in type(value).model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: neutral(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {k: neutral(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -269,7 +278,7 @@ def _say(name: str) -> Callable[[dict[str, Any]], Any]:
     return lambda s: {"log": [name]}
 
 
-@pytest.mark.parametrize("kind", ["typeddict", "pydantic"])
+@pytest.mark.parametrize("kind", ["typeddict", "pydantic", "dataclass"])
 def test_linear(kind: Kind) -> None:
     spec = Spec(
         fields={**LOG, "text": (str, None)},
@@ -286,7 +295,7 @@ def test_linear(kind: Kind) -> None:
     assert out.final == {"log": ["a", "b"], "n": 20, "text": "hi!"}
 
 
-@pytest.mark.parametrize("kind", ["typeddict", "pydantic"])
+@pytest.mark.parametrize("kind", ["typeddict", "pydantic", "dataclass"])
 def test_loop_with_a_conditional_exit(kind: Kind) -> None:
     spec = Spec(
         fields=LOG,
@@ -389,7 +398,7 @@ def test_a_node_without_outgoing_edges_ends_its_branch() -> None:
     assert assert_parity(spec).final["log"] == ["a", "tail"]
 
 
-@pytest.mark.parametrize("kind", ["typeddict", "pydantic"])
+@pytest.mark.parametrize("kind", ["typeddict", "pydantic", "dataclass"])
 def test_reducers_start_at_their_types_empty_value(kind: Kind) -> None:
     spec = Spec(
         fields={"log": (list, "add"), "best": (int, "max"), "untouched": (list, "add"), "total": (int, "add")},
@@ -564,7 +573,7 @@ def random_spec(seed: int, *, parallel: bool) -> Spec:
     return Spec(fields=fields, nodes=nodes, input={}, edges=edges, branches=branches, kind=rng.choice(KINDS))
 
 
-KINDS: list[Kind] = ["typeddict", "pydantic"]
+KINDS: list[Kind] = ["typeddict", "pydantic", "dataclass"]
 
 PARALLEL_DIFFER: dict[int, str] = {
     100: "item 2: routers after two parallel nodes read `steps` with both writes; the frontier differs",
