@@ -341,11 +341,13 @@ class StateGraph:
         self.input_schema.check_required(update, node="input")
         return update
 
-    def output(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The part of a state's ``values`` a run's result shows: the ``output_schema``'s fields (all without one)."""
+    def output(self, values: Mapping[str, Any]) -> Any:
+        """What a run's result shows of the state ``values`` (the engine's dict of channel values): the
+        ``output_schema``'s fields, as that schema's dict, model or dataclass; the state as a node sees it without
+        an ``output_schema``."""
         if self.output_schema is None:
-            return dict(values)
-        return {k: v for k, v in values.items() if k in self.output_schema.channels}
+            return self.state.make(values)
+        return self.output_schema.make({k: v for k, v in values.items() if k in self.output_schema.channels})
 
     # -- drawing -----------------------------------------------------------------------------------------------------
 

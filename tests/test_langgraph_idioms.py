@@ -230,6 +230,11 @@ def test_input_and_output_schemas() -> None:
     assert g.output({"n": 2, "log": ["a"]}) == {"log": ["a"]}
     assert StateGraph(N).output({"n": 2}) == {"n": 2}
 
+    class Shown(pydantic.BaseModel):
+        log: list[str] = []
+
+    assert StateGraph(N, output_schema=Shown).output({"n": 2, "log": ["a"]}) == Shown(log=["a"])
+
     class Stray(TypedDict):
         other: int
 
