@@ -18,13 +18,14 @@ from graphckpt.checkpoint import (
     TaskError,
     ThreadInfo,
 )
-from graphckpt.context import Context
+from graphckpt.context import Context, current_context, interrupt
 from graphckpt.control import END, START, Command, Send
 from graphckpt.diff import Diff, FieldChange
 from graphckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     GraphckptError,
+    GraphckptWarning,
     GraphSetupError,
     InvalidNodeUpdateError,
     InvalidUpdateError,
@@ -41,7 +42,8 @@ from graphckpt.errors import (
     ThreadStateError,
 )
 from graphckpt.graph import StateGraph
-from graphckpt.retry import RetryPolicy
+from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
+from graphckpt.retry import RetryPolicy, default_retry_on
 from graphckpt.savers.base import Saver
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.state import append, merge
@@ -61,15 +63,19 @@ __all__ = [
     "FieldChange",
     "GraphSetupError",
     "GraphckptError",
+    "GraphckptWarning",
     "Interrupt",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
     "MemorySaver",
+    "MessagesState",
     "NodeError",
     "NodeSerializationError",
     "NodeTimeoutError",
     "NodeUsage",
+    "REMOVE_ALL_MESSAGES",
     "RecursionLimitError",
+    "RemoveMessage",
     "RetryPolicy",
     "START",
     "Saver",
@@ -89,6 +95,10 @@ __all__ = [
     "ThreadInfo",
     "ThreadNotFoundError",
     "ThreadStateError",
+    "add_messages",
     "append",
+    "current_context",
+    "default_retry_on",
+    "interrupt",
     "merge",
 ]

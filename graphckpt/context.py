@@ -1,10 +1,16 @@
-"""What a node sees besides the state: ``ctx.effect``, ``ctx.interrupt``, ``ctx.idempotency_key``, usage reporting."""
+"""What a node sees besides the state: ``ctx.effect``, ``ctx.interrupt``, ``ctx.idempotency_key``, usage reporting.
+
+A node declared ``(state)`` reaches its task's context through :func:`interrupt` (LangGraph's spelling of
+``ctx.interrupt``): creating a :class:`Context` makes it the current one of the asyncio task or worker-thread context
+that goes on to call the node (a weak reference, so it dies with the attempt and never keeps a finished run alive).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -13,12 +19,17 @@ from graphckpt.errors import GraphckptError
 if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
 
-__all__ = ["Context", "NodeInterrupt"]
+__all__ = ["Context", "NodeInterrupt", "current_context", "interrupt"]
 
 _CURRENT_EFFECT: contextvars.ContextVar[tuple[Context, int] | None] = contextvars.ContextVar(
     "graphckpt_current_effect", default=None
 )
 """The context and index of the effect whose function is running (see :attr:`Context.idempotency_key`)."""
+
+_CURRENT: contextvars.ContextVar[weakref.ref[Context] | None] = contextvars.ContextVar(
+    "graphckpt_current_context", default=None
+)
+"""The context of the attempt being run here (see :func:`current_context`)."""
 
 
 class NodeInterrupt(BaseException):
@@ -58,6 +69,7 @@ class Context:
         self._abandoned = False
         self.attempt = attempt
         """1 for the first attempt, 2 for the first retry, ..."""
+        _CURRENT.set(weakref.ref(self))  # the engine calls the node next, in this context or a copy of it
 
     @property
     def thread_id(self) -> str:
@@ -174,3 +186,23 @@ def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+def current_context() -> Context:
+    """The :class:`Context` of the node running here, for code that was not handed one (a node declared
+    ``(state)``, a helper it calls). Raises :class:`~graphckpt.errors.GraphckptError` outside a node."""
+    ref = _CURRENT.get()
+    ctx = ref() if ref is not None else None
+    if ctx is None:
+        raise GraphckptError(
+            "interrupt() and current_context() work only inside a node while it runs (not in a router, nor outside "
+            "a run)"
+        )
+    return ctx
+
+
+def interrupt(value: Any = None) -> Any:
+    """``ctx.interrupt(value)`` for the node running here: stop the thread as ``interrupted`` with ``value``; after
+    ``resume(thread_id, answer)`` the node runs again and this call returns ``answer``. Usable in a node declared
+    ``(state)``, sync or async, and in the functions it calls."""
+    return current_context().interrupt(value)

@@ -19,6 +19,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
     │   └── StoreNotSetUpError               graphckpt's tables are not there, and the saver may not create them
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
+
+    GraphckptWarning(UserWarning)            a graph that runs but is likely a mistake (an unreachable node, ...)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "CorruptCheckpointError",
     "GraphSetupError",
     "GraphckptError",
+    "GraphckptWarning",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
     "NodeError",
@@ -46,6 +49,11 @@ __all__ = [
 
 class GraphckptError(Exception):
     """The root of every error raised by graphckpt."""
+
+
+class GraphckptWarning(UserWarning):
+    """Something graphckpt accepts, as LangGraph does, that is likely a mistake: a node nothing leads to, a node with
+    no way on to END. Turn it into an error with ``warnings.simplefilter("error", GraphckptWarning)``."""
 
 
 class GraphSetupError(GraphckptError, ValueError):

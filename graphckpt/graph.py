@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import inspect
+import typing
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt.app import App
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import END, START
-from graphckpt.errors import GraphSetupError
+from graphckpt.errors import GraphckptWarning, GraphSetupError
 from graphckpt.retry import RetryPolicy
 from graphckpt.state import StateSchema
 
@@ -24,6 +26,13 @@ __all__ = ["Branch", "Join", "NodeSpec", "StateGraph"]
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 """Upgrades the stored values of a checkpoint written by schema version ``v`` to version ``v + 1``."""
+
+DEFAULT_RECURSION_LIMIT = 10007
+"""The default ``recursion_limit`` of :meth:`StateGraph.compile`: LangGraph 1.x's default (1.2 reads it from
+``LANGGRAPH_DEFAULT_RECURSION_LIMIT``, else 10007), so a loop that finishes under LangGraph's default finishes here."""
+
+ALL_NODES = "*"
+"""``interrupt_before="*"`` / ``interrupt_after="*"``: every node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +76,20 @@ class StateGraph:
     checkpoint written by version ``v`` to ``v + 1`` when it is loaded.
     """
 
-    def __init__(self, schema: type[Any], *, version: int = 1, migrations: Mapping[int, Migration] | None = None):
+    def __init__(
+        self,
+        schema: type[Any],
+        *,
+        input_schema: type[Any] | None = None,
+        output_schema: type[Any] | None = None,
+        version: int = 1,
+        migrations: Mapping[int, Migration] | None = None,
+    ):
         self.state = StateSchema(schema)
+        self.input_schema = _sub_schema(self.state, input_schema, "input_schema")
+        """The fields an input may carry (validated with this schema), or ``None``: any state field."""
+        self.output_schema = _sub_schema(self.state, output_schema, "output_schema")
+        """The fields a run's result shows, or ``None``: the whole state."""
         self.version = version
         self.migrations = dict(migrations or {})
         bad = [v for v in self.migrations if not 1 <= v < version]
@@ -88,12 +109,17 @@ class StateGraph:
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
-        destinations: Iterable[str] = (),
+        destinations: Iterable[str] | Mapping[str, str] = (),
+        retry_policy: RetryPolicy | None = None,
     ) -> StateGraph:
         """Add a node. ``fn(state)`` or ``fn(state, ctx)``, sync or async, returns a partial update dict, a
         :class:`~graphckpt.Command`, or ``None``. ``add_node(fn)`` uses ``fn.__name__``. ``timeout`` (seconds)
         bounds each attempt; ``destinations`` names the nodes a ``Command(goto=...)`` may send to (for validation
-        and drawing)."""
+        and drawing; a mapping's keys are the nodes, as in LangGraph, where its values are edge labels).
+        ``retry_policy`` is LangGraph's name for ``retry``.
+
+        A second parameter named ``config`` (or annotated ``RunnableConfig``) is refused: graphckpt would pass its
+        :class:`~graphckpt.Context` there, not a LangGraph config. Declare ``(state, ctx)`` or ``(state)``."""
         if fn is None:
             if not callable(name):
                 raise GraphSetupError(f"add_node({name!r}) needs a function")
@@ -106,6 +132,11 @@ class StateGraph:
             raise GraphSetupError(f"node {name!r}: {fn!r} is not callable")
         if timeout is not None and timeout <= 0:
             raise GraphSetupError(f"node {name!r}: timeout must be positive seconds, not {timeout!r}")
+        _refuse_config_parameter(fn, name)
+        if retry_policy is not None:
+            if retry is not None:
+                raise GraphSetupError(f"node {name!r}: give retry= or retry_policy= (the same), not both")
+            retry = retry_policy
         self.nodes[name] = NodeSpec(
             name=name,
             fn=fn,
@@ -132,6 +163,37 @@ class StateGraph:
             self.joins.append(Join(sources, target))
         return self
 
+    def add_sequence(self, nodes: Sequence[Callable[..., Any] | tuple[str, Callable[..., Any]]]) -> StateGraph:
+        """Add ``nodes`` (functions, named by ``__name__``, or ``(name, fn)`` pairs) and an edge from each to the
+        next. No edge from START or to END is added."""
+        if not nodes:
+            raise GraphSetupError("add_sequence() needs at least one node")
+        previous: str | None = None
+        for item in nodes:
+            if isinstance(item, tuple):
+                name, fn = item
+            else:
+                name, fn = getattr(item, "__name__", ""), item
+            self.add_node(name, fn)
+            if previous is not None:
+                self.add_edge(previous, name)
+            previous = name
+        return self
+
+    def set_entry_point(self, node: str) -> StateGraph:
+        """``add_edge(START, node)``."""
+        return self.add_edge(START, node)
+
+    def set_conditional_entry_point(
+        self, router: Callable[[Any], Any], path_map: Mapping[Hashable, str] | Sequence[str] | None = None
+    ) -> StateGraph:
+        """``add_conditional_edges(START, router, path_map)``: the router picks the first node(s) from the input."""
+        return self.add_conditional_edges(START, router, path_map)
+
+    def set_finish_point(self, node: str) -> StateGraph:
+        """``add_edge(node, END)``."""
+        return self.add_edge(node, END)
+
     def add_conditional_edges(
         self,
         source: str,
@@ -155,11 +217,15 @@ class StateGraph:
     # -- validation and compilation --------------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Raise :class:`GraphSetupError` naming the nodes if the structure is wrong.
+        """Raise :class:`GraphSetupError` naming the nodes if the structure is wrong; warn
+        (:class:`~graphckpt.errors.GraphckptWarning`) where it runs but is likely a mistake.
 
-        Checks unknown nodes in edges and path maps, nodes unreachable from START, nodes with no path to END. A
-        conditional edge without ``path_map`` may lead anywhere. (Plain breadth-first search, so compiling stays
-        cheap on the resume path; :meth:`to_networkx` gives the same graph for deeper analysis.)
+        Errors: unknown nodes in edges, path maps and destinations; no edge from START. Warnings, as LangGraph runs
+        such graphs: nodes unreachable from START, nodes from which END cannot be reached (a loop with no exit). A
+        conditional edge without ``path_map`` may lead anywhere, and so may a node with no outgoing edges and no
+        ``destinations`` (it may route with ``Command(goto=...)``; when it does not, its branch ends there). (Plain
+        breadth-first search, so compiling stays cheap on the resume path; :meth:`to_networkx` gives the same graph
+        for deeper analysis.)
         """
         known = set(self.nodes)
         problems: list[str] = []
@@ -185,20 +251,29 @@ class StateGraph:
             raise GraphSetupError("; ".join(problems))
         succ = self.successors()
         if not succ[START]:
-            raise GraphSetupError("the graph has no entry: add_edge(START, 'first_node')")
-        reachable = _reach(START, succ)
-        unreachable = sorted(known - reachable)
+            raise GraphSetupError("the graph has no entry: add_edge(START, 'first_node') or set_entry_point(...)")
+        for n in known:
+            if not succ[n]:  # may route anywhere with Command(goto=...), or end its branch
+                succ[n] = known | {END}
+        unreachable = sorted(known - _reach(START, succ))
         if unreachable:
-            raise GraphSetupError(f"node(s) unreachable from START: {', '.join(unreachable)}")
+            warnings.warn(
+                f"node(s) unreachable from START never run: {', '.join(unreachable)} (if a node goes there with "
+                "Command(goto=...), declare it: add_node(..., destinations=[...]))",
+                GraphckptWarning,
+                stacklevel=3,
+            )
         pred: dict[str, set[str]] = {n: set() for n in succ}
         for n, targets in succ.items():
             for t in targets:
                 pred[t].add(n)
-        stuck = sorted(known - _reach(END, pred))
+        stuck = sorted(known - _reach(END, pred) - set(unreachable))
         if stuck:
-            raise GraphSetupError(
-                f"node(s) with no path to END: {', '.join(stuck)} (add an edge to END, or declare the "
-                "destinations of a node that routes with Command)"
+            warnings.warn(
+                f"node(s) with no path to END: {', '.join(stuck)}: a run that reaches them loops until "
+                "recursion_limit (add an edge or a conditional edge to END)",
+                GraphckptWarning,
+                stacklevel=3,
             )
 
     def successors(self) -> dict[str, set[str]]:
@@ -225,19 +300,23 @@ class StateGraph:
         self,
         saver: Saver | None = None,
         *,
-        interrupt_before: Iterable[str] = (),
-        interrupt_after: Iterable[str] = (),
-        recursion_limit: int = 100,
+        interrupt_before: Iterable[str] | str = (),
+        interrupt_after: Iterable[str] | str = (),
+        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
         snapshot_every: int = 1000,
     ) -> App:
         """Validate, freeze and return the runnable :class:`~graphckpt.app.App`. The app runs a copy of the graph
         as it is now: adding nodes or edges to this builder afterwards does not change it.
 
         ``saver=None`` keeps checkpoints in a private :class:`~graphckpt.savers.memory.MemorySaver`.
-        ``recursion_limit`` bounds the super-steps of one run. ``snapshot_every`` is N of the storage rule: a
-        reducer channel stores a full snapshot every N versions and deltas in between.
+        ``interrupt_before`` / ``interrupt_after``: node names, or ``"*"`` for every node. ``recursion_limit``
+        bounds the node super-steps of one run (default :data:`DEFAULT_RECURSION_LIMIT`; graphckpt has no
+        ``__start__`` step, so a limit of n runs n node steps where LangGraph runs n - 1). ``snapshot_every`` is N of
+        the storage rule: a reducer channel stores a full snapshot every N versions and deltas in between.
         """
         self.validate()
+        interrupt_before = self._interrupt_nodes(interrupt_before, "interrupt_before")
+        interrupt_after = self._interrupt_nodes(interrupt_after, "interrupt_after")
         for name in (*interrupt_before, *interrupt_after):
             if name not in self.nodes:
                 raise GraphSetupError(f"interrupt on unknown node {name!r}")
@@ -245,6 +324,30 @@ class StateGraph:
             raise GraphSetupError("recursion_limit and snapshot_every must be at least 1")
         graph = self._freeze(frozenset(interrupt_before), frozenset(interrupt_after))
         return App(graph, saver, recursion_limit=recursion_limit, snapshot_every=snapshot_every)
+
+    def _interrupt_nodes(self, names: Iterable[str] | str, what: str) -> tuple[str, ...]:
+        if names == ALL_NODES:
+            return tuple(self.nodes)
+        if isinstance(names, str):
+            raise GraphSetupError(f'{what} takes a list of node names or "*", not the string {names!r}')
+        return tuple(names)
+
+    def validate_input(self, input: Any) -> dict[str, Any]:
+        """``input`` checked as a run's input: against ``input_schema`` when one was given (only its fields), else
+        as a state update."""
+        if self.input_schema is None:
+            return self.state.validate_update(input, node="input")
+        update = self.input_schema.validate_update(input, node="input")
+        self.input_schema.check_required(update, node="input")
+        return update
+
+    def output(self, values: Mapping[str, Any]) -> Any:
+        """What a run's result shows of the state ``values`` (the engine's dict of channel values): the
+        ``output_schema``'s fields, as that schema's dict, model or dataclass; the state as a node sees it without
+        an ``output_schema``."""
+        if self.output_schema is None:
+            return self.state.make(values)
+        return self.output_schema.make({k: v for k, v in values.items() if k in self.output_schema.channels})
 
     # -- drawing -----------------------------------------------------------------------------------------------------
 
@@ -265,6 +368,39 @@ def _reach(start: str, succ: Mapping[str, set[str]]) -> set[str]:
                 seen.add(nxt)
                 stack.append(nxt)
     return seen
+
+
+def _sub_schema(state: StateSchema, schema: type[Any] | None, what: str) -> StateSchema | None:
+    if schema is None or schema is state.schema:
+        return None
+    sub = StateSchema(schema)
+    extra = sorted(set(sub.channels) - set(state.channels))
+    if extra:
+        raise GraphSetupError(f"{what} has field(s) the state schema does not: {', '.join(extra)}")
+    return sub
+
+
+def _refuse_config_parameter(fn: Callable[..., Any], name: str) -> None:
+    """A LangGraph node ``(state, config)`` expects a ``RunnableConfig``; graphckpt would pass its Context there."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    for i, p in enumerate(params):
+        if i == 0 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            continue  # the state
+        hint = hints.get(p.name, p.annotation)
+        annotated = "RunnableConfig" in (getattr(hint, "__name__", None) or str(hint))
+        if (p.name == "config" and p.default is p.empty) or annotated:
+            raise GraphSetupError(
+                f"node {name!r}: its parameter {p.name!r} looks like LangGraph's RunnableConfig, which graphckpt "
+                "does not pass; declare the node (state) or (state, ctx) and read the thread, step and node from "
+                "ctx (ctx.thread_id, ctx.step, ctx.node)"
+            )
 
 
 def _positional_arity(fn: Callable[..., Any], name: str) -> int:

@@ -1,12 +1,67 @@
-"""Retrying a node: the policy, and the backoff it computes."""
+"""Retrying a node: the policy, the backoff it computes, and which errors are worth retrying by default."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RetryPolicy", "default_retry_on"]
+
+_BUGS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    ArithmeticError,
+    ImportError,
+    LookupError,
+    NameError,
+    SyntaxError,
+    RuntimeError,
+    ReferenceError,
+    StopIteration,
+    StopAsyncIteration,
+    OSError,
+)
+"""Errors that say the code or its input is wrong (or, for ``OSError``, the machine): another attempt fails the same
+way. ``ConnectionError`` is an ``OSError`` but transient, and is checked first."""
+
+
+def default_retry_on(exc: BaseException) -> bool:
+    """The default of :attr:`RetryPolicy.retry_on`, the same verdicts as LangGraph's default.
+
+    Retried: ``ConnectionError`` (refused, reset, aborted), graphckpt's own
+    :class:`~graphckpt.errors.NodeTimeoutError` (the node's ``timeout`` ran out: the classic transient failure), an
+    HTTP error of ``httpx`` or ``requests`` whose response status is 5xx (a ``requests`` error without a response
+    too), and any error not listed below. Not retried: ``ValueError``, ``TypeError``, ``ArithmeticError``,
+    ``ImportError``, ``LookupError``, ``NameError``, ``SyntaxError``, ``RuntimeError``, ``ReferenceError``,
+    ``StopIteration``, ``StopAsyncIteration`` and other ``OSError`` s (a plain ``TimeoutError`` among them, as in
+    LangGraph), and HTTP 4xx errors. httpx and requests are recognized without importing them."""
+    from graphckpt.errors import NodeTimeoutError
+
+    if isinstance(exc, (ConnectionError, NodeTimeoutError)):
+        return True
+    status = _http_status(exc)
+    if status is not None:
+        return status is _NO_RESPONSE or 500 <= status < 600
+    return not isinstance(exc, _BUGS)
+
+
+_NO_RESPONSE: Any = -1
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The response status of an ``httpx.HTTPStatusError`` or a ``requests.HTTPError`` (``_NO_RESPONSE`` for one
+    of requests without a response); ``None`` for any other error."""
+    for cls in type(exc).__mro__:
+        module, name = cls.__module__.split(".")[0], cls.__name__
+        if (module, name) == ("httpx", "HTTPStatusError") or (module, name) == ("requests", "HTTPError"):
+            response = getattr(exc, "response", None)
+            status = getattr(response, "status_code", None)
+            if isinstance(status, int):
+                return status
+            return _NO_RESPONSE if module == "requests" else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +82,10 @@ class RetryPolicy:
     """No wait is longer than this."""
     jitter: bool = True
     """Randomize each wait between half and all of its value, so retrying workers do not stampede."""
-    retry_on: type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool] = Exception
-    """Exception types to retry, or a predicate deciding per exception."""
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool] = default_retry_on
+    """Exception types to retry, or a predicate deciding per exception. The default, :func:`default_retry_on`,
+    retries transient errors (connections, timeouts of the node, HTTP 5xx) and not the ones that are bugs
+    (``ValueError``, ``TypeError``, ``KeyError``, ...): pass ``retry_on=Exception`` to retry everything."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -1,15 +1,22 @@
 """State schema -> channels: reducers, update validation, and the delta encoding of reducer channels.
 
-Each field of the state schema (a pydantic model or a TypedDict) is a *channel*. A plain field keeps the last write.
-A field declared ``Annotated[T, reducer]`` folds every write into its value with ``reducer(old, new)``; the built-in
-reducers are :func:`append` (list concatenation) and :func:`merge` (dict update).
+Each field of the state schema (a pydantic model, a TypedDict or a dataclass) is a *channel*. A plain field keeps
+the last write. A field declared ``Annotated[T, reducer]`` folds every write into its value with
+``reducer(old, new)``; the built-in reducers are :func:`append` (list concatenation) and :func:`merge` (dict update).
 
-Storage: a plain channel stores its new value when it changes. A reducer channel stores the *writes* of each step
-(a delta) and a full snapshot every ``snapshot_every`` versions, so appending k bytes per step stores O(k) bytes.
+A reducer field starts at its declared default or, in a TypedDict, at the empty value of its type (``list()``,
+``dict()``, ``set()``, ``int()``, ``str()``, ``tuple()``, ...; abstract collections such as ``Sequence`` start as the
+concrete empty one), so ``operator.add`` and ``max`` see a value of the right type on the first write, and a reducer
+field nobody wrote reads as that empty value, as in LangGraph. A type that cannot be built without arguments
+(``list[str] | None``, a model with required fields) has no start: its reducer gets ``None`` first. (Only values
+change: stored threads load as before, an unwritten field filled in from the start value.)
+
 """
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,12 +86,14 @@ class Channel:
         if self.reducer is None:
             return writes[-1]
         if self.reducer is append:
-            out = [] if value is _MISSING or value is None else list(value)
+            out = [] if value is _MISSING or value is None else list(value)  # no default: starts empty too
             for w in writes:
                 out.extend(w)
             return out
+        if value is _MISSING:
+            value = None if self.default is None else self.default()
         for w in writes:
-            value = self.reducer(None if value is _MISSING else value, w)
+            value = self.reducer(value, w)
         return value
 
 
@@ -94,17 +103,31 @@ class StateSchema:
     def __init__(self, schema: type[Any]) -> None:
         self.schema = schema
         self.is_model = isinstance(schema, type) and issubclass(schema, pydantic.BaseModel)
-        if not self.is_model and not typing_extensions.is_typeddict(schema):
-            raise GraphSetupError(f"state schema must be a pydantic BaseModel or a TypedDict, not {schema!r}")
+        self.is_dataclass = isinstance(schema, type) and dataclasses.is_dataclass(schema)
+        if not self.is_model and not self.is_dataclass and not typing_extensions.is_typeddict(schema):
+            raise GraphSetupError(
+                f"state schema must be a pydantic BaseModel, a TypedDict or a dataclass, not {schema!r}"
+            )
         self.channels: dict[str, Channel] = {}
         hints = typing.get_type_hints(schema, include_extras=True)
         model_fields = schema.model_fields if self.is_model else {}
+        data_fields = {f.name: f for f in dataclasses.fields(schema)} if self.is_dataclass else {}
+        self.required: tuple[str, ...] = ()
+        """Fields an input must give (pydantic and dataclass fields without a default)."""
         for name, hint in hints.items():
-            if self.is_model and name not in model_fields:
-                continue  # ClassVar and private attributes
+            if (self.is_model and name not in model_fields) or (self.is_dataclass and name not in data_fields):
+                continue  # ClassVar, InitVar and private attributes
             base, reducer = _split_reducer(name, hint)
             default: Callable[[], Any] | None = None
             checked = base
+            if self.is_dataclass:
+                dfield = data_fields[name]
+                if dfield.default_factory is not dataclasses.MISSING:
+                    default = dfield.default_factory
+                elif dfield.default is not dataclasses.MISSING:
+                    default = _copying(dfield.default)
+                else:
+                    self.required += (name,)
             if self.is_model:
                 field = model_fields[name]
                 if field.default_factory is not None:
@@ -116,6 +139,10 @@ class StateSchema:
                     # has them in both): a value the model would refuse must not be stored. (A reducer field's write
                     # is not its value: its constraints cannot be checked on one write.)
                     checked = typing.Annotated[(base, *field.metadata)]
+                if field.is_required():
+                    self.required += (name,)
+            elif not self.is_dataclass and reducer is not None:  # a TypedDict reducer field starts empty
+                default = _empty_value(base)
             self.channels[name] = Channel(name, base, pydantic.TypeAdapter(checked), reducer, default)
 
     def defaults(self) -> dict[str, Any]:
@@ -130,13 +157,18 @@ class StateSchema:
         copied = {k: _shallow_copy(v) for k, v in values.items()}
         if self.is_model:
             return self.schema.model_construct(**copied)
+        if self.is_dataclass:  # like model_construct: no __init__, no __post_init__ (the values were validated)
+            obj = object.__new__(self.schema)
+            for key, value in copied.items():
+                object.__setattr__(obj, key, value)
+            return obj
         return copied
 
     def validate_update(self, update: Any, *, node: str) -> dict[str, Any]:
         """Check that ``update`` is a mapping of known fields with values of the right type; returns it validated."""
         if update is None:
             return {}
-        if self.is_model and isinstance(update, self.schema):
+        if (self.is_model or self.is_dataclass) and isinstance(update, self.schema):
             raise InvalidUpdateError(
                 f"{node}: returned the state object; return a dict of only the fields it changes (a whole state "
                 "would append every reducer field to itself)"
@@ -155,9 +187,7 @@ class StateSchema:
         return out
 
     def check_required(self, values: Mapping[str, Any], *, node: str) -> None:
-        if not self.is_model:
-            return
-        missing = [n for n, f in self.schema.model_fields.items() if f.is_required() and n not in values]
+        missing = [n for n in self.required if n not in values]
         if missing:
             raise InvalidUpdateError(f"{node}: required state field(s) missing: {', '.join(missing)}")
 
@@ -240,6 +270,35 @@ def _copying(default: Any) -> Callable[[], Any]:
     if isinstance(default, (list, dict, set)):
         return lambda: default.copy()
     return lambda: default
+
+
+_ABSTRACT_EMPTY: dict[Any, Callable[[], Any]] = {
+    collections.abc.Sequence: list,
+    collections.abc.MutableSequence: list,
+    collections.abc.Collection: list,
+    collections.abc.Iterable: list,
+    collections.abc.Set: set,
+    collections.abc.MutableSet: set,
+    collections.abc.Mapping: dict,
+    collections.abc.MutableMapping: dict,
+}
+
+
+def _empty_value(annotation: Any) -> Callable[[], Any] | None:
+    """The start of a reducer field without a default: its type called with no arguments, when that works (for a
+    generic alias its origin: ``list[str]`` -> ``list()``). ``None`` when the type cannot be built so."""
+    tp = annotation
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    tp = typing.get_origin(tp) or tp
+    factory = _ABSTRACT_EMPTY.get(tp, tp)
+    if not isinstance(factory, type) or factory is type(None):
+        return None  # a Union, a Literal, a TypeVar, Any: no single empty value
+    try:
+        factory()
+    except Exception:
+        return None
+    return typing.cast(Callable[[], Any], factory)
 
 
 def _type_name(annotation: Any) -> str:

@@ -146,7 +146,7 @@ async def test_mutating_the_state_in_place_changes_nothing(saver: Saver) -> None
         seen.append(list(s.notes))
         s.notes.append("dirty")
         if ctx.attempt == 1:
-            raise RuntimeError("transient")
+            raise ConnectionError("transient")  # retried by the default policy (a RuntimeError is not)
         return {"n": 1}
 
     app = one_node(sloppy, retry=RetryPolicy(max_attempts=2, initial_interval=0)).compile(saver=saver)

@@ -19,7 +19,9 @@ def test_all_is_sorted_and_complete() -> None:
 
 def test_every_error_has_the_root() -> None:
     for name in errors.__all__:
-        assert issubclass(getattr(errors, name), errors.GraphckptError)
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.GraphckptWarning if issubclass(cls, Warning) else errors.GraphckptError)
+    assert issubclass(errors.GraphckptWarning, UserWarning)
     assert issubclass(errors.CheckpointNotFoundError, LookupError)
     assert issubclass(errors.GraphSetupError, ValueError)
 

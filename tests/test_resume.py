@@ -99,7 +99,7 @@ async def test_effect_journal_survives_many_retries_of_a_task(saver: Saver) -> N
         first = await ctx.aeffect(lambda: calls.append(1) or len(calls))
         second = await ctx.aeffect(asyncio.sleep, 0, "second")
         if ctx.attempt < 3:
-            raise ValueError("again")
+            raise ConnectionError("again")  # transient: retried by the default policy
         return {"log": [f"{first}-{second}-{ctx.idempotency_key.rsplit(':', 1)[1]}"]}
 
     from graphckpt import RetryPolicy
