@@ -113,7 +113,8 @@ class App(SyncFacade):
     ) -> AsyncIterator[Any]:
         """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
         ``answer``, when given, answers the open interrupt) and yield after every committed checkpoint:
-        ``updates``: ``{node: update}`` of the step; ``values``: the state; ``checkpoints``: the :class:`Snapshot`.
+        ``updates``: ``{node: update}`` of the step; ``values``: the state (only the ``output_schema``'s fields
+        when the graph has one); ``checkpoints``: the :class:`Snapshot` (the whole state).
         The run advances as the stream is read: it is never more than one step ahead of its reader, and a stream
         abandoned midway stops its run after the last step it committed."""
         if mode not in ("updates", "values", "checkpoints"):
@@ -135,7 +136,7 @@ class App(SyncFacade):
                 if update:
                     yield {k: v[0] if len(v) == 1 else v for k, v in update.items()}
             elif mode == "values":
-                yield self.codec.state.make(step.head.values)
+                yield self.graph.output(step.head.values)
             else:
                 yield self.store.snapshot(step.head, step.head.cp.status, None)
 

@@ -69,7 +69,7 @@ async def start(
         thread_id = ids.new_id()
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
-    update = state.validate_update(input, node="input")
+    update = graph.validate_input(input)
     record = await store.get_thread(thread_id)
     if record is None:
         nothing = StoredCheckpoint(thread_id, "", None, None, -1, 0.0, "running", {}, b"")  # before step 0
@@ -87,7 +87,7 @@ async def start(
     checkpoint_id = ids.new_id()
     begin = TaskResult(Task("input", START), update)
     try:
-        tasks, barriers = graph.next_tasks(values, [begin], base.body.barriers, checkpoint_id)
+        tasks, barriers = graph.next_tasks(base.values, values, [begin], base.body.barriers, checkpoint_id)
     except RouteError as exc:  # nothing was written: the thread is as it was
         if isinstance(exc.cause, InvalidUpdateError):
             raise exc.cause from None

@@ -46,6 +46,10 @@ class CompiledGraph:
     branches: tuple[Branch, ...]
     interrupt_before: frozenset[str] = frozenset()
     interrupt_after: frozenset[str] = frozenset()
+    input_schema: StateSchema | None = None
+    """The fields a run's input may set (``StateGraph(input_schema=...)``); ``None``: any state field."""
+    output_schema: StateSchema | None = None
+    """The fields a stream of values shows (``StateGraph(output_schema=...)``); ``None``: the whole state."""
     _edges_from: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _branches_from: Mapping[str, tuple[Branch, ...]] = field(init=False, repr=False, compare=False)
 
@@ -62,22 +66,50 @@ class CompiledGraph:
         put(self, "_edges_from", MappingProxyType({k: tuple(v) for k, v in edges_from.items()}))
         put(self, "_branches_from", MappingProxyType({k: tuple(v) for k, v in branches_from.items()}))
 
+    def validate_input(self, input: Any) -> dict[str, Any]:
+        """``input`` checked as a run's input: against ``input_schema`` when one was given (only its fields), else
+        as a state update."""
+        if self.input_schema is None:
+            return self.state.validate_update(input, node="input")
+        update = self.input_schema.validate_update(input, node="input")
+        self.input_schema.check_required(update, node="input")
+        return update
+
+    def output(self, values: Mapping[str, Any]) -> Any:
+        """What a run's output shows of the state ``values``: the ``output_schema``'s fields, as that schema's dict,
+        model or dataclass; the state as a node sees it without an ``output_schema``."""
+        if self.output_schema is None:
+            return self.state.make(values)
+        return self.output_schema.make({k: v for k, v in values.items() if k in self.output_schema.channels})
+
     # -- the engine's questions --------------------------------------------------------------------------------------
 
     def next_tasks(
         self,
+        before: dict[str, Any],
         values: dict[str, Any],
         results: Sequence[TaskResult],
         barriers_before: Mapping[str, list[str]],
         checkpoint_id: str,
     ) -> tuple[list[Task], dict[str, list[str]]]:
-        """The next frontier: for each result in order, its ``goto`` targets, static edges, router picks and
-        completed joins. Plain targets are deduplicated (first occurrence wins); every ``Send`` is its own task.
-        Raises :class:`RouteError` naming the task whose routing failed."""
+        """The next frontier after ``results`` took the state from ``before`` to ``values``: for each result in
+        order, its ``goto`` targets, static edges, router picks and completed joins. A node's routers see the step's
+        starting state plus that node's own writes (not its siblings'), as in LangGraph. The frontier is in
+        LangGraph's task order: plain tasks by node name, then every ``Send`` in the order it was made (each its own
+        task); writes are applied in that order. Raises :class:`RouteError` naming the task whose routing failed."""
         targets: list[tuple[str, bool, Any]] = []
         plain: set[str] = set()
         barriers = {k: list(v) for k, v in barriers_before.items()}
-        state: Any = None
+        state: Any
+
+        def seen_by(r: TaskResult) -> Any:
+            if len(results) == 1:
+                return self.state.make(values)
+            try:
+                own, _ = self.state.apply(before, [r.update], sources=[r.task.node])
+            except InvalidUpdateError as exc:
+                raise RouteError(r.task, exc) from exc
+            return self.state.make(own)
 
         def add(target: Any, source: Task) -> None:
             if isinstance(target, Send):
@@ -98,9 +130,10 @@ class CompiledGraph:
                 add(g, r.task)
             for b in self._edges_from.get(node, ()):
                 add(b, r.task)
+            state = None
             for br in self._branches_from.get(node, ()):
                 if state is None:
-                    state = self.state.make(values)
+                    state = seen_by(r)
                 for item in _picks(br, state, r.task):
                     add(item, r.task)
         finished: dict[str, Task] = {}  # each node that finished in this step, with its first task
@@ -115,28 +148,27 @@ class CompiledGraph:
             if set(seen) >= set(join.sources):
                 del barriers[join.key]
                 add(join.target, finished[arrived[-1]])
-        tasks = [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(targets)]
-        return tasks, barriers
+        return _numbered(targets, checkpoint_id), barriers
 
     def goto_tasks(self, goto: str | Send | Sequence[str | Send], checkpoint_id: str) -> list[Task]:
         """The frontier that ``goto`` names (a fork that re-routes), as the tasks of ``checkpoint_id``. Raises
         :class:`InvalidUpdateError` for an unknown node."""
         items = [goto] if isinstance(goto, str | Send) else list(goto)
-        tasks: list[Task] = []
+        targets: list[tuple[str, bool, Any]] = []
         plain: set[str] = set()
         for item in items:
             if isinstance(item, Send):
                 if item.node not in self.nodes:
                     raise InvalidUpdateError(f"Send to unknown node {item.node!r}")
-                tasks.append(Task(f"{checkpoint_id}.{len(tasks)}", item.node, item.payload, True))
+                targets.append((item.node, True, item.payload))
             elif item == END or item is None:
                 continue
             elif not isinstance(item, str) or item not in self.nodes:
                 raise InvalidUpdateError(f"routes to unknown node {item!r}")
             elif item not in plain:
                 plain.add(item)
-                tasks.append(Task(f"{checkpoint_id}.{len(tasks)}", item))
-        return tasks
+                targets.append((item, False, None))
+        return _numbered(targets, checkpoint_id)
 
     def frontier_status(
         self, tasks: Sequence[Task], results: Sequence[TaskResult] = ()
@@ -206,6 +238,13 @@ class CompiledGraph:
         for spec in self.nodes.values():
             lines += [f"    {ident[spec.name]} -.-> |goto| {ident[d]}" for d in spec.destinations]
         return "\n".join(lines) + "\n"
+
+
+def _numbered(targets: list[tuple[str, bool, Any]], checkpoint_id: str) -> list[Task]:
+    """The tasks of ``checkpoint_id`` for ``(node, is_send, payload)`` targets, in LangGraph's order: plain tasks
+    sorted by node name, then the ``Send`` tasks in the order they were made."""
+    ordered = sorted((t for t in targets if not t[1]), key=lambda t: t[0]) + [t for t in targets if t[1]]
+    return [Task(f"{checkpoint_id}.{i}", n, p, h) for i, (n, h, p) in enumerate(ordered)]
 
 
 def _picks(br: Branch, state: Any, task: Task) -> list[Any]:

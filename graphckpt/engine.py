@@ -404,7 +404,9 @@ class Run:
             await self.fail(_Failed(results[exc.update].task, exc), results)
         checkpoint_id = ids.new_id()
         try:
-            tasks, barriers = self.graph.next_tasks(values, results, self.head.body.barriers, checkpoint_id)
+            tasks, barriers = self.graph.next_tasks(
+                self.head.values, values, results, self.head.body.barriers, checkpoint_id
+            )
         except RouteError as exc:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)

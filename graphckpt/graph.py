@@ -294,6 +294,8 @@ class StateGraph:
             branches=tuple(self.branches),
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
         )
 
     def compile(
@@ -333,21 +335,12 @@ class StateGraph:
         return tuple(names)
 
     def validate_input(self, input: Any) -> dict[str, Any]:
-        """``input`` checked as a run's input: against ``input_schema`` when one was given (only its fields), else
-        as a state update."""
-        if self.input_schema is None:
-            return self.state.validate_update(input, node="input")
-        update = self.input_schema.validate_update(input, node="input")
-        self.input_schema.check_required(update, node="input")
-        return update
+        """``input`` checked as a run's input (see :meth:`CompiledGraph.validate_input`)."""
+        return self._freeze().validate_input(input)
 
     def output(self, values: Mapping[str, Any]) -> Any:
-        """What a run's result shows of the state ``values`` (the engine's dict of channel values): the
-        ``output_schema``'s fields, as that schema's dict, model or dataclass; the state as a node sees it without
-        an ``output_schema``."""
-        if self.output_schema is None:
-            return self.state.make(values)
-        return self.output_schema.make({k: v for k, v in values.items() if k in self.output_schema.channels})
+        """What a run's output shows of the state ``values`` (see :meth:`CompiledGraph.output`)."""
+        return self._freeze().output(values)
 
     # -- drawing -----------------------------------------------------------------------------------------------------
 

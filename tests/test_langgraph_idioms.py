@@ -242,6 +242,25 @@ def test_input_and_output_schemas() -> None:
         StateGraph(N, input_schema=Stray)
 
 
+def test_a_run_takes_its_input_by_input_schema_and_streams_its_output_schema() -> None:
+    class In(TypedDict):
+        n: int
+
+    class Out(TypedDict):
+        log: list[str]
+
+    g = StateGraph(N, input_schema=In, output_schema=Out)
+    g.add_node("a", _say("a"))
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    app = g.compile()
+    with pytest.raises(InvalidUpdateError, match="unknown state field 'log'"):
+        app.invoke({"log": ["x"]}, thread_id="refused")
+    assert list(app.stream({"n": 1}, thread_id="t", mode="values")) == [{"log": []}, {"log": ["a"]}]
+    assert app.get_state("t").values == {"n": 1, "log": ["a"]}  # the checkpoint holds the whole state
+    app.close()
+
+
 def test_interrupt_on_every_node() -> None:
     g = StateGraph(N)
     g.add_node("a", _say("a")).add_node("b", _say("b"))

@@ -267,7 +267,6 @@ def assert_parity(spec: Spec) -> Outcome:
     return expected
 
 
-PENDING = pytest.mark.xfail(strict=True, reason="issue 13 item 2/3: engine routing change pending")
 
 # -- hand-written cases --------------------------------------------------------------------------------------------
 
@@ -429,10 +428,9 @@ def test_add_messages_appends_replaces_and_removes_by_id() -> None:
     assert out.final == {"messages": [m("assistant", "edited", "a1"), m("user", "more", "u2")]}
 
 
-# -- differences the engine routing change will remove (issue 13 items 2 and 3) ----------------------------------
+# -- routing and write order within a step (issue 13 items 2 and 3) ----------------------------------
 
 
-@PENDING
 def test_parallel_writes_apply_in_sorted_task_order() -> None:
     """Item 3: LangGraph applies a step's writes in its task order (node names sorted); graphckpt in routing order
     (the order the edges were added: z before a)."""
@@ -445,7 +443,6 @@ def test_parallel_writes_apply_in_sorted_task_order() -> None:
     assert_parity(spec)
 
 
-@PENDING
 def test_a_router_sees_the_start_of_its_step_plus_its_own_writes() -> None:
     """Item 2: LangGraph evaluates a's router on the step's starting state plus a's writes, so b's write of ``seen``
     in the same step is invisible to it; graphckpt routes on the state after the whole step."""
@@ -575,15 +572,6 @@ def random_spec(seed: int, *, parallel: bool) -> Spec:
 
 KINDS: list[Kind] = ["typeddict", "pydantic", "dataclass"]
 
-PARALLEL_DIFFER: dict[int, str] = {
-    100: "item 2: routers after two parallel nodes read `steps` with both writes; the frontier differs",
-    102: "items 2 and 3: a router ends the run early; a step's log is in routing order",
-    103: "item 2: a router's pick differs",
-    106: "items 2 and 3: log order of a parallel step, then a router's pick",
-    107: "item 2: the routers see steps >= STEPS and end the run a step early",
-}
-"""Seeds of parallel random graphs whose outcome differs today (seen at the first differing checkpoint), and which
-item of issue 13 explains it. Sequential graphs (one task per step) must all agree."""
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -591,8 +579,6 @@ def test_random_sequential_graph(seed: int) -> None:
     assert_parity(random_spec(seed, parallel=False))
 
 
-@pytest.mark.parametrize(
-    "seed", [pytest.param(s, marks=PENDING) if s in PARALLEL_DIFFER else s for s in range(100, 110)]
-)
+@pytest.mark.parametrize("seed", range(100, 110))
 def test_random_parallel_graph(seed: int) -> None:
     assert_parity(random_spec(seed, parallel=True))
