@@ -24,8 +24,6 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from graphckpt import ids
 from graphckpt import importcheck as check
 from graphckpt.codec import Body, Codec, split_chunk
@@ -33,10 +31,14 @@ from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadConfl
 from graphckpt.importcheck import cut
 from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, json_equal
+from graphckpt.store import lineage_segments
 
 __all__ = ["export_thread", "import_thread"]
 
 _FORMAT, _VERSION = "graphckpt-thread", 1
+
+_BODIES = RawCodec()
+"""Reads a stored body's structure (lineage, channel table) without the schema: nothing it names is looked up."""
 
 
 async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
@@ -47,16 +49,13 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
     head = await saver.get_checkpoint(thread_id, record.head_checkpoint_id)
     if head is None:
         raise ThreadNotFoundError(f"thread {thread_id!r} has no head checkpoint")
-    lineage = _lineage(head)
+    body = _BODIES.decode_body(head)
     yield _line({"kind": "header", "format": _FORMAT, "version": _VERSION, "thread_id": thread_id})
-    segments: list[tuple[str, int, int]] = []
-    upper = head.step
-    for tid, first in lineage:
-        segments.append((tid, first, upper))
-        upper = first - 1
+    segments = list(lineage_segments(body.lineage, head.step + 1))
     count = 0
-    for tid, first, last in reversed(segments):
-        cps = sorted(await saver.list_checkpoints(tid, before_step=last + 1), key=lambda c: c.step)
+    for tid, first, upper in reversed(segments):
+        last = upper - 1
+        cps = sorted(await saver.list_checkpoints(tid, before_step=upper), key=lambda c: c.step)
         cps = [cp for cp in cps if cp.step >= first]
         channels = sorted({name for cp in cps for name in _channels(cp)})
         blobs = await saver.get_blobs([BlobRange(tid, ch, first, last) for ch in channels]) if channels else []
@@ -502,31 +501,8 @@ def _unpacked(chunk: Blob, last: int) -> list[Blob]:
     return [Blob(chunk.thread_id, chunk.channel, step, "delta", data) for step, data in deltas if step <= last]
 
 
-def _lineage(cp: StoredCheckpoint) -> list[tuple[str, int]]:
-    body = _raw_body(cp)
-    try:
-        return [(str(t), int(s)) for t, s in body["lin"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptCheckpointError(f"checkpoint {cp.checkpoint_id} has no readable lineage ({exc})") from None
-
-
 def _channels(cp: StoredCheckpoint) -> list[str]:
-    return [str(name) for name in _raw_body(cp).get("ch", {})]
-
-
-def _raw_body(cp: StoredCheckpoint) -> dict[str, Any]:
-    """The body's structure without decoding any extension type (so no schema is needed)."""
-    try:
-        body = msgpack.unpackb(cp.body, ext_hook=msgpack.ExtType, raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise CorruptCheckpointError(
-            f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r} has a corrupt body ({type(exc).__name__})",
-            thread_id=cp.thread_id,
-            checkpoint_id=cp.checkpoint_id,
-        ) from None
-    if not isinstance(body, dict):
-        raise CorruptCheckpointError(f"checkpoint {cp.checkpoint_id} has a corrupt body")
-    return body
+    return list(_BODIES.decode_body(cp).channels)
 
 
 def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
