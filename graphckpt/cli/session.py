@@ -9,24 +9,23 @@ the user names with ``--graph``.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
-from graphckpt.errors import CheckpointNotFoundError
+from graphckpt.errors import CheckpointNotFoundError, SaverError, StoreNotSetUpError
 from graphckpt.graph import StateGraph
 from graphckpt.reader import RawReader
 from graphckpt.savers.base import Saver
+from graphckpt.savers.dsn import redact_url, scrub_password
 
 __all__ = [
     "DEFAULT_DB",
@@ -198,59 +197,26 @@ class Database:
         return SqliteSaver(path)
 
     async def require_tables(self) -> None:
-        """PostgreSQL: raise :class:`CliError` unless graphckpt's tables exist, so that commands that do not create
-        anything never run the saver's set-up (which creates the schema and tables). SQLite: the same for a file
-        that exists (a missing one is :meth:`saver`'s error): an empty file or another program's database."""
-        if not self.is_postgres:
-            self._require_sqlite_tables()
-            return
+        """Raise :class:`CliError` unless graphckpt's tables exist, creating nothing: commands that do not create
+        anything never run the saver's set-up on an empty file, another program's database or an empty schema (see
+        ``Saver.setup(create=False)``). A missing SQLite file is :meth:`saver`'s error."""
+        saver = self.saver(create=False)
         try:
-            import psycopg
-            from psycopg import sql
-        except ImportError:
-            raise CliError("a postgresql:// database needs: pip install 'graphckpt[postgres]'") from None
-        names = [sql.Identifier(self.schema, table) if self.schema else sql.Identifier(table) for table in _PG_TABLES]
-        try:
-            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-                query = sql.SQL("SELECT {}").format(
-                    sql.SQL(", ").join(sql.SQL("to_regclass({})").format(sql.Literal(n.as_string(conn))) for n in names)
-                )
-                cur = await conn.execute(query)
-                row = await cur.fetchone()
-        except psycopg.Error as exc:
-            message = " ".join((str(exc).strip() or type(exc).__name__).split())
-            password = _password(self.dsn)
-            if password:
-                message = message.replace(password, "***")
-            raise CliError(f"PostgreSQL at {self.display}: cannot read: {message}") from None
-        if row is None or any(found is None for found in row):
-            where = f"schema {self.schema!r} of {redact_url(self.dsn)}" if self.schema else self.display
+            await saver.setup(create=False)
+        except StoreNotSetUpError:
+            if self.is_postgres:
+                where = f"schema {self.schema!r} of {redact_url(self.dsn)}" if self.schema else self.display
+                hint = "or pick another database with --db or another schema with ?schema=NAME"
+            else:
+                where, hint = repr(self.path), "or pick another database with --db"
             raise CliError(
                 f"no graphckpt tables in {where} (nothing was created; `graphckpt run` or `graphckpt import` "
-                "creates them, or pick another database with --db or another schema with ?schema=NAME)"
-            )
-
-    def _require_sqlite_tables(self) -> None:
-        path = self.path
-        if path == ":memory:" or not Path(path).is_file():
-            return
-        try:
-            with contextlib.closing(sqlite3.connect(path)) as conn:  # reads the schema; writes nothing
-                found = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.Error as exc:
-            raise CliError(f"SQLite database {path!r} failed: {exc}") from None
-        if not found.issuperset(_SQLITE_TABLES):
-            raise CliError(
-                f"no graphckpt tables in {path!r} (nothing was created; `graphckpt run` or `graphckpt import` creates "
-                "them, or pick another database with --db)"
-            )
-
-
-_SQLITE_TABLES = ("threads", "checkpoints", "blobs", "writes")
-"""The tables a set-up SQLite database has (see :mod:`graphckpt.savers.sqlite`)."""
-
-_PG_TABLES = ("graphckpt_migrations", "threads", "checkpoints", "blobs", "writes")
-"""The tables a set-up PostgreSQL database has (see :mod:`graphckpt.savers.postgres`)."""
+                f"creates them, {hint})"
+            ) from None
+        except SaverError as exc:
+            raise CliError(f"database {self.display}: cannot read: {exc}") from None
+        finally:
+            await saver.aclose()
 
 
 def _split_schema(url: str) -> tuple[str, str | None]:
@@ -269,46 +235,6 @@ def _split_schema(url: str) -> tuple[str, str | None]:
         raise UsageError(f"--db {redact_url(url)}: give one non-empty ?schema=NAME")
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), schemas[0]
-
-
-def scrub_password(message: str, url: str | None) -> str:
-    """``message`` without the password of the ``postgresql://`` URL ``url``, as written or percent-decoded (a driver
-    quotes a part of the URL it cannot parse as it is written)."""
-    if not url or not url.startswith(("postgresql://", "postgres://")):
-        return message
-    try:
-        parts = urlsplit(url)
-        written = [parts.password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
-        written += [v for k, v in parse_qsl(parts.query.replace("+", "%2B")) if k == "password"]
-    except ValueError:
-        userinfo = url.split("://", 1)[1].rpartition("@")[0]
-        written = [userinfo.partition(":")[2]]
-    for password in sorted({p for w in written if w for p in (w, unquote(w))}, key=len, reverse=True):
-        message = message.replace(password, "***")
-    return message
-
-
-def _password(dsn: str) -> str | None:
-    """The password in a URL (user info or ``?password=``), to scrub from server messages."""
-    try:
-        parts = urlsplit(dsn)
-        password = parts.password or dict(parse_qsl(parts.query)).get("password")
-    except ValueError:
-        return None
-    return unquote(password) if password else None
-
-
-def redact_url(url: str) -> str:
-    """A ``postgresql://`` URL as ``user@host:port/dbname`` (no password, no query); other text unchanged."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        return url
-    try:
-        parts = urlsplit(url)
-        user = parts.username
-    except ValueError:
-        return "<unparsable postgresql:// URL>"
-    where = parts.netloc.rpartition("@")[2] or "localhost"
-    return f"{unquote(user) + '@' if user else ''}{where}{parts.path or ''}"
 
 
 class Session:

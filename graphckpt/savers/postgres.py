@@ -92,6 +92,7 @@ from graphckpt.savers.base import (
     nul_free,
     utf8_safe,
 )
+from graphckpt.savers.dsn import scrub_password
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["PostgresSaver"]
@@ -613,6 +614,7 @@ class PostgresSaver(Saver):
         message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX] + "…"
         if self._password:
             message = message.replace(self._password, "***")
+        message = scrub_password(message, self._dsn)  # also as written in a URL (percent-encoded)
         return SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}")
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
