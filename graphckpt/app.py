@@ -22,7 +22,7 @@ from graphckpt.compiled import CompiledGraph
 from graphckpt.control import START
 from graphckpt.diff import Diff, diff_values
 from graphckpt.engine import Step
-from graphckpt.fork import Goto, LoadLater, fork
+from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
@@ -195,13 +195,16 @@ class App(SyncFacade):
         update: Mapping[str, Any] | None = None,
         new_thread_id: str | None = None,
         goto: Goto | None = None,
+        as_node: str | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> Snapshot:
         """Branch: a new thread whose first checkpoint has ``checkpoint_id`` (of ``thread_id``'s lineage, or the
         one at ``step``) as parent.
 
         ``update`` is applied through the reducers; the frontier is the one of that checkpoint unless ``goto``
-        re-routes it. The source thread is never changed; ``resume(new_thread_id)`` runs the branch.
+        re-routes it, or ``as_node`` does: the update is applied as that node's writes and its edges and routers
+        are evaluated again on the new state (LangGraph's ``update_state(..., as_node=)``; ``START`` routes from the
+        entry). The source thread is never changed; ``resume(new_thread_id)`` runs the branch.
 
         The fork stores O(1) bytes. When ``update`` touches only plain fields (no reducer) and the source was written
         by this schema version, the new checkpoint is built without the source's values. The returned snapshot's
@@ -210,7 +213,7 @@ class App(SyncFacade):
         runs them one after the other), and decoded on first access. If that fetch fails after the commit
         succeeded, the branch exists and reading ``values`` raises the error. The sync :meth:`fork` fetches nothing
         at fork time: it loads the values on first access."""
-        return await self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, None)
+        return await self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, None, as_node)
 
     async def _fork(
         self,
@@ -222,9 +225,25 @@ class App(SyncFacade):
         goto: Goto | None,
         tags: Mapping[str, Any] | None,
         load_later: LoadLater | None,
+        as_node: str | None = None,
     ) -> Snapshot:
         return await fork(self.graph, self.store, thread_id, checkpoint_id, step, update, new_thread_id, goto, tags,
-                          load_later=load_later)  # fmt: skip
+                          as_node=as_node, load_later=load_later)  # fmt: skip
+
+    async def aupdate_state(
+        self,
+        thread_id: str,
+        update: Mapping[str, Any] | None,
+        *,
+        as_node: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> Snapshot:
+        """Edit a thread's state at its head: a new checkpoint of the same thread (source ``update``; history is
+        never rewritten) with ``update`` applied through the reducers. Its frontier is the head's, or, with
+        ``as_node``, what that node's edges and routers pick on the new state. Results recorded against the old head
+        (a failed step's finished siblings, an open ``ctx.interrupt``) are not carried over: those tasks run again.
+        The thread is taken over for the edit, so a run still going on it fails its next write."""
+        return await update_state(self.graph, self.store, thread_id, update, as_node, tags)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread. Checkpoints its forks still need are kept (see the saver spec)."""

@@ -17,15 +17,15 @@ from typing import Any
 from graphckpt import ids
 from graphckpt.checkpoint import Snapshot, Task
 from graphckpt.codec import Body, Codec
-from graphckpt.compiled import CompiledGraph
-from graphckpt.control import Send
+from graphckpt.compiled import CompiledGraph, RouteError
+from graphckpt.control import START, Send
 from graphckpt.errors import InvalidUpdateError, ThreadConflictError
-from graphckpt.records import Head, StepRecord
+from graphckpt.records import Head, StepRecord, TaskResult
 from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint
 from graphckpt.store import ThreadStore
 from graphckpt.views import make_snapshot
 
-__all__ = ["LoadLater", "Goto", "fork"]
+__all__ = ["Goto", "LoadLater", "fork", "update_state"]
 
 Goto = str | Send | Sequence[str | Send]
 
@@ -45,10 +45,12 @@ async def fork(
     goto: Goto | None,
     tags: Mapping[str, Any] | None,
     *,
+    as_node: str | None = None,
     load_later: LoadLater | None = None,
 ) -> Snapshot:
     """See ``App.afork``."""
     codec, state = store.codec, store.codec.state
+    _check_as_node(graph, as_node, goto)
     src_cp, _ = await store.find(thread_id, checkpoint_id, step)
     new_thread_id = new_thread_id or ids.new_id()
     validated = state.validate_update(update, node="fork")
@@ -56,10 +58,13 @@ async def fork(
     ranges = codec.ranges(src_cp.step, src_body)
     fetch_ranges: list[BlobRange] = []  # fetched beside the commit
     load_source: Callable[[], list[dict[str, Any]]]
-    if src_body.schema_version != graph.version or any(state.channels[k].reducer for k in validated):
-        # the source's values are needed now: to fold the update, or to store them again in this version
+    src_values: dict[str, Any] = {}
+    reducers = any(state.channels[k].reducer for k in validated)
+    if src_body.schema_version != graph.version or reducers or as_node is not None:
+        # the source's values are needed now: to fold the update, to route from as_node, or to store them again
         src_blobs = await store.saver.get_blobs(ranges) if ranges else []
-        values, writes = state.apply(codec.fold_many([(src_cp, src_body)], src_blobs)[0], [validated], sources=["fork"])
+        src_values = codec.fold_many([(src_cp, src_body)], src_blobs)[0]
+        values, writes = state.apply(src_values, [validated], sources=[as_node or "fork"])
         fork_values: Callable[[], dict[str, Any]] = lambda: values  # noqa: E731
     else:  # plain fields only: the branch's values are the source's with the update on top, folded on demand
         values, writes = dict(validated), {k: [v] for k, v in validated.items()}
@@ -71,7 +76,10 @@ async def fork(
             fetch_ranges = ranges
         fork_values = functools.cache(lambda: {**load_source()[0], **validated})
     cid = ids.new_id()
-    if goto is None:
+    barriers = src_body.barriers
+    if as_node is not None:
+        tasks, barriers = _route_as(graph, as_node, src_values, values, validated, barriers, cid)
+    elif goto is None:
         tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
     else:
         try:
@@ -80,8 +88,8 @@ async def fork(
             raise InvalidUpdateError(f"fork of thread {thread_id!r}: goto {goto!r}: {exc}") from None
     status, interrupts = graph.frontier_status(tasks)
     record = StepRecord(
-        "fork", values, writes, tasks, src_body.barriers, status, interrupts, tags=tags,
-        wrote={"fork": list(validated)},
+        "fork", values, writes, tasks, barriers, status, interrupts, tags=tags,
+        wrote={as_node or "fork": list(validated)},
         extra={"forked_from": {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}},
     )  # fmt: skip
     fetch = asyncio.ensure_future(store.saver.get_blobs(fetch_ranges)) if fetch_ranges else None
@@ -109,6 +117,68 @@ async def fork(
     return make_snapshot(
         head.cp, status, lambda: (body.tasks, interrupts, body.schema_version), lambda: make(fork_values())
     )
+
+
+async def update_state(
+    graph: CompiledGraph,
+    store: ThreadStore,
+    thread_id: str,
+    update: Mapping[str, Any] | None,
+    as_node: str | None,
+    tags: Mapping[str, Any] | None,
+) -> Snapshot:
+    """See ``App.aupdate_state``: a new head of the same thread, never a rewrite of history."""
+    _check_as_node(graph, as_node, None)
+    state = store.codec.state
+    record = await store.thread(thread_id)
+    head, _ = await store.load_head(record)
+    validated = state.validate_update(update, node=as_node or "update")
+    values, writes = state.apply(head.values, [validated], sources=[as_node or "update"])
+    cid = ids.new_id()
+    if as_node is not None:
+        tasks, barriers = _route_as(graph, as_node, head.values, values, validated, head.body.barriers, cid)
+    else:  # the stored frontier runs next, as the tasks of the new checkpoint
+        tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(head.body.tasks)]
+        barriers = head.body.barriers
+    status, interrupts = graph.frontier_status(tasks)
+    step = StepRecord("update", values, writes, tasks, barriers, status, interrupts,
+                      tags=tags if tags is not None else head.cp.metadata.get("tags"),
+                      wrote={as_node or "update": list(validated)})  # fmt: skip
+    run_id = ids.new_id()
+    new = await store.write_checkpoint(
+        head, step, run_id=run_id, checkpoint_id=cid, expected_head=record.head_checkpoint_id, claim=record
+    )
+    return store.snapshot(new, status, None)
+
+
+def _check_as_node(graph: CompiledGraph, as_node: str | None, goto: Goto | None) -> None:
+    if as_node is None:
+        return
+    if goto is not None:
+        raise InvalidUpdateError("give as_node (route from that node) or goto (these tasks next), not both")
+    if as_node not in graph.nodes and as_node != START:
+        raise InvalidUpdateError(f"as_node {as_node!r} is not a node of this graph")
+
+
+def _route_as(
+    graph: CompiledGraph,
+    as_node: str,
+    before: dict[str, Any],
+    values: dict[str, Any],
+    update: dict[str, Any],
+    barriers: Mapping[str, list[str]],
+    checkpoint_id: str,
+) -> tuple[list[Task], dict[str, list[str]]]:
+    """The frontier after ``update`` is applied as if ``as_node`` had written it: that node's edges, routers and
+    joins, evaluated on the new state."""
+    try:
+        return graph.next_tasks(
+            before, values, [TaskResult(Task(f"{checkpoint_id}.as", as_node), update)], barriers, checkpoint_id
+        )
+    except RouteError as exc:
+        raise InvalidUpdateError(
+            f"routing as node {as_node!r} failed: {type(exc.cause).__name__}: {exc.cause}"
+        ) from None
 
 
 def _fold_fetched(

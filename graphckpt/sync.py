@@ -147,7 +147,11 @@ class SyncFacade:
                            filter: Mapping[str, Any] | None = None) -> list[Snapshot]: ...  # fmt: skip
         async def _fork(self, thread_id: str, checkpoint_id: str | None, step: int | None,
                         update: Mapping[str, Any] | None, new_thread_id: str | None, goto: Goto | None,
-                        tags: Mapping[str, Any] | None, load_later: LoadLater | None) -> Snapshot: ...  # fmt: skip
+                        tags: Mapping[str, Any] | None, load_later: LoadLater | None,
+                        as_node: str | None = None) -> Snapshot: ...  # fmt: skip
+        async def aupdate_state(self, thread_id: str, update: Mapping[str, Any] | None, *,
+                                as_node: str | None = None,
+                                tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
         async def adiff(self, a: Any, b: Any) -> Diff: ...
         async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
         async def athread(self, thread_id: str) -> ThreadInfo: ...
@@ -190,13 +194,19 @@ class SyncFacade:
 
     def fork(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
              update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,
-             goto: Goto | None = None, tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+             goto: Goto | None = None, as_node: str | None = None,
+             tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
         """Sync :meth:`afork`, with one difference: when the new checkpoint does not need the source's values (see
         :meth:`afork`), they are not fetched now but on the first access to the returned snapshot's ``values``
         (through the app's background loop), so a fork costs the same however long the source's history is. Read them
         before closing the app (afterwards that raises :class:`SyncCallError`), or use ``get_state`` later."""
-        coro = self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, self._load_later)
+        coro = self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, self._load_later, as_node)
         return self._sync(coro)
+
+    def update_state(self, thread_id: str, update: Mapping[str, Any] | None, *, as_node: str | None = None,
+                     tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
+        """Sync :meth:`aupdate_state`."""
+        return self._sync(self.aupdate_state(thread_id, update, as_node=as_node, tags=tags))
 
     def diff(self, a: Any, b: Any) -> Diff:
         """Sync :meth:`adiff`."""
