@@ -12,7 +12,7 @@ from graphckpt import ids
 from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
 from graphckpt.compiled import CompiledGraph, RouteError
-from graphckpt.control import START
+from graphckpt.control import START, Command
 from graphckpt.engine import NodeRunner, Run, Step
 from graphckpt.errors import InvalidUpdateError, NodeError, ThreadStateError
 from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
@@ -147,19 +147,35 @@ async def resume(
         )
     if not open_interrupts and answer is not NO_ANSWER:
         raise ThreadStateError(f"thread {thread_id!r} is not waiting for an answer (no ctx.interrupt is open)")
+    answers = _answers(answer, open_interrupts)
     # an answer that cannot be stored is refused before the claim, which would mark the thread running
-    answer_data = store.codec.serde.dumps(answer) if open_interrupts else b""
+    writes = [StoredWrite(task.id, "resume", index, store.codec.serde.dumps(value)) for task, index, value in answers]
     run_id = ids.new_id()
     await store.claim(record, run_id=run_id)
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
     # our read and the claim; from the claim on nobody else can write against this head: read them again.
     recorded = await store.recorded(head.cp, head.body.tasks)
-    if open_interrupts:
-        task, index, _ = open_interrupts[0]
-        await store.record_writes(head.cp, [StoredWrite(task.id, "resume", index, answer_data)], run_id=run_id)
-        recorded.answers[(task.id, index)] = answer
+    if writes:
+        await store.record_writes(head.cp, writes, run_id=run_id)
+        for task, index, value in answers:
+            recorded.answers[(task.id, index)] = value
     recorded.errors.clear()
     return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+
+
+def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[tuple[Task, int, Any]]:
+    """Which open interrupts ``answer`` answers: a mapping whose keys are all ids of open interrupts
+    (:attr:`Interrupt.id`, ``task_id:index``) answers each of them; any other value answers the first. A
+    :class:`Command` stands for its ``resume``. The interrupts left unanswered keep waiting (their nodes do not run)."""
+    if answer is NO_ANSWER or not open_interrupts:
+        return []
+    if isinstance(answer, Command):
+        answer = answer.resume
+    by_id = {f"{task.id}:{index}": (task, index) for task, index, _ in open_interrupts}
+    if isinstance(answer, Mapping) and answer and all(isinstance(k, str) and k in by_id for k in answer):
+        return [(*by_id[key], value) for key, value in answer.items()]
+    task, index, _ = open_interrupts[0]
+    return [(task, index, answer)]
 
 
 def check_limit(recursion_limit: int | None) -> None:

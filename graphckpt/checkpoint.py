@@ -85,6 +85,13 @@ class Interrupt:
     payload: Any = None
     """What ``ctx.interrupt`` was called with (``None`` for before/after)."""
     task_id: str | None = None
+    index: int = 0
+    """Which ``ctx.interrupt`` call of the task this is (0 for the first)."""
+
+    @property
+    def id(self) -> str:
+        """Names this interrupt in an answer: ``resume(thread_id, {interrupt.id: answer, ...})``."""
+        return f"{self.task_id}:{self.index}" if self.when == "inside" else f"{self.task_id}:{self.when}"
 
 
 @dataclass(frozen=True, slots=True)

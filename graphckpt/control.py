@@ -29,10 +29,14 @@ class Command:
 
     ``update`` is applied like a plain dict return; ``goto`` (node names, :class:`Send` objects or ``END``) is added
     to the targets of the node's edges for the next super-step.
+
+    ``Command(resume=...)`` is an answer for ``app.resume(thread_id, Command(resume=...))`` (LangGraph's spelling):
+    one value answers the first open interrupt; a mapping from :attr:`Interrupt.id` to values answers each of them.
     """
 
     update: Mapping[str, Any] | None = None
     goto: str | Send | Sequence[str | Send] = field(default=())
+    resume: Any = field(default=None)
 
     def targets(self) -> list[str | Send]:
         if isinstance(self.goto, (str, Send)):

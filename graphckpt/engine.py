@@ -195,9 +195,12 @@ class Run:
     async def run_frontier(self) -> list[TaskResult] | None:
         """Run the tasks without recorded results; ``None`` when a task interrupted (the pause is recorded)."""
         tasks = self.head.body.tasks
-        todo = [t for t in tasks if t.id not in self.recorded.results]
+        waiting = {t for t, i in self.recorded.interrupts if (t, i) not in self.recorded.answers}
+        todo = [t for t in tasks if t.id not in self.recorded.results and t.id not in waiting]
         outcomes: list[Outcome]
-        if len(todo) == 1:
+        if not todo:
+            outcomes = []
+        elif len(todo) == 1:
             outcomes = [await self.run_task(todo[0], record=False)]
         else:
             running = [asyncio.ensure_future(self.run_task(t, record=True)) for t in todo]
@@ -218,7 +221,7 @@ class Run:
         if failed:
             await self.fail(failed[0], outcomes)
         paused = [o for o in outcomes if isinstance(o, _Interrupted)]
-        if paused:
+        if paused or waiting:  # a task still waiting for its answer is not run again until it has one
             await self.pause(paused, outcomes)
             return None
         for o in outcomes:

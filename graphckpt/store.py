@@ -164,7 +164,7 @@ class ThreadStore:
         errors: tuple[TaskError, ...] = ()
         if recorded is not None:
             asked = recorded.open_interrupts(body.tasks)
-            interrupts += [Interrupt(t.node, "inside", payload=p, task_id=t.id) for t, _i, p in asked]
+            interrupts += [Interrupt(t.node, "inside", payload=p, task_id=t.id, index=i) for t, i, p in asked]
             errors = tuple(recorded.errors.values()) if status == "failed" else ()
         make, values = self.codec.state.make, head.values
         return make_snapshot(
