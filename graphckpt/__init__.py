@@ -18,7 +18,7 @@ from graphckpt.checkpoint import (
     TaskError,
     ThreadInfo,
 )
-from graphckpt.context import Context, current_context, interrupt
+from graphckpt.context import Context, current_context, get_stream_writer, interrupt
 from graphckpt.control import END, START, Command, Send
 from graphckpt.diff import Diff, FieldChange
 from graphckpt.errors import (
@@ -99,6 +99,7 @@ __all__ = [
     "append",
     "current_context",
     "default_retry_on",
+    "get_stream_writer",
     "interrupt",
     "merge",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from graphckpt import begin
@@ -21,7 +21,7 @@ from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import START
 from graphckpt.diff import Diff, diff_values
-from graphckpt.engine import Step
+from graphckpt.engine import Run, Step
 from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver, Status
@@ -33,7 +33,8 @@ from graphckpt.views import as_dict, thread_info
 
 __all__ = ["App", "StreamMode"]
 
-StreamMode = Literal["updates", "values", "checkpoints"]
+StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks"]
+STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks")
 CheckpointSpec = Snapshot | CheckpointRef | tuple[str, str | None]
 
 
@@ -105,20 +106,30 @@ class App(SyncFacade):
         input: Any,
         *,
         thread_id: str | None = None,
-        mode: StreamMode = "updates",
+        mode: StreamMode | Sequence[StreamMode] = "updates",
         recursion_limit: int | None = None,
         tags: Mapping[str, Any] | None = None,
         resume: bool = False,
         answer: Any = NO_ANSWER,
     ) -> AsyncIterator[Any]:
         """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
-        ``answer``, when given, answers the open interrupt) and yield after every committed checkpoint:
-        ``updates``: ``{node: update}`` of the step; ``values``: the state (only the ``output_schema``'s fields
-        when the graph has one); ``checkpoints``: the :class:`Snapshot` (the whole state).
-        The run advances as the stream is read: it is never more than one step ahead of its reader, and a stream
-        abandoned midway stops its run after the last step it committed."""
-        if mode not in ("updates", "values", "checkpoints"):
-            raise ValueError(f"stream mode must be 'updates', 'values' or 'checkpoints', not {mode!r}")
+        ``answer``, when given, answers the open interrupt) and yield as the run goes:
+
+        - ``updates``: ``{node: update}`` for each task of each committed step (``None`` for an empty update);
+        - ``values``: the state after the input and after each step that changed it (only the ``output_schema``'s
+          fields when the graph has one);
+        - ``checkpoints``: the :class:`Snapshot` of each committed checkpoint (the whole state);
+        - ``custom``: what nodes write with ``ctx.write(...)`` / ``get_stream_writer()``, as they write it;
+        - ``tasks``: ``{"id", "name", "input", "attempt"}`` when a task starts, ``{"id", "name", "result"}`` when
+          its step is committed.
+
+        ``custom`` and task starts are ephemeral (not stored); the rest comes from committed checkpoints. A list of
+        modes yields ``(mode, chunk)`` pairs. The run advances as the stream is read: it is never more than one
+        step ahead of its reader, and a stream abandoned midway stops its run (what it committed stays)."""
+        modes = [mode] if isinstance(mode, str) else list(mode)
+        unknown = [m for m in modes if m not in STREAM_MODES]
+        if unknown or not modes:
+            raise ValueError(f"stream mode must be one of {', '.join(STREAM_MODES)} (or a list of them), not {mode!r}")
         if resume:
             if thread_id is None:
                 raise ValueError("astream(resume=True) needs thread_id")
@@ -127,18 +138,27 @@ class App(SyncFacade):
             )
         else:
             run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner, streamed=True)
-        async for step in _ahead_by_one(run.steps()):
-            if mode == "updates":
-                update: dict[str, list[Any]] = {}
-                for r in step.results:
-                    if r.task.node != START:
-                        update.setdefault(r.task.node, []).append(r.update)
-                if update:
-                    yield {k: v[0] if len(v) == 1 else v for k, v in update.items()}
-            elif mode == "values":
-                yield self.graph.output(step.head.values)
-            else:
-                yield self.store.snapshot(step.head, step.head.cp.status, None)
+        wanted: set[str] = set(modes)
+        async for item in _ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"}):
+            for chunk_mode, chunk in self._chunks(item, wanted):
+                yield chunk if isinstance(mode, str) else (chunk_mode, chunk)
+
+    def _chunks(self, item: Step | tuple[str, Any], wanted: set[str]) -> Iterator[tuple[str, Any]]:
+        """What one committed step (or one ephemeral event) shows in each wanted mode."""
+        if isinstance(item, tuple):
+            yield item
+            return
+        results = [r for r in item.results if r.task.node != START]
+        if "tasks" in wanted:
+            for r in results:
+                yield "tasks", {"id": r.task.id, "name": r.task.node, "result": r.update}
+        if "updates" in wanted:
+            for r in results:
+                yield "updates", {r.task.node: r.update or None}
+        if "values" in wanted and (not results or any(r.update for r in results)):
+            yield "values", self.graph.output(item.head.values)
+        if "checkpoints" in wanted:
+            yield "checkpoints", self.store.snapshot(item.head, item.head.cp.status, None)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -270,34 +290,42 @@ class App(SyncFacade):
 _DONE: Any = object()
 
 
-async def _ahead_by_one(steps: AsyncGenerator[Step, None]) -> AsyncIterator[Step]:
-    """``steps``, run in a task of its own at most one step ahead of this iterator's reader: the next step runs
-    while the reader handles this one, and the one after waits until the reader takes it. Closing this iterator
-    midway cancels the run and has stopped it when the close returns (what it committed stays)."""
-    handoff: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+async def _ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step | tuple[str, Any]]:
+    """``run``'s committed steps, the run going on in a task of its own at most one step ahead of this iterator's
+    reader: the next step runs while the reader handles this one, and the one after waits until the reader takes
+    it. Events of the ``ephemeral`` modes the run emits meanwhile come in between, in the order they happened.
+    Closing this iterator midway cancels the run and has stopped it when the close returns (what it committed
+    stays)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    taken = asyncio.Event()
+    if ephemeral:
+        run.listener = lambda mode, payload: queue.put_nowait((mode, payload)) if mode in ephemeral else None
 
     async def produce() -> None:
         try:
-            async for step in steps:
-                await handoff.put(step)
-                await handoff.join()  # the reader took it: run the next step
+            async for step in run.steps():
+                taken.clear()
+                queue.put_nowait(step)
+                await taken.wait()  # the reader took it: run the next step
         except BaseException as exc:
-            await handoff.put(exc)
+            queue.put_nowait(exc)
             raise
-        await handoff.put(_DONE)
+        queue.put_nowait(_DONE)
 
     producer = asyncio.ensure_future(produce())
     try:
         while True:
-            item = await handoff.get()
-            handoff.task_done()
+            item = await queue.get()
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
                 raise item
+            if isinstance(item, Step):
+                taken.set()
             yield item
         await producer
     finally:
+        run.listener = None
         if not producer.done():
             producer.cancel()
             await asyncio.wait([producer])

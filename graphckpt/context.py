@@ -19,7 +19,7 @@ from graphckpt.errors import GraphckptError
 if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
 
-__all__ = ["Context", "NodeInterrupt", "current_context", "interrupt"]
+__all__ = ["Context", "NodeInterrupt", "current_context", "get_stream_writer", "interrupt"]
 
 _CURRENT_EFFECT: contextvars.ContextVar[tuple[Context, int] | None] = contextvars.ContextVar(
     "graphckpt_current_effect", default=None
@@ -52,6 +52,7 @@ class Journal(Protocol):
     @property
     def step(self) -> int: ...
 
+    def emit(self, mode: str, payload: Any) -> None: ...
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
@@ -171,6 +172,12 @@ class Context:
             return answer
         raise NodeInterrupt(payload, index)
 
+    def write(self, payload: Any) -> None:
+        """Send ``payload`` to the readers of the run's ``custom`` stream (progress, partial results). Ephemeral: it
+        is not stored, and a re-run of the task sends it again. Callable from sync nodes in their worker thread
+        too; without a ``custom`` reader it is dropped."""
+        self._journal.emit("custom", payload)
+
     def report_usage(self, model: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Record a model call's usage; it lands in the checkpoint metadata under ``usage[node]``."""
         entry = self._usage
@@ -199,6 +206,12 @@ def current_context() -> Context:
             "a run)"
         )
     return ctx
+
+
+def get_stream_writer() -> Callable[[Any], None]:
+    """The ``custom`` stream writer of the node running here (:meth:`Context.write`), for nodes declared
+    ``(state)`` (LangGraph's ``get_stream_writer``)."""
+    return current_context().write
 
 
 def interrupt(value: Any = None) -> Any:

@@ -146,6 +146,8 @@ class Run:
         self.runner: NodeRunner = runner or ThreadRunner()
         self.initial = initial
         self.streamed = streamed
+        self.listener: Callable[[str, Any], None] | None = None
+        """Receives the run's ephemeral events ``(mode, payload)`` on the loop (set by a stream that wants them)."""
         self.status: Status = head.cp.status
         """Where the run stands: ``running`` while it iterates, then ``done`` or ``interrupted``."""
         self.thread_id = head.cp.thread_id
@@ -153,6 +155,21 @@ class Run:
         self._queue: list[TaskResult] = []
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
+
+    def emit(self, mode: str, payload: Any) -> None:
+        """Hand an ephemeral event (``custom`` writes, ``tasks`` starts) to the stream reading this run, from the
+        loop or from a sync node's worker thread; dropped when nobody streams."""
+        listener = self.listener
+        if listener is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            listener(mode, payload)
+        else:
+            self.loop.call_soon_threadsafe(listener, mode, payload)
 
     @property
     def step(self) -> int:
@@ -240,6 +257,7 @@ class Run:
             state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
             ctx = Context(self, task, attempt, usage)
+            self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:

@@ -175,7 +175,7 @@ class SyncFacade:
         """Sync :meth:`aresume`."""
         return self._sync(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
 
-    def stream(self, input: Any, *, thread_id: str | None = None, mode: str = "updates",
+    def stream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
                recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
                resume: bool = False, answer: Any = NO_ANSWER) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
