@@ -267,7 +267,6 @@ def assert_parity(spec: Spec) -> Outcome:
     return expected
 
 
-
 # -- hand-written cases --------------------------------------------------------------------------------------------
 
 LOG: dict[str, tuple[type, Reducer]] = {"log": (list, "add"), "n": (int, None)}
@@ -571,7 +570,6 @@ def random_spec(seed: int, *, parallel: bool) -> Spec:
 
 
 KINDS: list[Kind] = ["typeddict", "pydantic", "dataclass"]
-
 
 
 @pytest.mark.parametrize("seed", range(10))
