@@ -261,7 +261,7 @@ class SqliteSaver(Saver):
 
     def _connect(self, create: bool = True) -> sqlite3.Connection:
         """Open the writer connection (on the executor thread), set pragmas and apply missing migrations; first,
-        before anything is written, refuse a file that is not graphckpt's (see :meth:`_check_owner`)."""
+        before anything is written, refuse a file that is not graphckpt's (see ``_sqlite_schema.check_owner``)."""
         parent = Path(self.path).resolve().parent
         if self.path != ":memory:" and not parent.is_dir():
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
