@@ -18,7 +18,7 @@ from conftest import PG_DSN
 from psycopg import sql
 
 from graphckpt.errors import ThreadConflictError
-from graphckpt.savers import postgres
+from graphckpt.savers import _pg_schema
 from graphckpt.savers.base import Blob, BlobKind, BlobRange, StoredCheckpoint
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.testing import make_checkpoint
@@ -169,7 +169,7 @@ async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
 ) -> None:
     big = b"compressible " * 100
     with monkeypatch.context() as patch:
-        patch.setattr(postgres, "_MIGRATIONS", postgres._MIGRATIONS[:1])
+        patch.setattr(_pg_schema, "MIGRATIONS", _pg_schema.MIGRATIONS[:1])
         async with PostgresSaver(PG_DSN, schema=pg_schema) as old:
             chain = await _deltas(old, "t", 3)
             four = _with_blobs(make_checkpoint("t", 4, parent=chain[-1]), [("m", 4, "delta", big)])
@@ -185,7 +185,7 @@ async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
     async with PostgresSaver(PG_DSN, schema=pg_schema) as saver:
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
             rows = conn.execute(versions).fetchall()
-            assert sorted(rows) == [(v,) for v, _ in postgres._MIGRATIONS]
+            assert sorted(rows) == [(v,) for v, _ in _pg_schema.MIGRATIONS]
         expected_m = [(0, "snapshot", b"m0"), (1, "delta", b"m1"), (2, "delta", b"m2"), (3, "delta", b"m3")]
         assert await _rows(saver, "t", "m") == [*expected_m, (4, "delta", big)]
         assert await _rows(saver, "t", "o") == [(0, "snapshot", b"o0"), (2, "delta", b"o2")]

@@ -134,7 +134,7 @@ async def test_in_memory_database_works(tmp_path: Path) -> None:
 async def test_saver_collected_while_open_warns(tmp_path: Path) -> None:
     saver = SqliteSaver(tmp_path / "c.db")
     await saver.setup()
-    with warnings.catch_warnings(record=True) as caught:  # aiosqlite warns about its own connection too
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         del saver
         gc.collect()
@@ -145,7 +145,7 @@ async def test_saver_collected_while_open_warns(tmp_path: Path) -> None:
 @pytest.mark.parametrize("inline", [True, False], ids=["inline", "threads"])
 async def test_a_process_that_never_closes_its_saver_still_exits(tmp_path: Path, inline: bool) -> None:
     """Like a script with a module-level app that never calls close(): it must exit, not hang on a saver thread
-    (with ``inline=False`` the reads go through the aiosqlite reader, whose thread must not block exit either)."""
+    (with ``inline=False`` the reads go through the reader thread, which must not block exit either)."""
     script = textwrap.dedent(f"""
         import asyncio
         from graphckpt.savers.sqlite import SqliteSaver

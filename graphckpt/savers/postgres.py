@@ -15,11 +15,11 @@ Id columns use ``COLLATE "C"`` so that SQL ordering equals Python's string order
 epoch from :func:`graphckpt.ids.now` (patchable in tests). A deleted thread whose rows a fork still needs keeps its
 ``threads`` row with ``deleted = true``, so its id is not reused until the last dependent fork is deleted.
 
-Migration rule: ``_MIGRATIONS`` is append-only. A released entry is never edited or removed; a schema change is a new
-entry with the next version. :meth:`PostgresSaver.setup` applies the missing versions in one transaction under a
-``pg_advisory_xact_lock`` keyed by the schema, recording each in ``graphckpt_migrations``, so concurrent set-ups
-from many processes are safe and idempotent. When none is missing it takes no lock and runs no DDL (a role that may
-only read and write the tables can use a schema its owner set up).
+Migration rule: ``MIGRATIONS`` (in ``_pg_schema``) is append-only. A released entry is never edited or removed; a
+schema change is a new entry with the next version. :meth:`PostgresSaver.setup` applies the missing versions in one
+transaction under a ``pg_advisory_xact_lock`` keyed by the schema, recording each in ``graphckpt_migrations``, so
+concurrent set-ups from many processes are safe and idempotent. When none is missing it takes no lock and runs no
+DDL (a role that may only read and write the tables can use a schema its owner set up).
 
 Round trips: ``commit`` is one prepared statement, ``SELECT * FROM graphckpt_commit(...)``: the function moves the head
 by compare-and-set and, only if that won, inserts the checkpoint and its blobs (a chunk first deletes the rows it
@@ -51,17 +51,13 @@ import contextlib
 import functools
 import json
 import os
-import struct
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, LiteralString, cast
+from typing import Any, cast
 
 try:
     import psycopg
     import zstandard
-    from psycopg import sql
-    from psycopg.adapt import Dumper, Loader
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.pq import Format
     from psycopg.types.json import Jsonb
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
@@ -71,14 +67,30 @@ from graphckpt import ids
 from graphckpt.errors import (
     CorruptCheckpointError,
     SaverError,
-    StoreNotSetUpError,
     ThreadConflictError,
     ThreadNotFoundError,
 )
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
+from graphckpt.savers._pg_schema import compose, migrate
+from graphckpt.savers._pg_sql import N_THREAD_COLS, SQL, checkpoint_from_row, thread_from_row
+from graphckpt.savers._pg_wire import (
+    COMPRESSED,
+    ELEM_I2,
+    ELEM_I8,
+    KIND_CODE,
+    KIND_NAME,
+    ByteaArray,
+    Int2Array,
+    Int8Array,
+    JsonText,
+    TextArray,
+    array,
+    bytes_elements,
+    configure,
+    register_adapters,
+)
 from graphckpt.savers.base import (
     Blob,
-    BlobKind,
     BlobRange,
     Saver,
     Status,
@@ -93,103 +105,8 @@ from graphckpt.savers.base import (
     utf8_safe,
 )
 from graphckpt.savers.dsn import scrub_password
-from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["PostgresSaver"]
-
-_KIND_CODE: dict[BlobKind, int] = {"snapshot": 0, "delta": 1, "chunk": 4}
-_COMPRESSED = 2
-"""Added to ``blobs.kind`` when the saver stored ``data`` compressed (zstd; zlib in files of earlier versions)."""
-_KIND_NAME: dict[int, BlobKind] = {code | z: kind for kind, code in _KIND_CODE.items() for z in (0, _COMPRESSED)}
-"""``blobs.kind`` to the blob kind, compressed or not."""
-
-
-class _Packed(bytes):
-    """A parameter already in PostgreSQL's binary format: sent as it is (psycopg's generic list adaptation inspects
-    every element on every call; these arrays are built in one pass instead)."""
-
-    __slots__ = ()
-    oid = 0
-
-
-class _TextArray(_Packed):
-    __slots__ = ()
-    oid = 1009
-
-
-class _Int8Array(_Packed):
-    __slots__ = ()
-    oid = 1016
-
-
-class _Int2Array(_Packed):
-    __slots__ = ()
-    oid = 1005
-
-
-class _ByteaArray(_Packed):
-    __slots__ = ()
-    oid = 1001
-
-
-class _JsonText(_Packed):
-    """Compact JSON text; the binary format of ``json`` is its text."""
-
-    __slots__ = ()
-    oid = 114
-
-
-class _PackedDumper(Dumper):
-    format = Format.BINARY
-
-    def __init__(self, cls: type, context: Any = None) -> None:
-        super().__init__(cls, context)
-        self.oid = cast(type[_Packed], cls).oid
-
-    def dump(self, obj: Any) -> bytes:
-        return cast(bytes, obj)
-
-
-_raw_decode = json.JSONDecoder().raw_decode
-
-
-class _JsonLoader(Loader):
-    """``json`` in binary format (its text) without ``json.loads``'s byte-encoding detection: half the cost per
-    row, which is most of ``list_checkpoints``. The server validated the text; we wrote it compactly."""
-
-    format = Format.BINARY
-
-    def load(self, data: Any) -> Any:
-        text = str(data, "utf-8")
-        if text.startswith("{"):  # metadata objects: parsed only when somebody looks inside (long histories)
-            return LazyJsonMapping(text)
-        try:
-            value, end = _raw_decode(text)
-        except ValueError:
-            return json.loads(text)  # leading whitespace: not written by this saver, but valid
-        return value if end == len(text) else json.loads(text)
-
-
-def _register_adapters(conn: psycopg.AsyncConnection[Any]) -> None:
-    for cls in (_TextArray, _Int8Array, _Int2Array, _ByteaArray, _JsonText):
-        conn.adapters.register_dumper(cls, _PackedDumper)
-    conn.adapters.register_loader("json", _JsonLoader)
-
-
-_I4 = struct.Struct("!i")
-_ELEM_I8 = struct.Struct("!iq")
-_ELEM_I2 = struct.Struct("!ih")
-
-
-def _array(oid: int, elements: list[bytes]) -> bytes:
-    """A one-dimensional array without NULLs in binary format; ``elements`` are encoded (length-prefixed) already."""
-    if not elements:
-        return struct.pack("!iii", 0, 0, oid)
-    return struct.pack("!iiiii", 1, 0, oid, len(elements), 1) + b"".join(elements)
-
-
-def _bytes_elements(values: Sequence[bytes]) -> list[bytes]:
-    return [_I4.pack(len(v)) + v for v in values]
 
 
 _MESSAGE_MAX = 300
@@ -197,235 +114,6 @@ _MESSAGE_MAX = 300
 _compact_json = functools.partial(json.dumps, separators=(",", ":"))
 _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
-
-
-def _commit_function(store_blobs: LiteralString) -> LiteralString:
-    """``graphckpt_commit`` as a migration (re)creates it: the whole commit in one call. Migrations differ only in
-    ``store_blobs``, the statements storing the ``p_b_*`` blobs; the rest is shared and frozen (changing it means a
-    new migration). Volatile: every statement takes a fresh snapshot, so the DELETE (run after the UPDATE holds the
-    thread row lock) sees every pending write committed before."""
-    return (
-        """CREATE OR REPLACE FUNCTION {graphckpt_commit}(
-                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
-                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
-                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
-                OUT won boolean, OUT head text)
-            LANGUAGE plpgsql VOLATILE AS $fn$
-            BEGIN
-                IF p_expected IS NULL THEN
-                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
-                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata)
-                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
-                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta)
-                    ON CONFLICT (thread_id) DO NOTHING;
-                    won := FOUND;
-                ELSE
-                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
-                        error = NULL, metadata = p_meta, updated_at = p_now
-                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
-                    won := FOUND;
-                    IF NOT won THEN
-                        SELECT t.head_checkpoint_id INTO head FROM {threads} t
-                        WHERE t.thread_id = p_tid AND NOT t.deleted;
-                    END IF;
-                END IF;
-                IF NOT won THEN
-                    RETURN;
-                END IF;
-                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
-                    parent_checkpoint_id, status, metadata, body)
-                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);"""
-        + store_blobs
-        + """
-                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
-                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
-                END IF;
-            END
-            $fn$"""
-    )
-
-
-_MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
-    (
-        1,
-        # Edited in place once, before any release (performance work of issue 5: no updated_at index, smallint blob
-        # kinds, column order without alignment padding, the graphckpt_commit function). From now on: append only.
-        (
-            """CREATE TABLE {threads} (
-                head_step bigint NOT NULL,
-                created_at double precision NOT NULL,
-                updated_at double precision NOT NULL,
-                deleted boolean NOT NULL DEFAULT false,
-                thread_id text COLLATE "C" PRIMARY KEY,
-                head_checkpoint_id text COLLATE "C" NOT NULL,
-                status text NOT NULL CHECK (status IN ('running', 'interrupted', 'failed', 'done')),
-                run_id text COLLATE "C" NOT NULL,
-                parent_thread_id text COLLATE "C",
-                parent_checkpoint_id text COLLATE "C",
-                error text,
-                metadata json NOT NULL) WITH (fillfactor = 80)""",
-            "CREATE INDEX ON {threads} (parent_thread_id) WHERE parent_thread_id IS NOT NULL",
-            """CREATE TABLE {checkpoints} (
-                step bigint NOT NULL,
-                created_at double precision NOT NULL,
-                thread_id text COLLATE "C" NOT NULL,
-                checkpoint_id text COLLATE "C" NOT NULL,
-                parent_thread_id text COLLATE "C",
-                parent_checkpoint_id text COLLATE "C",
-                status text NOT NULL,
-                metadata json NOT NULL,
-                body bytea NOT NULL,
-                PRIMARY KEY (thread_id, checkpoint_id),
-                UNIQUE (thread_id, step))""",
-            """CREATE TABLE {blobs} (
-                step bigint NOT NULL,
-                kind smallint NOT NULL CHECK (kind BETWEEN 0 AND 3),
-                thread_id text COLLATE "C" NOT NULL,
-                channel text COLLATE "C" NOT NULL,
-                data bytea NOT NULL,
-                PRIMARY KEY (thread_id, channel, step))""",
-            # Compressed by the saver when worth it: the server need not try again.
-            "ALTER TABLE {blobs} ALTER COLUMN data SET STORAGE EXTERNAL",
-            """CREATE TABLE {writes} (
-                idx integer NOT NULL,
-                thread_id text COLLATE "C" NOT NULL,
-                checkpoint_id text COLLATE "C" NOT NULL,
-                task_id text COLLATE "C" NOT NULL,
-                kind text COLLATE "C" NOT NULL,
-                data bytea NOT NULL,
-                PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))""",
-            # One prepared INSERT per blob is cheaper than INSERT ... SELECT FROM unnest() for the few blobs of a step.
-            _commit_function(
-                """
-                FOR i IN 1..cardinality(p_b_ch) LOOP
-                    INSERT INTO {blobs} (step, kind, thread_id, channel, data)
-                    VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
-                END LOOP;"""
-            ),
-        ),
-    ),
-    (
-        2,
-        # Chunk blobs (kind 4, 6 when compressed): one row packing the deltas of a run of steps, keyed by the first.
-        (
-            # The old constraint (0..3) implies the new one, so existing rows need no validating scan.
-            """ALTER TABLE {blobs} DROP CONSTRAINT blobs_kind_check,
-                ADD CONSTRAINT blobs_kind_check CHECK (kind IN (0, 1, 2, 3, 4, 6)) NOT VALID""",
-            # A chunk at step a deletes its thread's and channel's blobs with a < step < p_step and replaces the row
-            # at a (a delta it packs).
-            _commit_function(
-                """
-                FOR i IN 1..cardinality(p_b_ch) LOOP
-                    IF p_b_kind[i] < 4 THEN
-                        INSERT INTO {blobs} (step, kind, thread_id, channel, data)
-                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
-                    ELSE
-                        DELETE FROM {blobs} b WHERE b.thread_id = p_b_tid[i] AND b.channel = p_b_ch[i]
-                            AND b.step > p_b_step[i] AND b.step < p_step;
-                        INSERT INTO {blobs} AS b (step, kind, thread_id, channel, data)
-                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i])
-                        ON CONFLICT (thread_id, channel, step) DO UPDATE SET kind = excluded.kind, data = excluded.data;
-                    END IF;
-                END LOOP;"""
-            ),
-        ),
-    ),
-)
-"""Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
-
-_THREAD_COLS: LiteralString = (
-    "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
-    "parent_thread_id, parent_checkpoint_id, error, metadata"
-)
-_CP_COLS: LiteralString = (
-    "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
-)
-_THREAD_AND_CP_COLS: LiteralString = ", ".join(
-    [*(f"t.{c}" for c in _THREAD_COLS.split(", ")), *(f"c.{c}" for c in _CP_COLS.split(", "))]
-)  # built from the two literal column lists above
-_N_THREAD_COLS = len(_THREAD_COLS.split(", "))
-_NUL_FREE_METADATA: LiteralString = r"""(CASE
-                WHEN strpos(c.metadata::text, '\u0000') = 0 AND strpos(c.metadata::text, '\uffff') = 0
-                THEN c.metadata::jsonb
-                ELSE regexp_replace(regexp_replace(c.metadata::text,
-                    '(?<!\\)((?:\\\\)*)\\uffff', '\1\\uffff1', 'g'),
-                    '(?<!\\)((?:\\\\)*)\\u0000', '\1\\uffff0', 'g')::jsonb END)"""
-"""``c.metadata`` as ``jsonb``, with :func:`nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
-(``_compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
-second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
-_SQL: dict[str, LiteralString] = {
-    # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
-    # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
-    "commit": """SELECT won, head FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
-        %b, %b, %b, %b, %b)""",
-    "claim": """WITH u AS (
-        UPDATE {threads} SET run_id = %(run)s, status = 'running', updated_at = %(now)s
-        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
-        RETURNING 1)
-        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    "put_writes": """WITH u AS (
-        UPDATE {threads} SET status = coalesce(%(status)s::text, status),
-            error = CASE WHEN %(status)s::text IS NULL THEN error ELSE %(error)s::text END,
-            updated_at = CASE WHEN %(status)s::text IS NULL THEN updated_at ELSE %(now)s END
-        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
-        RETURNING 1
-    ), w AS (
-        INSERT INTO {writes} (thread_id, checkpoint_id, task_id, kind, idx, data)
-        SELECT %(tid)s, %(cp)s, w.* FROM u, unnest(%(w_task)s::text[], %(w_kind)s::text[], %(w_idx)s::int[],
-                                                   %(w_data)s::bytea[]) AS w
-        ON CONFLICT (thread_id, checkpoint_id, task_id, kind, idx) DO UPDATE SET data = excluded.data)
-        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    "lock_thread": "SELECT deleted, parent_thread_id FROM {threads} WHERE thread_id = %(tid)s FOR UPDATE",
-    # The highest step of a thread that the first checkpoint of any remaining fork (deleted-but-kept ones included:
-    # their own forks still need their lineage) names as its parent.
-    "needed_step": """SELECT max(p.step) FROM {threads} f JOIN {checkpoints} p
-        ON p.thread_id = f.parent_thread_id AND p.checkpoint_id = f.parent_checkpoint_id
-        WHERE f.parent_thread_id = %(tid)s""",
-    "prune": """WITH c AS (
-        DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
-    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s)
-    DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id IN (SELECT checkpoint_id FROM c)""",
-    "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
-    "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
-    "get_thread": "SELECT " + _THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
-    "list_threads": "SELECT "
-    + _THREAD_COLS
-    + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL OR status = %(status)s)
-        ORDER BY updated_at DESC, thread_id DESC""",
-    "thread_cp_by_id": "SELECT "
-    + _THREAD_AND_CP_COLS
-    + """ FROM {threads} t LEFT JOIN {checkpoints} c
-        ON c.thread_id = t.thread_id AND c.checkpoint_id = %(cp)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
-    "thread_cp_by_step": "SELECT "
-    + _THREAD_AND_CP_COLS
-    + """ FROM {threads} t LEFT JOIN {checkpoints} c
-        ON c.thread_id = t.thread_id AND c.step = %(step)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
-    "cp_by_id": "SELECT " + _CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s",
-    "cp_by_step": "SELECT " + _CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND step = %(step)s",
-    "cp_head": "SELECT "
-    + _CP_COLS
-    + """ FROM {checkpoints} WHERE (thread_id, checkpoint_id) =
-        (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
-    # converted only when a filter is given). Keys and values stay one bound jsonb parameter. jsonb cannot hold NUL:
-    # both sides go through nul_free's one-to-one mapping.
-    "list_cps": "SELECT "
-    + _CP_COLS
-    + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
-        AND (%(before)s::bigint IS NULL OR step < %(before)s::bigint)
-        AND (%(filter)s::jsonb IS NULL OR NOT EXISTS (
-            SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
-            WHERE """
-    + _NUL_FREE_METADATA
-    + """ -> f.key IS DISTINCT FROM f.value))
-        ORDER BY step DESC LIMIT %(limit)s::bigint""",
-    "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
-        SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
-        WHERE b.thread_id = r.tid AND b.channel = r.ch AND b.step BETWEEN r.lo AND r.hi)
-        ORDER BY channel, step, thread_id""",
-    "get_writes": """SELECT task_id, kind, idx, data FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s
-        ORDER BY task_id, kind, idx""",
-}
 
 
 class PostgresSaver(Saver):
@@ -470,14 +158,14 @@ class PostgresSaver(Saver):
             # it stays open as the dedicated connection.
             conn = await self._connect()
             try:
-                await self._migrate(conn, create)
-                self._queries = {name: self._compose(text).as_bytes(conn) for name, text in _SQL.items()}
+                await migrate(conn, schema=self._schema, where=self._where, create=create)
+                self._queries = {name: compose(text, self._schema).as_bytes(conn) for name, text in SQL.items()}
                 pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
                     self._dsn,
                     min_size=self._pool_min,
                     max_size=self._pool_max,
                     kwargs={"autocommit": True, "client_encoding": "UTF8", "prepare_threshold": 0},  # as _connect
-                    configure=_configure,
+                    configure=configure,
                     open=False,
                     name="graphckpt",
                 )
@@ -494,7 +182,7 @@ class PostgresSaver(Saver):
         conn = await psycopg.AsyncConnection.connect(
             self._dsn, autocommit=True, prepare_threshold=0, client_encoding="UTF8"
         )
-        _register_adapters(conn)
+        register_adapters(conn)
         return conn
 
     async def aclose(self) -> None:
@@ -507,70 +195,6 @@ class PostgresSaver(Saver):
                 await conn.close()
             if pool is not None:
                 await pool.close()
-
-    def _compose(self, text: LiteralString) -> sql.Composed:
-        def name(table: str) -> sql.Identifier:
-            return sql.Identifier(self._schema, table) if self._schema else sql.Identifier(table)
-
-        tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit")
-        return sql.SQL(text).format(**{t: name(t) for t in tables})
-
-    async def _migrate(self, conn: psycopg.AsyncConnection[Any], create: bool = True) -> None:
-        migrations = self._compose("{graphckpt_migrations}")
-        # Up to date: no lock and no DDL, so a role without the right to create anything can use a schema that its
-        # owner set up (CREATE SCHEMA/TABLE IF NOT EXISTS check that right before they look whether it exists).
-        cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (migrations.as_string(conn),))
-        if (await cur.fetchone()) == (True,):
-            cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
-            if self._known({row[0] for row in await cur.fetchall()}):
-                return
-        elif not create:
-            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
-            raise StoreNotSetUpError(
-                f"PostgreSQL at {self._where}: {where} has no graphckpt tables (graphckpt_migrations is missing)"
-            )
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"graphckpt:{self._schema}",))
-            if self._schema:
-                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
-            # No primary key (an index would cost 16 KiB): the advisory lock already makes each version unique.
-            await conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (version integer NOT NULL, applied_at timestamptz NOT NULL)"
-                ).format(migrations)
-            )
-            cur = await conn.execute(sql.SQL("SELECT version FROM {}").format(migrations))
-            applied = {row[0] for row in await cur.fetchall()}
-            self._known(applied)
-            for version, statements in _MIGRATIONS:
-                if version in applied:
-                    continue
-                for statement in statements:
-                    await conn.execute(self._compose(self._dollar_quoted(statement)))
-                await conn.execute(
-                    sql.SQL("INSERT INTO {} (version, applied_at) VALUES (%s, now())").format(migrations), (version,)
-                )
-
-    def _known(self, applied: set[int]) -> bool:
-        """Whether every migration is applied; raises :class:`SaverError` when one is recorded that this version
-        does not know (a newer graphckpt set the schema up: writing into it could break that version's data)."""
-        known = {version for version, _ in _MIGRATIONS}
-        newer = sorted(applied - known)
-        if newer:
-            where = f"schema {self._schema!r}" if self._schema else "the connection's search_path"
-            raise SaverError(
-                f"PostgreSQL at {self._where}: {where} has schema version {newer[-1]}, newer than this graphckpt "
-                f"understands ({max(known)}); upgrade graphckpt"
-            )
-        return applied >= known
-
-    def _dollar_quoted(self, statement: LiteralString) -> LiteralString:
-        """``statement`` with a dollar-quote tag for graphckpt_commit's body that the schema's name (quoted inside the
-        body) does not contain; the body itself is the same whatever the tag."""
-        tag = "$fn$"
-        while self._schema and tag in self._schema:
-            tag = tag[:-1] + "_$"
-        return statement.replace("$fn$", tag)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -637,11 +261,11 @@ class PostgresSaver(Saver):
         blobs = cp.blobs
         datas, kinds = [], []
         for b in blobs:
-            data, kind = b.data, _KIND_CODE[b.kind]
+            data, kind = b.data, KIND_CODE[b.kind]
             if _COMPRESS_MIN <= len(data) <= MAX_INFLATED:  # larger: refused by the server (its limit per value)
                 packed = self._zstd.compress(data)
                 if len(packed) <= len(data) - (len(data) >> 3):
-                    data, kind = packed, kind | _COMPRESSED
+                    data, kind = packed, kind | COMPRESSED
             datas.append(data)
             kinds.append(kind)
         params = (
@@ -652,16 +276,16 @@ class PostgresSaver(Saver):
             cp.step,
             cp.created_at,
             cp.status,
-            _JsonText(_compact_json(dict(cp.metadata)).encode()),
+            JsonText(_compact_json(dict(cp.metadata)).encode()),
             cp.body,
             ids.now(),
             run_id,
             expected_head,
-            _TextArray(_array(25, _bytes_elements([b.thread_id.encode() for b in blobs]))),
-            _TextArray(_array(25, _bytes_elements([b.channel.encode() for b in blobs]))),
-            _Int8Array(_array(20, [_ELEM_I8.pack(8, b.step) for b in blobs])),
-            _Int2Array(_array(21, [_ELEM_I2.pack(2, k) for k in kinds])),
-            _ByteaArray(_array(17, _bytes_elements(datas))),
+            TextArray(array(25, bytes_elements([b.thread_id.encode() for b in blobs]))),
+            TextArray(array(25, bytes_elements([b.channel.encode() for b in blobs]))),
+            Int8Array(array(20, [ELEM_I8.pack(8, b.step) for b in blobs])),
+            Int2Array(array(21, [ELEM_I2.pack(2, k) for k in kinds])),
+            ByteaArray(array(17, bytes_elements(datas))),
         )
         try:
             [(won, current)] = await self._fetch(
@@ -758,10 +382,10 @@ class PostgresSaver(Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
-        return _thread(rows[0]) if rows else None
+        return thread_from_row(rows[0]) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        return [_thread(row) for row in await self._fetch("list_threads", "list_threads", {"status": status})]
+        return [thread_from_row(row) for row in await self._fetch("list_threads", "list_threads", {"status": status})]
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
@@ -769,7 +393,7 @@ class PostgresSaver(Saver):
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "cp_by_id" if checkpoint_id is not None else "cp_by_step" if step is not None else "cp_head"
         rows = await self._fetch(f"get_checkpoint of thread {brief(thread_id)!r}", query, params)
-        found = _checkpoint(rows[0]) if rows else None
+        found = checkpoint_from_row(rows[0]) if rows else None
         if found is not None and checkpoint_id is not None and step is not None and found.step != step:
             return None
         return found
@@ -784,10 +408,10 @@ class PostgresSaver(Saver):
         rows = await self._fetch(f"get_thread_and_checkpoint of thread {brief(thread_id)!r}", query, params)
         if not rows:
             return None, None
-        record, cp_row = _thread(rows[0][:_N_THREAD_COLS]), rows[0][_N_THREAD_COLS:]
+        record, cp_row = thread_from_row(rows[0][:N_THREAD_COLS]), rows[0][N_THREAD_COLS:]
         if cp_row[0] is None or (step is not None and cp_row[4] != step):
             return record, None
-        return record, _checkpoint(cp_row)
+        return record, checkpoint_from_row(cp_row)
 
     async def list_checkpoints(
         self,
@@ -820,11 +444,11 @@ class PostgresSaver(Saver):
         rows = await self._fetch("get_blobs", "get_blobs", params)
         out: list[Blob] = []
         for t, c, s, k, d in rows:
-            kind = _KIND_NAME.get(k)
+            kind = KIND_NAME.get(k)
             try:
                 if kind is None:
                     raise ValueError(f"unknown blob kind {k}")
-                out.append(Blob(t, c, s, kind, inflate(d) if k & _COMPRESSED else d))
+                out.append(Blob(t, c, s, kind, inflate(d) if k & COMPRESSED else d))
             except ValueError as exc:
                 raise await self._corrupt_blob(t, c, s, str(exc)) from None
         return out
@@ -845,42 +469,6 @@ class PostgresSaver(Saver):
         params = {"tid": thread_id, "cp": checkpoint_id}
         rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
-
-
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    _register_adapters(conn)
-
-
-def _thread(row: tuple[Any, ...]) -> ThreadRecord:
-    tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row
-    return ThreadRecord(
-        thread_id=tid,
-        head_checkpoint_id=head,
-        head_step=step,
-        status=status,
-        run_id=run_id,
-        created_at=created,
-        updated_at=updated,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        error=error,
-        metadata=metadata,
-    )
-
-
-def _checkpoint(row: tuple[Any, ...]) -> StoredCheckpoint:
-    tid, cp, ptid, pcp, step, created, status, metadata, body = row
-    return StoredCheckpoint(
-        thread_id=tid,
-        checkpoint_id=cp,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        step=step,
-        created_at=created,
-        status=status,
-        metadata=metadata,
-        body=bytes(body),
-    )
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:

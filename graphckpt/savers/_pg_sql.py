@@ -1,0 +1,133 @@
+"""The named SQL statements of PostgresSaver, with their column lists, and rows to records."""
+
+from __future__ import annotations
+
+from typing import Any, LiteralString
+
+from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
+
+THREAD_COLS: LiteralString = (
+    "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
+    "parent_thread_id, parent_checkpoint_id, error, metadata"
+)
+CP_COLS: LiteralString = (
+    "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
+)
+THREAD_AND_CP_COLS: LiteralString = ", ".join(
+    [*(f"t.{c}" for c in THREAD_COLS.split(", ")), *(f"c.{c}" for c in CP_COLS.split(", "))]
+)  # built from the two literal column lists above
+N_THREAD_COLS = len(THREAD_COLS.split(", "))
+NUL_FREE_METADATA: LiteralString = r"""(CASE
+                WHEN strpos(c.metadata::text, '\u0000') = 0 AND strpos(c.metadata::text, '\uffff') = 0
+                THEN c.metadata::jsonb
+                ELSE regexp_replace(regexp_replace(c.metadata::text,
+                    '(?<!\\)((?:\\\\)*)\\uffff', '\1\\uffff1', 'g'),
+                    '(?<!\\)((?:\\\\)*)\\u0000', '\1\\uffff0', 'g')::jsonb END)"""
+"""``c.metadata`` as ``jsonb``, with :func:`nul_free`'s mapping applied to the text when it escapes NUL or U+FFFF
+(``compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
+second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
+SQL: dict[str, LiteralString] = {
+    # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
+    # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
+    "commit": """SELECT won, head FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
+        %b, %b, %b, %b, %b)""",
+    "claim": """WITH u AS (
+        UPDATE {threads} SET run_id = %(run)s, status = 'running', updated_at = %(now)s
+        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
+        RETURNING 1)
+        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
+    "put_writes": """WITH u AS (
+        UPDATE {threads} SET status = coalesce(%(status)s::text, status),
+            error = CASE WHEN %(status)s::text IS NULL THEN error ELSE %(error)s::text END,
+            updated_at = CASE WHEN %(status)s::text IS NULL THEN updated_at ELSE %(now)s END
+        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
+        RETURNING 1
+    ), w AS (
+        INSERT INTO {writes} (thread_id, checkpoint_id, task_id, kind, idx, data)
+        SELECT %(tid)s, %(cp)s, w.* FROM u, unnest(%(w_task)s::text[], %(w_kind)s::text[], %(w_idx)s::int[],
+                                                   %(w_data)s::bytea[]) AS w
+        ON CONFLICT (thread_id, checkpoint_id, task_id, kind, idx) DO UPDATE SET data = excluded.data)
+        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
+    "lock_thread": "SELECT deleted, parent_thread_id FROM {threads} WHERE thread_id = %(tid)s FOR UPDATE",
+    # The highest step of a thread that the first checkpoint of any remaining fork (deleted-but-kept ones included:
+    # their own forks still need their lineage) names as its parent.
+    "needed_step": """SELECT max(p.step) FROM {threads} f JOIN {checkpoints} p
+        ON p.thread_id = f.parent_thread_id AND p.checkpoint_id = f.parent_checkpoint_id
+        WHERE f.parent_thread_id = %(tid)s""",
+    "prune": """WITH c AS (
+        DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
+    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s)
+    DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id IN (SELECT checkpoint_id FROM c)""",
+    "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
+    "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
+    "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
+    "list_threads": "SELECT "
+    + THREAD_COLS
+    + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL OR status = %(status)s)
+        ORDER BY updated_at DESC, thread_id DESC""",
+    "thread_cp_by_id": "SELECT "
+    + THREAD_AND_CP_COLS
+    + """ FROM {threads} t LEFT JOIN {checkpoints} c
+        ON c.thread_id = t.thread_id AND c.checkpoint_id = %(cp)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
+    "thread_cp_by_step": "SELECT "
+    + THREAD_AND_CP_COLS
+    + """ FROM {threads} t LEFT JOIN {checkpoints} c
+        ON c.thread_id = t.thread_id AND c.step = %(step)s WHERE t.thread_id = %(tid)s AND NOT t.deleted""",
+    "cp_by_id": "SELECT " + CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s",
+    "cp_by_step": "SELECT " + CP_COLS + " FROM {checkpoints} WHERE thread_id = %(tid)s AND step = %(step)s",
+    "cp_head": "SELECT "
+    + CP_COLS
+    + """ FROM {checkpoints} WHERE (thread_id, checkpoint_id) =
+        (SELECT thread_id, head_checkpoint_id FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
+    # JSON equality per top-level key (metadata is stored as compact ``json``, 50 bytes a row smaller than jsonb, and
+    # converted only when a filter is given). Keys and values stay one bound jsonb parameter. jsonb cannot hold NUL:
+    # both sides go through nul_free's one-to-one mapping.
+    "list_cps": "SELECT "
+    + CP_COLS
+    + """ FROM {checkpoints} c WHERE thread_id = %(tid)s
+        AND (%(before)s::bigint IS NULL OR step < %(before)s::bigint)
+        AND (%(filter)s::jsonb IS NULL OR NOT EXISTS (
+            SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
+            WHERE """
+    + NUL_FREE_METADATA
+    + """ -> f.key IS DISTINCT FROM f.value))
+        ORDER BY step DESC LIMIT %(limit)s::bigint""",
+    "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
+        SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
+        WHERE b.thread_id = r.tid AND b.channel = r.ch AND b.step BETWEEN r.lo AND r.hi)
+        ORDER BY channel, step, thread_id""",
+    "get_writes": """SELECT task_id, kind, idx, data FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s
+        ORDER BY task_id, kind, idx""",
+}
+
+
+def thread_from_row(row: tuple[Any, ...]) -> ThreadRecord:
+    tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row
+    return ThreadRecord(
+        thread_id=tid,
+        head_checkpoint_id=head,
+        head_step=step,
+        status=status,
+        run_id=run_id,
+        created_at=created,
+        updated_at=updated,
+        parent_thread_id=ptid,
+        parent_checkpoint_id=pcp,
+        error=error,
+        metadata=metadata,
+    )
+
+
+def checkpoint_from_row(row: tuple[Any, ...]) -> StoredCheckpoint:
+    tid, cp, ptid, pcp, step, created, status, metadata, body = row
+    return StoredCheckpoint(
+        thread_id=tid,
+        checkpoint_id=cp,
+        parent_thread_id=ptid,
+        parent_checkpoint_id=pcp,
+        step=step,
+        created_at=created,
+        status=status,
+        metadata=metadata,
+        body=bytes(body),
+    )
