@@ -12,29 +12,26 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from graphckpt import begin
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
-from graphckpt.control import START
 from graphckpt.diff import Diff, diff_values
-from graphckpt.engine import Run, Step
 from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
+from graphckpt.streams import STREAM_MODES, StreamMode, ahead_by_one, chunks
 from graphckpt.sync import InlineRunner, SyncFacade
 from graphckpt.views import as_dict, thread_info
 
 __all__ = ["App", "StreamMode"]
 
-StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks"]
-STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks")
 CheckpointSpec = Snapshot | CheckpointRef | tuple[str, str | None]
 
 
@@ -139,26 +136,9 @@ class App(SyncFacade):
         else:
             run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner, streamed=True)
         wanted: set[str] = set(modes)
-        async for item in _ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"}):
-            for chunk_mode, chunk in self._chunks(item, wanted):
+        async for item in ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"}):
+            for chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
                 yield chunk if isinstance(mode, str) else (chunk_mode, chunk)
-
-    def _chunks(self, item: Step | tuple[str, Any], wanted: set[str]) -> Iterator[tuple[str, Any]]:
-        """What one committed step (or one ephemeral event) shows in each wanted mode."""
-        if isinstance(item, tuple):
-            yield item
-            return
-        results = [r for r in item.results if r.task.node != START]
-        if "tasks" in wanted:
-            for r in results:
-                yield "tasks", {"id": r.task.id, "name": r.task.node, "result": r.update}
-        if "updates" in wanted:
-            for r in results:
-                yield "updates", {r.task.node: r.update or None}
-        if "values" in wanted and (not results or any(r.update for r in results)):
-            yield "values", self.graph.output(item.head.values)
-        if "checkpoints" in wanted:
-            yield "checkpoints", self.store.snapshot(item.head, item.head.cp.status, None)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -285,52 +265,6 @@ class App(SyncFacade):
     def to_mermaid(self) -> str:
         """The graph as mermaid text."""
         return self.graph.to_mermaid()
-
-
-_DONE: Any = object()
-
-
-async def _ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step | tuple[str, Any]]:
-    """``run``'s committed steps, the run going on in a task of its own at most one step ahead of this iterator's
-    reader: the next step runs while the reader handles this one, and the one after waits until the reader takes
-    it. Events of the ``ephemeral`` modes the run emits meanwhile come in between, in the order they happened.
-    Closing this iterator midway cancels the run and has stopped it when the close returns (what it committed
-    stays)."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    taken = asyncio.Event()
-    if ephemeral:
-        run.listener = lambda mode, payload: queue.put_nowait((mode, payload)) if mode in ephemeral else None
-
-    async def produce() -> None:
-        try:
-            async for step in run.steps():
-                taken.clear()
-                queue.put_nowait(step)
-                await taken.wait()  # the reader took it: run the next step
-        except BaseException as exc:
-            queue.put_nowait(exc)
-            raise
-        queue.put_nowait(_DONE)
-
-    producer = asyncio.ensure_future(produce())
-    try:
-        while True:
-            item = await queue.get()
-            if item is _DONE:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            if isinstance(item, Step):
-                taken.set()
-            yield item
-        await producer
-    finally:
-        run.listener = None
-        if not producer.done():
-            producer.cancel()
-            await asyncio.wait([producer])
-        elif not producer.cancelled():
-            producer.exception()  # seen: it was raised to the reader above
 
 
 def _input_annotations(graph: CompiledGraph) -> list[Any]:

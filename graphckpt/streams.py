@@ -1,0 +1,85 @@
+"""What a stream shows of a run: the run driven at most one step ahead of its reader (:func:`ahead_by_one`), with
+the ephemeral events it emits in between, and each committed step rendered in the stream modes asked for
+(:func:`chunks`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal
+
+from graphckpt.compiled import CompiledGraph
+from graphckpt.control import START
+from graphckpt.engine import Run, Step
+from graphckpt.store import ThreadStore
+
+__all__ = ["STREAM_MODES", "StreamMode", "ahead_by_one", "chunks"]
+
+StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks"]
+STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks")
+
+
+def chunks(
+    item: Step | tuple[str, Any], wanted: set[str], graph: CompiledGraph, store: ThreadStore
+) -> Iterator[tuple[str, Any]]:
+    """What one committed step (or one ephemeral event) shows in each wanted mode."""
+    if isinstance(item, tuple):
+        yield item
+        return
+    results = [r for r in item.results if r.task.node != START]
+    if "tasks" in wanted:
+        for r in results:
+            yield "tasks", {"id": r.task.id, "name": r.task.node, "result": r.update}
+    if "updates" in wanted:
+        for r in results:
+            yield "updates", {r.task.node: r.update or None}
+    if "values" in wanted and (not results or any(r.update for r in results)):
+        yield "values", graph.output(item.head.values)
+    if "checkpoints" in wanted:
+        yield "checkpoints", store.snapshot(item.head, item.head.cp.status, None)
+
+
+_DONE: Any = object()
+
+
+async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step | tuple[str, Any]]:
+    """``run``'s committed steps, the run going on in a task of its own at most one step ahead of this iterator's
+    reader: the next step runs while the reader handles this one, and the one after waits until the reader takes
+    it. Events of the ``ephemeral`` modes the run emits meanwhile come in between, in the order they happened.
+    Closing this iterator midway cancels the run and has stopped it when the close returns (what it committed
+    stays)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    taken = asyncio.Event()
+    if ephemeral:
+        run.listener = lambda mode, payload: queue.put_nowait((mode, payload)) if mode in ephemeral else None
+
+    async def produce() -> None:
+        try:
+            async for step in run.steps():
+                taken.clear()
+                queue.put_nowait(step)
+                await taken.wait()  # the reader took it: run the next step
+        except BaseException as exc:
+            queue.put_nowait(exc)
+            raise
+        queue.put_nowait(_DONE)
+
+    producer = asyncio.ensure_future(produce())
+    try:
+        while True:
+            item = await queue.get()
+            if item is _DONE:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, Step):
+                taken.set()
+            yield item
+        await producer
+    finally:
+        run.listener = None
+        if not producer.done():
+            producer.cancel()
+            await asyncio.wait([producer])
+        elif not producer.cancelled():
+            producer.exception()  # seen: it was raised to the reader above
