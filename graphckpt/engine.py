@@ -257,7 +257,8 @@ class Run:
             state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
             ctx = Context(self, task, attempt, usage)
-            self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
+            if self.listener is not None:
+                self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import json
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -181,38 +182,62 @@ def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str |
     metadata and blobs' names, and each of ``texts`` (named by its keyword in the message); raises
     :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all refuse the same
     values (a driver would fail with its own traceback, or store what it cannot read back)."""
-    pairs: list[tuple[str, str | None]] = list(texts.items())
-    if checkpoint is not None:
-        cp = checkpoint
-        pairs += [
-            ("thread_id", cp.thread_id),
-            ("checkpoint_id", cp.checkpoint_id),
-            ("parent_thread_id", cp.parent_thread_id),
-            ("parent_checkpoint_id", cp.parent_checkpoint_id),
-        ]
-        for b in cp.blobs:
-            pairs += [(f"channel of a blob at step {b.step}", b.channel), ("thread_id of a blob", b.thread_id)]
+    for what, text in texts.items():
+        _check_text(what, text)
+    if checkpoint is None:
+        return
+    cp = checkpoint
+    _check_text("thread_id", cp.thread_id)
+    _check_text("checkpoint_id", cp.checkpoint_id)
+    _check_text("parent_thread_id", cp.parent_thread_id)
+    _check_text("parent_checkpoint_id", cp.parent_checkpoint_id)
+    for b in cp.blobs:
+        if not (b.channel.isascii() and b.thread_id.isascii()):
+            _check_text(f"channel of a blob at step {b.step}", b.channel)
+            _check_text("thread_id of a blob", b.thread_id)
+    problem = _metadata_problem(cp.metadata)
+    if problem is not None:
         where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
+        raise SerializationError(f"{where} holds {problem}")
+
+
+def _check_text(what: str, text: str | None) -> None:
+    if text is None or text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SerializationError(
+            f"{what} {brief(text)!r} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
+        ) from None
+
+
+def _metadata_problem(value: Any, depth: int = 0) -> str | None:
+    """What in metadata ``value`` no backend can store, or ``None``: a walk over its dicts and lists, cheap enough
+    for every commit (ASCII text, the usual case, needs no encoding)."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
         try:
-            json.dumps(dict(cp.metadata), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8")
+            value.encode("utf-8")
         except UnicodeEncodeError:
-            raise SerializationError(
-                f"{where} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
-            ) from None
-        except ValueError as exc:
-            if "Out of range float" in str(exc):
-                raise SerializationError(f"{where} holds NaN or an infinity, which JSON cannot store") from None
-        except TypeError:
-            pass  # not JSON at all: the saver's own check names that
-    for what, text in pairs:
-        if text is None:
-            continue
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SerializationError(
-                f"{what} {brief(text)!r} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
-            ) from None
+            return "a lone surrogate (text with no UTF-8 form); it cannot be stored"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "NaN or an infinity, which JSON cannot store"
+    if depth > 200:
+        return None  # deeper than any metadata the engine writes: the saver's own encoder judges it
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            problem = _metadata_problem(key, depth + 1) or _metadata_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+    elif isinstance(value, list | tuple):
+        for item in value:
+            problem = _metadata_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+    return None
 
 
 def utf8_safe(text: str | None) -> str | None:
