@@ -192,7 +192,7 @@ async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     if not infos:
         out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
         return 0
-    out.print(render.threads_table(infos))
+    out.print(render.threads_table(infos, out.width))
     return 0
 
 
@@ -206,7 +206,8 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
         _print_json([records.step_record(snap) for snap in snaps])
         return 0
     render = _render()
-    render.console().print(render.history_table(snaps, args.thread))
+    out = render.console()
+    out.print(render.history_table(snaps, args.thread, out.width))
     return 0
 
 
@@ -227,9 +228,8 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
         todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
                  i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
-    if args.limit is not None:  # each thread's newest N (a fork from a checkpoint left out hangs off its thread)
-        own = {tid: snaps[-args.limit :] for tid, snaps in own.items()}
-    tree = records.thread_trees([by_id[t] for t in family], own, root)
+    # --limit: each thread's newest N (a fork from a checkpoint left out hangs off its thread); totals count them all
+    tree = records.thread_trees([by_id[t] for t in family], own, root, limit=args.limit)
     if args.json:
         _print_json(tree)
         return 0

@@ -284,9 +284,13 @@ def without_nan_changes(diff: Diff) -> Diff:
     return dataclasses.replace(diff, changed=changed)
 
 
-def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str) -> dict[str, Any]:
-    """The fork tree under thread ``root``: each thread with its own checkpoints (oldest first, from ``own``), and
-    every fork attached to the checkpoint it branched from (or to the thread, when that checkpoint is not shown)."""
+def thread_trees(
+    infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str, *, limit: int | None = None
+) -> dict[str, Any]:
+    """The fork tree under thread ``root``: each thread with its own checkpoints (oldest first, from ``own``; only
+    the newest ``limit`` when given), and every fork attached to the checkpoint it branched from (or to the thread,
+    when that checkpoint is not shown). Each thread's ``tokens`` is the total of all its own checkpoints, shown or
+    not, and ``hidden`` counts those ``limit`` left out."""
     children: dict[str, list[ThreadInfo]] = {}
     for info in infos:
         if info.forked_from is not None and info.thread_id != root:
@@ -294,9 +298,13 @@ def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapsho
     by_id = {i.thread_id: i for i in infos}
 
     def build(info: ThreadInfo, seen: frozenset[str]) -> dict[str, Any]:
+        mine = list(own.get(info.thread_id, ()))
+        shown = mine[-limit:] if limit is not None else mine
         node = {
             **thread_record(info),
-            "checkpoints": [{**step_record(s), "forks": []} for s in own.get(info.thread_id, ())],
+            "tokens": sum(tokens(metadata_of(s)) for s in mine),
+            "hidden": len(mine) - len(shown),
+            "checkpoints": [{**step_record(s), "forks": []} for s in shown],
             "forks": [],
         }
         at = {cp["checkpoint_id"]: cp for cp in node["checkpoints"]}
