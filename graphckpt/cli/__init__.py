@@ -164,10 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
         "compare two checkpoints' state",
         "What differs between two checkpoints' state. Each side is THREAD (its head) or THREAD@CHECKPOINT (a "
         "checkpoint id or unique prefix). A side that is the id of an existing thread is that thread's head, even "
-        "when the id contains @; otherwise it splits at its last @, and THREAD@ (nothing after the @) is the head.",
+        "when the id contains @; otherwise it splits at its last @, and THREAD@ (nothing after the @) is the head. "
+        "Values are compared by path into dicts, lists and models (notes[2].text). A field at its default is a value: "
+        "one side at its default and the other written is a change (without --graph, from or to '(default)').",
     )
     p.add_argument("a", metavar="A", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("b", metavar="B", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
+    p.add_argument(
+        "--format",
+        choices=("text", "patch"),
+        default="text",
+        help="patch: an RFC 6902 JSON Patch from A's values to B's (JSON-pointer paths; add, remove, replace)",
+    )
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
     p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 

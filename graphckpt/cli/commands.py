@@ -269,6 +269,11 @@ async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
     ca = await s.checkpoint_id(ta, ca) if ca else None
     cb = await s.checkpoint_id(tb, cb) if cb else None
     diff = records.without_nan_changes(await reader.adiff((ta, ca), (tb, cb)))
+    if raw:  # a field only one side's stored state holds is at its default on the other: changed, as with --graph
+        diff = records.unset_as_changes(diff)
+    if args.format == "patch":
+        _print_json(records.json_patch(diff))
+        return 0
     if args.json:
         _print_json(records.diff_record(diff, raw=raw))
         return 0

@@ -35,7 +35,7 @@ from graphckpt.cli.records import (
     to_jsonable,
     tokens,
 )
-from graphckpt.diff import Diff
+from graphckpt.diff import MISSING, UNSET, Diff
 
 __all__ = [
     "ABBREV",
@@ -323,25 +323,25 @@ def _short(value: Any) -> str:
 
 
 def print_diff(out: Console, diff: Diff) -> None:
-    """``graphckpt diff``: ``+`` added, ``-`` removed, ``~`` changed fields; appended list items shown alone."""
+    """``graphckpt diff``: one line per value that differs, by its path into dicts, lists and models: ``+`` added,
+    ``-`` removed, ``~`` changed (``(default)``: a field the stored state does not hold on that side)."""
     out.print(Text(f"diff {ref_text(diff.a)} -> {ref_text(diff.b)}", style="bold"))
     if not diff:
         out.print("(no differences)")
-    for k, v in diff.added.items():
-        out.print(Text(f"+ {k} = {_short(v)}", style="green"))
-    for k, v in diff.removed.items():
-        out.print(Text(f"- {k} = {_short(v)}", style="red"))
-    for k, c in diff.changed.items():
-        if c.appended is not None and not c.dropped:
-            out.print(Text(f"~ {k}: +{len(c.appended)} appended {_short(c.appended)}", style="yellow"))
-        elif c.appended is not None:
-            out.print(Text(f"~ {k}: same first {c.common}, then", style="yellow"))
-            out.print(Text(f"    - {_short(c.dropped)}", style="red"))
-            out.print(Text(f"    + {_short(c.appended)}", style="green"))
-        elif isinstance(c.before, str) and isinstance(c.after, str) and "\n" in c.before + c.after:
-            _print_text_change(out, k, c.before, c.after)
+    for change in diff.changes():
+        where = change.where
+        if change.before is MISSING:
+            out.print(Text(f"+ {where} = {_short(change.after)}{change.note}", style="green"))
+        elif change.after is MISSING:
+            out.print(Text(f"- {where} = {_short(change.before)}{change.note}", style="red"))
+        elif isinstance(change.before, str) and isinstance(change.after, str) and "\n" in change.before + change.after:
+            _print_text_change(out, where, change.before, change.after)
         else:
-            out.print(Text(f"~ {k}: {_short(c.before)} -> {_short(c.after)}", style="yellow"))
+            out.print(Text(f"~ {where}: {_shown(change.before)} -> {_shown(change.after)}", style="yellow"))
+
+
+def _shown(value: Any) -> str:
+    return "(default)" if value is UNSET else _short(value)
 
 
 def _print_text_change(out: Console, key: str, before: str, after: str, limit: int = 20) -> None:
