@@ -269,7 +269,7 @@ def test_graph_delete_and_help(cli: Any) -> None:
     mermaid = ok(cli("graph", "cli_graph:graph")).out
     assert mermaid.startswith("flowchart TD") and '["analyze"]' in mermaid
     ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "gone", "-q"))
-    assert ok(cli("delete", "gone")).out.strip() == "deleted thread gone"
+    assert ok(cli("delete", "gone", "--yes")).out.strip() == "deleted thread gone"
     assert ok(cli("threads", "--json")).json() == []
     assert "no threads" in ok(cli("threads")).out
     assert "fork" in ok(cli("--help")).out
