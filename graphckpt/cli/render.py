@@ -144,7 +144,7 @@ class _Column:
         if self.no_wrap:
             return max(cell_len(t) for t in texts)
         if self.fold is not None and (self.compact is None or level <= self.compact[0]):
-            return max(self.fold, cell_len(self.header))
+            return max(cell_len(self.header), min(self.fold, max(cell_len(t) for t in texts)))
         return max(cell_len(word) for t in texts for word in [*t.split(), ""])
 
     def max_width(self, level: int) -> int:
