@@ -15,7 +15,9 @@ check it for errors, write the tests. Every super-step is checkpointed to a SQLi
 The model is the deterministic built-in ``graphckpt-offline`` unless ``--online`` is given (then the OpenAI-compatible
 endpoint from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` is used): a key in your shell is never spent by accident.
 Offline, its answers are the demo's canned ones, in ``demo_answers.py`` next to this file.
-Apart from timings, ids and paths, the output is the same on every run.
+Apart from timings, ids and paths, the output is the same on every run. The threads record their graph as
+``graphckpt.cli.demo:graph`` (:func:`build_graph`, loadable by the CLI), and the demo ends with the ``graphckpt``
+commands to paste next (``--db`` in them only when the CLI would not find the file by itself).
 
     python examples/agent_task.py [--db PATH] [--online]
 """
@@ -26,7 +28,9 @@ import argparse
 import difflib
 import importlib.util
 import itertools
+import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -42,7 +46,19 @@ from graphckpt import END, START, App, Context, NodeError, Snapshot, StateGraph
 from graphckpt.savers.sqlite import SqliteSaver
 from nodes import OFFLINE_MODEL, chat_node, llm_calls
 
-__all__ = ["FORK_INSTRUCTION", "INSTRUCTION", "REQUEST", "STEPS", "AgentTask", "build_app", "fault_file", "main"]
+__all__ = [
+    "FORK_INSTRUCTION",
+    "GRAPH_REF",
+    "INSTRUCTION",
+    "REQUEST",
+    "STEPS",
+    "AgentTask",
+    "build_app",
+    "build_graph",
+    "fault_file",
+    "main",
+    "next_commands",
+]
 
 REQUEST = "write a weather lookup function"
 INSTRUCTION = "Keep it simple: standard library only, temperatures in Celsius."
@@ -50,6 +66,12 @@ FORK_INSTRUCTION = "Report the temperature in Fahrenheit instead of Celsius."
 STEPS = ("analyse", "write", "check", "tests")
 """The nodes, in order: super-steps 1-4 of a run."""
 FAILING_STEP = "check"
+ASYNC_INSTRUCTION = "Make it async with asyncio."
+"""The instruction of the fork the closing commands suggest."""
+GRAPH_REF = "graphckpt.cli.demo:graph"
+"""What the demo's threads record as their graph: a zero-argument factory of :func:`build_graph` that the CLI can
+load, so ``graphckpt resume`` and ``graphckpt fork`` work on them."""
+TAGS = {"graph": GRAPH_REF}
 
 
 def _sibling(name: str) -> ModuleType:
@@ -116,12 +138,12 @@ def fault_file(db: Path) -> Path:
     return db.with_name(db.name + ".fault")
 
 
-def _tracked(name: str, inner: Callable[[Any, Any], Any], fault: Path) -> Node:
+def _tracked(name: str, inner: Callable[[Any, Any], Any], fault: Path | None) -> Node:
     """``inner`` counted in :data:`EXECUTED` and :data:`MODEL_CALLS`, failing once if ``fault`` names this node."""
 
     async def node(state: AgentTask, ctx: Context) -> dict[str, Any]:
         EXECUTED[name] += 1
-        if _consume_fault(fault, name):
+        if fault is not None and _consume_fault(fault, name):
             raise TimeoutError("simulated timeout: the model did not answer within 60 s (first attempt only)")
         before = llm_calls.calls
         try:
@@ -143,12 +165,10 @@ def _consume_fault(fault: Path, name: str) -> bool:
     return armed
 
 
-def build_app(db: str | os.PathLike[str], *, online: bool = False) -> App:
-    """The agent task graph (analyse -> write -> check -> tests) on a :class:`SqliteSaver` at ``db``.
-
-    Offline (the deterministic ``graphckpt-offline`` model) unless ``online``. ``check`` fails once when
-    :func:`fault_file` names it."""
-    fault = fault_file(Path(db))
+def build_graph(fault: Path | None = None, *, online: bool = False) -> StateGraph:
+    """The agent task graph (analyse -> write -> check -> tests), offline (the deterministic ``graphckpt-offline``
+    model) unless ``online``. With ``fault``, a node fails once when that flag file names it (:func:`fault_file`).
+    Called without arguments it is the graph the CLI loads for the demo's threads (:data:`GRAPH_REF`)."""
     g = StateGraph(AgentTask)
     for name in STEPS:
         system, prompt, output = _PROMPTS[name]
@@ -164,7 +184,13 @@ def build_app(db: str | os.PathLike[str], *, online: bool = False) -> App:
     for a, b in itertools.pairwise(STEPS):
         g.add_edge(a, b)
     g.add_edge(STEPS[-1], END)
-    return g.compile(saver=SqliteSaver(db))
+    return g
+
+
+def build_app(db: str | os.PathLike[str], *, online: bool = False) -> App:
+    """:func:`build_graph` on a :class:`SqliteSaver` at ``db``; ``check`` fails once when :func:`fault_file`
+    names it."""
+    return build_graph(fault_file(Path(db)), online=online).compile(saver=SqliteSaver(db))
 
 
 # -- printing -----------------------------------------------------------------------------------------------------
@@ -283,7 +309,7 @@ def _resume_child(db: Path, thread_id: str, online: bool) -> int:
     with build_app(db, online=online) as app:
         found = app.get_state(thread_id)
         print(f"   [pid {os.getpid()}] opened {db.name}: thread {thread_id!r} is {found.status} at step {found.step}")
-        head = _run_steps(app.stream(None, thread_id=thread_id, mode="checkpoints", resume=True))
+        head = _run_steps(app.stream(None, thread_id=thread_id, mode="checkpoints", resume=True, tags=TAGS))
         state = app.get_state(thread_id)
     earlier = STEPS[:2]
     reran = sum(EXECUTED[n] for n in earlier)
@@ -300,20 +326,38 @@ def _resume_child(db: Path, thread_id: str, online: bool) -> int:
 
 
 def _free_thread_ids(app: App) -> tuple[str, str]:
-    """``weather`` and ``weather-fahrenheit``, or ``weather-2``... when ``--db`` names a file that has them."""
+    """``weather`` and ``weather-fahrenheit``, or ``weather-2``... when ``--db`` names a file that has them (or the
+    ``-async`` branch the closing commands suggest)."""
     taken = {t.thread_id for t in app.threads()}
     n = 1
     while True:
         base = "weather" if n == 1 else f"weather-{n}"
-        if base not in taken and f"{base}-fahrenheit" not in taken:
+        if not {base, f"{base}-fahrenheit", f"{base}-async"} & taken:
             return base, f"{base}-fahrenheit"
         n += 1
+
+
+def next_commands(db: Path, thread: str) -> list[str]:
+    """The ``graphckpt`` commands to paste after the demo: its tree, a fork after step 2 with another instruction
+    (back to ``write``), and running that fork. ``--db`` only when the CLI would not find ``db`` by itself."""
+    default = Path("graphckpt.db").resolve()
+    found = db.resolve() == default and not os.environ.get("GRAPHCKPT_DB")
+    cli = "graphckpt" if found else f"graphckpt --db {shlex.quote(str(db))}"
+    branch = shlex.quote(f"{thread}-async")
+    instruction = shlex.quote(json.dumps(ASYNC_INSTRUCTION))
+    return [
+        f"{cli} history {shlex.quote(thread)} --tree",
+        f"{cli} fork {shlex.quote(thread)} --step 2 --goto write --set instruction={instruction} --new-thread {branch}",
+        f"{cli} resume {branch}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo (or, with ``--resume``, its second process). Returns the exit code."""
     parser = argparse.ArgumentParser(prog="agent_task", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--db", help="SQLite file (default: agent_demo.db in a new temporary directory)")
+    parser.add_argument(
+        "--db", help="SQLite file (default: agent_demo.db in a new temporary directory; `graphckpt demo`: graphckpt.db)"
+    )
     parser.add_argument("--online", action="store_true", help="call the endpoint from OPENAI_BASE_URL/OPENAI_API_KEY")
     parser.add_argument("--resume", metavar="THREAD", help=argparse.SUPPRESS)  # internal: the resuming process
     args = parser.parse_args(argv)
@@ -348,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         fault = fault_file(db)
         fault.write_text(FAILING_STEP)
         try:
-            _run_steps(app.stream({"request": REQUEST}, thread_id=thread, mode="checkpoints"))
+            _run_steps(app.stream({"request": REQUEST}, thread_id=thread, mode="checkpoints", tags=TAGS))
         except NodeError as exc:
             cause = exc.__cause__
             print(f"   step {exc.step}  {exc.node:<8} {'FAILED':>9}  {type(cause).__name__}: {cause}")
@@ -390,9 +434,10 @@ def main(argv: list[str] | None = None) -> int:
             update={"instruction": FORK_INSTRUCTION},
             new_thread_id=fork,
             goto="write",
+            tags=TAGS,
         )
         print(_step_line(first))
-        _run_steps(app.stream(None, thread_id=fork, mode="checkpoints", resume=True))
+        _run_steps(app.stream(None, thread_id=fork, mode="checkpoints", resume=True, tags=TAGS))
         branch = app.get_state(fork)
         calls = ", ".join(f"{n} {MODEL_CALLS[n] - before[n]}" for n in STEPS)
         print(f"   -> thread {fork!r} is {branch.status} at step {branch.step}; model calls: {calls}")
@@ -415,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nDone: thread {thread!r} {statuses[thread]}, thread {fork!r} {statuses[fork]}; the database is kept at {db}"
     )
+    print("\nNext, with the graphckpt command (paste these; the threads record their graph, " + GRAPH_REF + "):")
+    for command in next_commands(db, thread):
+        print(f"   $ {command}")
     return 0 if statuses[thread] == statuses[fork] == "done" else 1
 
 

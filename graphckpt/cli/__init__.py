@@ -11,8 +11,9 @@
 
 The database is ``--db`` or ``$GRAPHCKPT_DB``: a SQLite file (default ``graphckpt.db``) or a ``postgresql://`` URL
 (``?schema=NAME`` picks the schema of the tables). Only ``run`` and ``import`` create a database or its tables.
-Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error, 130 stopped by Ctrl-C,
-143 stopped by SIGTERM; errors are one line on stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
+Exit status: 0 success, 1 runtime error (unknown thread, failed node, database), 2 usage error, 3 ``resume`` left the
+thread interrupted (waiting for an answer), 130 stopped by Ctrl-C, 143 stopped by SIGTERM; errors are one line on
+stderr (set ``GRAPHCKPT_DEBUG=1`` for the traceback).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from typing import Any, NoReturn, get_args
 
 from graphckpt.savers.base import Status
 
-__all__ = ["build_parser", "main"]
+__all__ = ["WAITING", "build_parser", "main"]
+
+WAITING = 3
+"""The exit status of ``resume`` when the thread stops interrupted (waiting for an answer or a resume), so a script
+can tell waiting (3) from done (0) and failed (1)."""
 
 _EPILOG = """\
 The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db in the current directory) or a
@@ -41,12 +46,24 @@ load). Reading commands (threads, history, show, diff, export, import) never imp
 data: values are read as stored (models as plain data) unless you pass --graph MODULE:ATTR.
 --json prints strict JSON: NaN and infinite numbers are printed as null.
 The first Ctrl-C or SIGTERM stops a run after its running task(s); a second one quits at once.
-Exit status: 0 success, 1 runtime error, 2 usage error, 130 stopped by Ctrl-C, 143 stopped by SIGTERM."""
+Exit status: 0 success, 1 runtime error, 2 usage error, 3 `resume` left the thread interrupted (waiting for an
+answer: resume it again with --answer JSON), 130 stopped by Ctrl-C, 143 stopped by SIGTERM."""
 
 _DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
 
 CREATING_COMMANDS = frozenset({"run", "import"})
 """The commands that may create the database (SQLite file, PostgreSQL schema and tables); the others need it."""
+
+
+def step_number(text: str) -> int:
+    """An argparse type: a step number (an integer >= 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a step is 0 or more, got {value}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -134,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("threads", "list threads", "List threads, most recently updated first.")
     p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the N most recently updated (N >= 1)")
 
     p = command(
         "history",
@@ -153,9 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     values_help = "decode values with this graph code (default: values as stored; the recorded graph is never used)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
     p.add_argument("thread", type=nonempty, metavar="ID")
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--checkpoint", type=nonempty, metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage"
     )
+    where.add_argument("--step", type=step_number, metavar="N", help="the checkpoint of step N of the thread's lineage")
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
     p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
@@ -164,33 +184,54 @@ def build_parser() -> argparse.ArgumentParser:
         "compare two checkpoints' state",
         "What differs between two checkpoints' state. Each side is THREAD (its head) or THREAD@CHECKPOINT (a "
         "checkpoint id or unique prefix). A side that is the id of an existing thread is that thread's head, even "
-        "when the id contains @; otherwise it splits at its last @, and THREAD@ (nothing after the @) is the head.",
+        "when the id contains @; otherwise it splits at its last @, and THREAD@ (nothing after the @) is the head. "
+        "Values are compared by path into dicts, lists and models (notes[2].text). A field at its default is a value: "
+        "one side at its default and the other written is a change (without --graph, from or to '(default)').",
     )
     p.add_argument("a", metavar="A", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
     p.add_argument("b", metavar="B", help="THREAD, THREAD@ or THREAD@CHECKPOINT")
+    p.add_argument(
+        "--format",
+        choices=("text", "patch"),
+        default="text",
+        help="patch: an RFC 6902 JSON Patch from A's values to B's (JSON-pointer paths; add, remove, replace)",
+    )
     p.add_argument("--graph", metavar="MODULE:ATTR", help=values_help)
     p.add_argument("--raw", action="store_true", help="read values as stored even with --graph (the default)")
 
     p = command(
         "fork",
         "branch a thread at a checkpoint",
-        "Make a new thread whose first checkpoint follows CHECKPOINT of thread ID, with --set updates applied "
-        "through the reducers. The source thread never changes. Run the branch with `graphckpt resume NEW`.",
+        "Make a new thread whose first checkpoint follows CHECKPOINT (or the checkpoint of --step N) of thread ID, "
+        "with --set updates applied through the reducers. The source thread never changes. Run the branch with "
+        "`graphckpt resume NEW`.",
     )
     p.add_argument("thread", type=nonempty, metavar="ID")
-    p.add_argument("checkpoint", type=nonempty, metavar="CHECKPOINT", help="checkpoint id (or a unique prefix)")
+    p.add_argument(
+        "checkpoint", type=nonempty, metavar="CHECKPOINT", nargs="?", help="checkpoint id (or a unique prefix)"
+    )
+    p.add_argument("--step", type=step_number, metavar="N", help="fork at the checkpoint of step N instead")
     p.add_argument(
         "--set", action="append", metavar="KEY=JSON", help="state update, repeatable: --set verdict='\"fix\"'"
     )
     p.add_argument("--new-thread", type=nonempty, metavar="ID", help="id of the new thread (default: a new id)")
+    p.add_argument(
+        "--goto", action="append", metavar="NODE", help="run NODE next instead of the checkpoint's next (repeatable)"
+    )
     p.add_argument(
         "--graph",
         metavar="MODULE:ATTR",
         help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
     )
 
-    p = command("delete", "delete a thread", "Delete a thread. Checkpoints that its forks need are kept.")
+    p = command(
+        "delete",
+        "delete a thread",
+        "Delete a thread. Checkpoints that its forks need are kept. On a terminal it asks first; elsewhere (a "
+        "script) it needs --yes.",
+    )
     p.add_argument("thread", type=nonempty, metavar="ID")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
     p = command(
         "export",
@@ -217,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run the agent demo (offline)",
         "Run examples/agent_task.py: a four-step agent task that fails at step 3, resumes without repeating "
         "finished steps, forks, and diffs the branches. Other arguments go to the demo (`graphckpt demo -- --help`). "
-        "The global --db (a SQLite file) becomes the demo's --db; without it the demo uses a new temporary database "
-        "(it does not read $GRAPHCKPT_DB).",
+        "The global --db (a SQLite file) becomes the demo's --db; without it the demo writes graphckpt.db in the "
+        "current directory, where the other commands look (it does not read $GRAPHCKPT_DB). Its threads record "
+        "the graph graphckpt.cli.demo:graph, so resume and fork work on them; it ends with commands to try.",
         db=False,
         json=False,
     )

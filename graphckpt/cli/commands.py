@@ -23,8 +23,9 @@ from typing import Any
 from graphckpt import ids
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
-from graphckpt.cli import records
+from graphckpt.cli import WAITING, records
 from graphckpt.cli.session import (
+    DEFAULT_DB,
     CliError,
     Database,
     Session,
@@ -33,7 +34,7 @@ from graphckpt.cli.session import (
     parse_assignments,
     parse_json,
 )
-from graphckpt.errors import GraphckptError, ThreadNotFoundError
+from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
@@ -96,7 +97,8 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
         update, thread_id=thread_id, mode="checkpoints", recursion_limit=args.recursion_limit,
         tags={"graph": args.target},
     )  # fmt: skip
-    return await _drive(s, app, stream, thread_id, args, verb="running")
+    await _drive(s, app, stream, thread_id, args, verb="running")
+    return 0
 
 
 async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
@@ -118,13 +120,14 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
         None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
         resume=True, **given,
     )  # fmt: skip
-    return await _drive(s, app, stream, args.thread, args, verb="resuming")
+    final = await _drive(s, app, stream, args.thread, args, verb="resuming")
+    return WAITING if final.status == "interrupted" else 0
 
 
 async def _drive(
     s: Session, app: App, stream: AsyncIterator[Any], thread_id: str, args: argparse.Namespace, *, verb: str
-) -> int:
-    """Consume the checkpoint stream with a live display, then print where the thread stands."""
+) -> Snapshot:
+    """Consume the checkpoint stream with a live display, then print where the thread stands; returns its head."""
     display = None if args.json or args.quiet else _render().StepDisplay(thread_id)
     seen: list[Snapshot] = []
     stop = asyncio.Event()  # set by the first Ctrl-C: stop once the running task(s) committed their step
@@ -161,7 +164,7 @@ async def _drive(
     used = sum(records.tokens(records.metadata_of(snap)) for snap in seen)
     if args.json:
         _print_json({**records.snapshot_record(final, raw=False), "run": {"checkpoints": len(seen), "tokens": used}})
-        return 0
+        return final
     out = _render().console()
     summary = f"thread {thread_id}: {final.status} at step {final.step} (checkpoint {final.checkpoint_id})"
     summary += f"; {len(seen)} new checkpoint{'s' if len(seen) != 1 else ''}"
@@ -175,7 +178,7 @@ async def _drive(
     if final.status == "interrupted":
         hint = " --answer JSON" if waiting else ""
         out.print(f"continue with: {_resume_hint(thread_id, hint)}", markup=False)
-    return 0
+    return final
 
 
 # -- reading -----------------------------------------------------------------------------------------------------------
@@ -184,6 +187,8 @@ async def _drive(
 async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     """List threads, most recently updated first."""
     infos = await s.reader().athreads(args.status)
+    if args.limit is not None:  # most recently updated first
+        infos = infos[: args.limit]
     if args.json:
         _print_json([records.thread_record(i) for i in infos])
         return 0
@@ -192,7 +197,7 @@ async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     if not infos:
         out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
         return 0
-    out.print(render.threads_table(infos))
+    out.print(render.threads_table(infos, out.width))
     return 0
 
 
@@ -206,7 +211,8 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
         _print_json([records.step_record(snap) for snap in snaps])
         return 0
     render = _render()
-    render.console().print(render.history_table(snaps, args.thread))
+    out = render.console()
+    out.print(render.history_table(snaps, args.thread, out.width))
     return 0
 
 
@@ -227,9 +233,8 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
         todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
                  i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
-    if args.limit is not None:  # each thread's newest N (a fork from a checkpoint left out hangs off its thread)
-        own = {tid: snaps[-args.limit :] for tid, snaps in own.items()}
-    tree = records.thread_trees([by_id[t] for t in family], own, root)
+    # --limit: each thread's newest N (a fork from a checkpoint left out hangs off its thread); totals count them all
+    tree = records.thread_trees([by_id[t] for t in family], own, root, limit=args.limit)
     if args.json:
         _print_json(tree)
         return 0
@@ -241,13 +246,32 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
 async def cmd_show(args: argparse.Namespace, s: Session) -> int:
     """A checkpoint's state as JSON (the head unless ``--checkpoint``)."""
     reader, raw = await s.values_reader([args.thread], args.graph, raw=args.raw)
-    checkpoint = await s.checkpoint_id(args.thread, args.checkpoint) if args.checkpoint else None
+    checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
     snap = await reader.aget_state(args.thread, checkpoint)
     if args.json:
         _print_json(records.snapshot_record(snap, raw=raw))
         return 0
     _render().print_snapshot(_render().console(), snap, raw=raw)
     return 0
+
+
+async def _checkpoint_of(
+    s: Session, thread_id: str, spec: str | None, step: int | None, step_option: str
+) -> str | None:
+    """The checkpoint id that ``spec`` (an id or unique prefix) or ``step`` names in the thread's lineage; ``None``
+    (the head) when neither is given. A spec of digits that names no checkpoint suggests ``--step``."""
+    if step is not None:
+        return await s.checkpoint_at_step(thread_id, step)
+    if spec is None:
+        return None
+    try:
+        return await s.checkpoint_id(thread_id, spec)
+    except CheckpointNotFoundError as exc:
+        if spec.isdigit():
+            raise CheckpointNotFoundError(
+                f"{exc} (for the checkpoint of step {spec}, pass {step_option} {spec})"
+            ) from None
+        raise
 
 
 async def _split_spec(s: Session, spec: str) -> tuple[str, str | None]:
@@ -269,6 +293,11 @@ async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
     ca = await s.checkpoint_id(ta, ca) if ca else None
     cb = await s.checkpoint_id(tb, cb) if cb else None
     diff = records.without_nan_changes(await reader.adiff((ta, ca), (tb, cb)))
+    if raw:  # a field only one side's stored state holds is at its default on the other: changed, as with --graph
+        diff = records.unset_as_changes(diff)
+    if args.format == "patch":
+        _print_json(records.json_patch(diff))
+        return 0
     if args.json:
         _print_json(records.diff_record(diff, raw=raw))
         return 0
@@ -282,11 +311,15 @@ async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
 async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
     """Branch a thread at a checkpoint into a new thread (the source never changes); ``resume`` runs the branch."""
     update = parse_assignments(args.set or [])
+    if (args.checkpoint is None) == (args.step is None):
+        raise UsageError("fork needs a CHECKPOINT or --step N (one of them): `graphckpt fork ID --step 2`")
     app, ref = await s.app_for(args.thread, args.graph, action="fork")
-    checkpoint = await s.checkpoint_id(args.thread, args.checkpoint)
+    checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
+    assert checkpoint is not None
     snap = await app.afork(
-        args.thread, checkpoint, update=update or None, new_thread_id=args.new_thread, tags={"graph": ref}
-    )
+        args.thread, checkpoint, update=update or None, new_thread_id=args.new_thread, goto=args.goto or None,
+        tags={"graph": ref},
+    )  # fmt: skip
     if args.json:
         _print_json(records.snapshot_record(snap, raw=False))
         return 0
@@ -301,7 +334,19 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
 
 
 async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
-    """Delete a thread (checkpoints its forks still need are kept)."""
+    """Delete a thread (checkpoints its forks still need are kept); on a terminal, after a yes; else with --yes."""
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"not deleting thread {args.thread!r} without confirmation: pass --yes (not a terminal)")
+        info = await s.reader().saver.get_thread(args.thread)
+        if info is None:
+            raise ThreadNotFoundError(f"no thread {args.thread!r}")
+        sys.stderr.write(f"delete thread {args.thread!r} ({info.status} at step {info.head_step})? [y/N] ")
+        sys.stderr.flush()
+        answer = await asyncio.to_thread(sys.stdin.readline)
+        if answer.strip().lower() not in ("y", "yes"):
+            sys.stderr.write("graphckpt: not deleted\n")
+            return 1
     await s.reader().saver.delete_thread(args.thread)
     if args.json:
         _print_json({"deleted": args.thread})
@@ -373,18 +418,21 @@ def demo_path() -> Path:
 
 
 def _demo_argv(args: argparse.Namespace) -> list[str]:
-    """The demo's own arguments, with the global ``--db`` forwarded as its ``--db`` (a SQLite file). The demo does
-    not read ``$GRAPHCKPT_DB`` (it would write demo threads into that database): it notes that it ignores it."""
+    """The demo's own arguments, with the database: the global ``--db`` (a SQLite file), else ``graphckpt.db`` in
+    the current directory, where the other commands look by default. The demo does not read ``$GRAPHCKPT_DB`` (it
+    would write demo threads into that database): it notes that it ignores it."""
     argv = list(args.demo_args)
     own = [a for a in argv if a == "--db" or a.startswith("--db=")]
     if args.db is None:
-        if not own and os.environ.get("GRAPHCKPT_DB"):
+        if own or "-h" in argv or "--help" in argv:
+            return argv
+        if os.environ.get("GRAPHCKPT_DB"):
             print(
-                "graphckpt: note: the demo ignores $GRAPHCKPT_DB and uses a new temporary database; "
+                f"graphckpt: note: the demo ignores $GRAPHCKPT_DB and writes {DEFAULT_DB} in the current directory; "
                 "choose its file with `graphckpt --db FILE demo`",
                 file=sys.stderr,
             )
-        return argv
+        return [*argv, "--db", DEFAULT_DB]
     if own:
         raise UsageError("give the demo's database once: `graphckpt --db FILE demo` or `graphckpt demo --db FILE`")
     db = Database(args.db)
@@ -393,25 +441,38 @@ def _demo_argv(args: argparse.Namespace) -> list[str]:
     return [*argv, "--db", db.path]
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the multi-step agent demo (fail, resume, fork, diff), offline unless a model endpoint is configured."""
+def load_demo() -> Any:
+    """The demo module (``examples/agent_task.py`` of the source tree), loaded by path once per process."""
+    name = "graphckpt_demo_agent_task"
+    if name in sys.modules:
+        return sys.modules[name]
     path = demo_path()
     if not path.is_file():
         raise CliError(f"the demo is not here: {path} does not exist (it ships with the source checkout)")
-    spec = importlib.util.spec_from_file_location("graphckpt_demo_agent_task", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise CliError(f"cannot load the demo from {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name while it executes
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return module
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the multi-step agent demo (fail, resume, fork, diff), offline unless a model endpoint is configured."""
+    module = load_demo()
     main = getattr(module, "main", None)
     if not callable(main):
-        raise CliError(f"the demo {path} has no main()")
+        raise CliError(f"the demo {demo_path()} has no main()")
     argv = _demo_argv(args)
     if inspect.signature(main).parameters:
         result = main(argv)
     else:
-        sys.argv = [str(path), *argv]
+        sys.argv = [str(demo_path()), *argv]
         result = main()
     return result if isinstance(result, int) else 0
 

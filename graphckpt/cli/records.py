@@ -19,7 +19,7 @@ from typing import Any
 import pydantic
 
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
-from graphckpt.diff import Diff, FieldChange
+from graphckpt.diff import UNSET, Change, Diff, FieldChange, field_change, json_pointer
 from graphckpt.errors import CorruptCheckpointError
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "diff_record",
     "duration_ms",
     "graph_of",
+    "json_patch",
+    "leaf_record",
     "metadata_of",
     "ran_nodes",
     "ref_text",
@@ -39,6 +41,7 @@ __all__ = [
     "thread_trees",
     "to_jsonable",
     "tokens",
+    "unset_as_changes",
     "without_nan_changes",
 ]
 
@@ -226,12 +229,43 @@ def snapshot_record(snap: Snapshot, *, raw: bool) -> dict[str, Any]:
     }
 
 
+def _value(value: Any) -> Any:
+    """A diff value as JSON data: :data:`~graphckpt.diff.UNSET` (and ``MISSING``) as ``None``."""
+    return None if isinstance(value, type(UNSET)) else to_jsonable(value)
+
+
 def change_record(change: FieldChange) -> dict[str, Any]:
-    """One changed field of a diff."""
-    out: dict[str, Any] = {"before": to_jsonable(change.before), "after": to_jsonable(change.after)}
+    """One changed field of a diff. A side the stored state does not hold (a raw read of a field at its default)
+    is ``null``, and ``"unset"`` names it (``"before"`` or ``"after"``)."""
+    out: dict[str, Any] = {"before": _value(change.before), "after": _value(change.after)}
+    unset = [side for side, value in (("before", change.before), ("after", change.after)) if value is UNSET]
+    if unset:
+        out["unset"] = unset[0]
     if change.appended is not None:
         out.update(common=change.common, appended=to_jsonable(change.appended), dropped=to_jsonable(change.dropped))
     return out
+
+
+def leaf_record(change: Change) -> dict[str, Any]:
+    """One leaf of a diff (``Diff.changes``): its path as text and as a JSON pointer, the op, before and after."""
+    out: dict[str, Any] = {"path": change.where, "pointer": json_pointer(change.path), "op": change.op}
+    if change.op != "add":
+        out["before"] = _value(change.before)
+    if change.op != "remove":
+        out["after"] = _value(change.after)
+    return out
+
+
+def unset_as_changes(diff: Diff) -> Diff:
+    """A raw diff (values read without the schema) as the graph would see it: a field only one side's stored state
+    holds is at its default on the other side, so it is *changed* from (or to) :data:`~graphckpt.diff.UNSET`, not
+    added (or removed). Keeps the order of ``diff.changed``, then the fields that were added, then removed."""
+    if not diff.added and not diff.removed:
+        return diff
+    changed = dict(diff.changed)
+    changed.update({k: FieldChange(UNSET, v) for k, v in diff.added.items()})
+    changed.update({k: FieldChange(v, UNSET) for k, v in diff.removed.items()})
+    return dataclasses.replace(diff, added={}, removed={}, changed=changed)
 
 
 def diff_record(diff: Diff, *, raw: bool) -> dict[str, Any]:
@@ -243,7 +277,13 @@ def diff_record(diff: Diff, *, raw: bool) -> dict[str, Any]:
         "added": to_jsonable(diff.added),
         "removed": to_jsonable(diff.removed),
         "changed": {k: change_record(c) for k, c in diff.changed.items()},
+        "changes": [leaf_record(c) for c in diff.changes()],
     }
+
+
+def json_patch(diff: Diff) -> list[dict[str, Any]]:
+    """``diff --format patch``: the RFC 6902 JSON Patch from ``a``'s values to ``b``'s (values as JSON data)."""
+    return diff.to_json_patch(encode=to_jsonable)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -272,21 +312,20 @@ def without_nan_changes(diff: Diff) -> Diff:
         if _same(change.before, change.after):
             continue
         if change.appended is not None and isinstance(change.before, list) and isinstance(change.after, list):
-            common = 0
-            for x, y in zip(change.before, change.after, strict=False):
-                if not _same(x, y):
-                    break
-                common += 1
-            change = FieldChange(change.before, change.after, common, change.after[common:], change.before[common:])
+            change = field_change(change.before, change.after, _same)
         changed[key] = change
     if changed.keys() == diff.changed.keys() and all(changed[k] is diff.changed[k] for k in changed):
         return diff
     return dataclasses.replace(diff, changed=changed)
 
 
-def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str) -> dict[str, Any]:
-    """The fork tree under thread ``root``: each thread with its own checkpoints (oldest first, from ``own``), and
-    every fork attached to the checkpoint it branched from (or to the thread, when that checkpoint is not shown)."""
+def thread_trees(
+    infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapshot]], root: str, *, limit: int | None = None
+) -> dict[str, Any]:
+    """The fork tree under thread ``root``: each thread with its own checkpoints (oldest first, from ``own``; only
+    the newest ``limit`` when given), and every fork attached to the checkpoint it branched from (or to the thread,
+    when that checkpoint is not shown). Each thread's ``tokens`` is the total of all its own checkpoints, shown or
+    not, and ``hidden`` counts those ``limit`` left out."""
     children: dict[str, list[ThreadInfo]] = {}
     for info in infos:
         if info.forked_from is not None and info.thread_id != root:
@@ -294,9 +333,13 @@ def thread_trees(infos: Sequence[ThreadInfo], own: Mapping[str, Sequence[Snapsho
     by_id = {i.thread_id: i for i in infos}
 
     def build(info: ThreadInfo, seen: frozenset[str]) -> dict[str, Any]:
+        mine = list(own.get(info.thread_id, ()))
+        shown = mine[-limit:] if limit is not None else mine
         node = {
             **thread_record(info),
-            "checkpoints": [{**step_record(s), "forks": []} for s in own.get(info.thread_id, ())],
+            "tokens": sum(tokens(metadata_of(s)) for s in mine),
+            "hidden": len(mine) - len(shown),
+            "checkpoints": [{**step_record(s), "forks": []} for s in shown],
             "forks": [],
         }
         at = {cp["checkpoint_id"]: cp for cp in node["checkpoints"]}

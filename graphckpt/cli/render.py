@@ -11,10 +11,12 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -33,10 +35,12 @@ from graphckpt.cli.records import (
     to_jsonable,
     tokens,
 )
-from graphckpt.diff import Diff
+from graphckpt.diff import MISSING, UNSET, Diff
 
 __all__ = [
+    "ABBREV",
     "StepDisplay",
+    "abbreviations",
     "console",
     "fmt_duration",
     "fmt_tokens",
@@ -80,10 +84,11 @@ def _status(status: str) -> Text:
     return Text(status, style=_STATUS_STYLE.get(status, ""))
 
 
-def _local_time(when: dt.datetime) -> str:
-    """A stored time in the local zone; ``?`` when it has no local equivalent (a tampered row's year 9999)."""
+def _local_time(when: dt.datetime, *, compact: bool = False) -> str:
+    """A stored time in the local zone (``compact``: without year and seconds); ``?`` when it has no local
+    equivalent (a tampered row's year 9999)."""
     try:
-        return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return when.astimezone().strftime("%m-%d %H:%M" if compact else "%Y-%m-%d %H:%M:%S")
     except (OverflowError, OSError, ValueError):
         return "?"
 
@@ -92,98 +97,206 @@ def _next(snap: Snapshot) -> str:
     return ", ".join(snap.next) if snap.next else "END"
 
 
+# -- tables that fit -------------------------------------------------------------------------------------------------
+
+ABBREV = 12
+"""Checkpoint ids are shown by their first 12 characters (like git's abbreviated hashes; ``--json`` prints them
+whole). Ids are time-ordered, so two made in one millisecond share 12: those get as many more as tell them apart."""
+
+
+def abbreviations(ids: Iterable[str], length: int = ABBREV) -> dict[str, str]:
+    """Each id's shortest prefix of at least ``length`` characters that no other of ``ids`` starts with."""
+    unique = sorted(set(ids))
+    out: dict[str, str] = {}
+    for i, this in enumerate(unique):
+        n = length
+        for other in unique[max(i - 1, 0) : i + 2]:  # in sorted order, the neighbours share the longest prefixes
+            if other != this:
+                n = max(n, _shared(this, other) + 1)
+        out[this] = this[:n]
+    return out
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` have in common."""
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+@dataclass
+class _Column:
+    """One table column: its header, its cells, and what it gives up when the terminal is narrow."""
+
+    header: str
+    cells: list[str | Text]
+    no_wrap: bool = False
+    justify: Literal["left", "right"] = "left"
+    drop: int = 0
+    """0: essential (always shown, never narrower than its header and its longest word, or its whole cells when
+    ``no_wrap``); otherwise optional: left out when the table does not fit (highest level first)."""
+    compact: tuple[int, list[str | Text]] | None = None
+    """``(level, cells)``: shorter cells used from that level on (tried in the same order as ``drop``)."""
+    fold: int | None = None
+    """A wrapping column whose words may be broken (with ``compact``: from its level on): its minimum width."""
+
+    def min_width(self, level: int) -> int:
+        """The narrowest this column can be at ``level`` without cutting a cell (no-wrap) or a word (wrapping)."""
+        texts = [self.header, *(_plain(c) for c in self.cells_at(level))]
+        if self.no_wrap:
+            return max(cell_len(t) for t in texts)
+        if self.fold is not None and (self.compact is None or level <= self.compact[0]):
+            return max(cell_len(self.header), min(self.fold, max(cell_len(t) for t in texts)))
+        return max(cell_len(word) for t in texts for word in [*t.split(), ""])
+
+    def max_width(self, level: int) -> int:
+        """The width of the longest line of a cell (or the header): what the column takes when there is room."""
+        texts = [self.header, *(_plain(c) for c in self.cells_at(level))]
+        return max(cell_len(line) for t in texts for line in [*t.splitlines(), ""])
+
+    def cells_at(self, level: int) -> list[str | Text]:
+        return self.compact[1] if self.compact is not None and level <= self.compact[0] else self.cells
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain
+
+
+def _fitted_table(columns: list[_Column], width: int | None, styles: Sequence[str | None] = ()) -> Table:
+    """The columns as a table no wider than ``width``: optional columns are dropped and compact forms used, level
+    by level (highest first), until the rest fit at their minimum widths. When the table is too wide for its
+    natural widths, each column gets its minimum and the room left goes to the first columns that can use it
+    (rich only wraps a wrapping column there: a no-wrap column is never cut)."""
+    levels = sorted({c.drop for c in columns if c.drop} | {c.compact[0] for c in columns if c.compact}, reverse=True)
+    level = max(levels, default=0) + 1  # above every level: everything shown in full
+    for candidate in [level, *levels]:
+        level = candidate
+        shown = [c for c in columns if not c.drop or c.drop < level]
+        needed = sum(c.min_width(level) + 3 for c in shown) - 3  # a space each side and a rule between columns
+        if width is None or needed <= width:
+            break
+    shown = [c for c in columns if not c.drop or c.drop < level]
+    widths: list[int | None] = [None] * len(shown)  # fits at its natural widths: rich lays it out
+    if width is not None and sum(c.max_width(level) + 3 for c in shown) - 3 > width:
+        spare = width - (sum(c.min_width(level) + 3 for c in shown) - 3)
+        for i, c in enumerate(shown):  # each column its minimum; what is left goes to the first that can use it
+            extra = max(0, min(spare, c.max_width(level) - c.min_width(level)))
+            widths[i], spare = c.min_width(level) + extra, spare - extra
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for c, w in zip(shown, widths, strict=True):
+        table.add_column(c.header, no_wrap=c.no_wrap, justify=c.justify, width=w, overflow="fold")
+    cells = [c.cells_at(level) for c in shown]
+    for i in range(len(columns[0].cells) if columns else 0):
+        table.add_row(*(column[i] for column in cells), style=styles[i] if i < len(styles) else None)
+    return table
+
+
 # -- threads -----------------------------------------------------------------------------------------------------------
 
 
-def threads_table(infos: Sequence[ThreadInfo]) -> Table:
-    """``graphckpt threads``: one row per thread, most recently updated first."""
-    table = Table(title=None, show_edge=False, header_style="bold")
-    table.add_column("thread", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("step", justify="right")
-    table.add_column("updated", no_wrap=True)
-    table.add_column("forked from", no_wrap=True)
-    table.add_column("graph", no_wrap=True)
-    table.add_column("error")
-    for info in infos:
-        table.add_row(
-            escape(info.thread_id),
-            _status(info.status),
-            str(info.step),
-            _local_time(info.updated_at),
-            escape(ref_text(info.forked_from) or "-"),
-            escape(graph_of(metadata_of(info)) or "-"),
-            escape(info.error or ""),
-        )
-    return table
+def threads_table(infos: Sequence[ThreadInfo], width: int | None = None) -> Table:
+    """``graphckpt threads``: one row per thread, most recently updated first. When the table is wider than
+    ``width`` (the console's), it gives up, in this order until it fits: ``graph``, ``forked from``, the date's year
+    and seconds, ``error`` (``--json`` has everything). ``thread``, ``status`` and ``step`` are never cut."""
+    short = abbreviations(i.forked_from.checkpoint_id for i in infos if i.forked_from is not None)
+
+    def forked(info: ThreadInfo) -> str:
+        ref = info.forked_from
+        return "-" if ref is None else f"{ref.thread_id}@{short[ref.checkpoint_id]}"
+
+    columns = [
+        _Column("thread", [escape(i.thread_id) for i in infos], no_wrap=True),
+        _Column("status", [_status(i.status) for i in infos], no_wrap=True),
+        _Column("step", [str(i.step) for i in infos], no_wrap=True, justify="right"),
+        _Column(
+            "updated",
+            [_local_time(i.updated_at) for i in infos],
+            no_wrap=True,
+            compact=(2, [_local_time(i.updated_at, compact=True) for i in infos]),
+        ),
+        _Column("forked from", [escape(forked(i)) for i in infos], no_wrap=True, drop=3),
+        _Column("graph", [escape(graph_of(metadata_of(i)) or "-") for i in infos], no_wrap=True, drop=4),
+        _Column("error", [escape(i.error or "") for i in infos], drop=1, fold=16),
+    ]
+    return _fitted_table(columns, width)
 
 
 # -- history -----------------------------------------------------------------------------------------------------------
 
 
-def history_table(snaps: Sequence[Snapshot], thread_id: str) -> Table:
-    """``graphckpt history``: the lineage oldest first; a ``thread`` column appears when it crosses a fork."""
+def history_table(snaps: Sequence[Snapshot], thread_id: str, width: int | None = None) -> Table:
+    """``graphckpt history``: the lineage oldest first; a ``thread`` column appears when it crosses a fork.
+    Checkpoint ids are abbreviated (:func:`abbreviations`). Narrower than the essential columns (thread, step,
+    checkpoint, ran, next), the optional ones are left out: ``source`` first, then ``duration``, then ``tokens``;
+    narrower still, ``next`` may break a node name across lines."""
     crosses = any(s.thread_id != thread_id for s in snaps)
-    table = Table(show_edge=False, header_style="bold")
-    if crosses:
-        table.add_column("thread", no_wrap=True)
-    table.add_column("step", justify="right")
-    table.add_column("checkpoint", no_wrap=True)
-    table.add_column("source", no_wrap=True)
-    table.add_column("ran")
-    table.add_column("next")
-    table.add_column("duration", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    for s in snaps:
-        metadata = metadata_of(s)
-        row = [
-            str(s.step),
-            escape(s.checkpoint_id),
-            escape(source_of(metadata)),
-            escape(", ".join(ran_nodes(metadata))),
-            escape(_next(s)),
-            fmt_duration(duration_ms(metadata)),
-            fmt_tokens(tokens(metadata)),
-        ]
-        table.add_row(*([escape(s.thread_id)] if crosses else []), *row, style="dim" if crosses and
-                      s.thread_id != thread_id else None)  # fmt: skip
-    return table
+    short = abbreviations(s.checkpoint_id for s in snaps)
+    metadata = [metadata_of(s) for s in snaps]
+    columns = [
+        *([_Column("thread", [escape(s.thread_id) for s in snaps], no_wrap=True)] if crosses else []),
+        _Column("step", [str(s.step) for s in snaps], no_wrap=True, justify="right"),
+        _Column("checkpoint", [escape(short[s.checkpoint_id]) for s in snaps], no_wrap=True),
+        _Column("source", [escape(source_of(m)) for m in metadata], no_wrap=True, drop=4),
+        _Column("ran", [escape(", ".join(ran_nodes(m))) for m in metadata]),
+        _Column("next", [escape(_next(s)) for s in snaps], compact=(1, [escape(_next(s)) for s in snaps]), fold=4),
+        _Column("duration", [fmt_duration(duration_ms(m)) for m in metadata], no_wrap=True, justify="right", drop=3),
+        _Column("tokens", [fmt_tokens(tokens(m)) for m in metadata], no_wrap=True, justify="right", drop=2),
+    ]
+    styles = ["dim" if crosses and s.thread_id != thread_id else None for s in snaps]
+    return _fitted_table(columns, width, styles)
 
 
-def _thread_label(tree: Mapping[str, Any], highlight: str, *, attached: bool) -> Text:
+def _thread_label(tree: Mapping[str, Any], highlight: str, short: Mapping[str, str], *, attached: bool) -> Text:
     label = Text(tree["thread_id"], style="bold" + (" underline" if tree["thread_id"] == highlight else ""))
     label.append("  ")
     label.append_text(_status(tree["status"]))
-    total = sum(c["tokens"] for c in tree["checkpoints"])
+    total = tree.get("tokens", sum(c["tokens"] for c in tree["checkpoints"]))
     label.append(f"  step {tree['step']}" + (f"  {total:,} tokens" if total else ""))
+    hidden = tree.get("hidden", 0)
+    if hidden:
+        label.append(f"  ({hidden} older checkpoint{'s' if hidden != 1 else ''} not shown)", style="dim")
     if tree["forked_from"] and not attached:
-        label.append(f"  (forked from {tree['forked_from']})", style="dim")
+        source, _, checkpoint = tree["forked_from"].rpartition("@")
+        label.append(f"  (forked from {source}@{short.get(checkpoint, checkpoint)})", style="dim")
     if tree.get("error"):
         label.append(f"  {tree['error']}", style="red")
     return label
 
 
-def _add_thread(node: Tree, tree: Mapping[str, Any], highlight: str, *, attached: bool = False) -> None:
-    branch = node.add(_thread_label(tree, highlight, attached=attached))
+def _add_thread(
+    node: Tree, tree: Mapping[str, Any], highlight: str, short: Mapping[str, str], *, attached: bool = False
+) -> None:
+    branch = node.add(_thread_label(tree, highlight, short, attached=attached))
     for cp in tree["checkpoints"]:
         ran = ", ".join(cp["ran"])
-        text = Text(f"{cp['step']:>3}  {cp['checkpoint_id']}  ")
+        text = Text(f"{cp['step']:>3}  {short[cp['checkpoint_id']]}  ")
         text.append(f"{ran:<12}", style="cyan")
         text.append(f" {fmt_duration(cp['duration_ms']):>8}  {_tok(cp['tokens']):>10}")
         text.append(f"  -> {', '.join(cp['next']) or 'END'}", style="dim")
         leaf = branch.add(text)
         for fork in cp["forks"]:
-            _add_thread(leaf, fork, highlight, attached=True)
+            _add_thread(leaf, fork, highlight, short, attached=True)
     for fork in tree["forks"]:  # forked from a checkpoint not shown (e.g. in a deleted thread)
-        _add_thread(branch, fork, highlight)
+        _add_thread(branch, fork, highlight, short)
+
+
+def _tree_ids(tree: Mapping[str, Any]) -> Iterator[str]:
+    if tree["forked_from"]:
+        yield tree["forked_from"].rpartition("@")[2]
+    for cp in tree["checkpoints"]:
+        yield cp["checkpoint_id"]
+        for fork in cp["forks"]:
+            yield from _tree_ids(fork)
+    for fork in tree["forks"]:
+        yield from _tree_ids(fork)
 
 
 def history_tree(trees: Sequence[Mapping[str, Any]], highlight: str) -> Tree:
     """``graphckpt history --tree``: each thread's own checkpoints, with forks hanging off the checkpoint they
-    branched from (``trees`` as built by the command, see ``records.thread_tree``)."""
+    branched from (``trees`` as built by the command, see ``records.thread_trees``). A thread's token total is of
+    all its own checkpoints, also those ``--limit`` leaves out (the label says how many are not shown)."""
+    short = abbreviations(i for tree in trees for i in _tree_ids(tree))
     root = Tree(Text("threads", style="bold"), hide_root=True)
     for tree in trees:
-        _add_thread(root, tree, highlight)
+        _add_thread(root, tree, highlight, short)
     return root
 
 
@@ -210,25 +323,25 @@ def _short(value: Any) -> str:
 
 
 def print_diff(out: Console, diff: Diff) -> None:
-    """``graphckpt diff``: ``+`` added, ``-`` removed, ``~`` changed fields; appended list items shown alone."""
+    """``graphckpt diff``: one line per value that differs, by its path into dicts, lists and models: ``+`` added,
+    ``-`` removed, ``~`` changed (``(default)``: a field the stored state does not hold on that side)."""
     out.print(Text(f"diff {ref_text(diff.a)} -> {ref_text(diff.b)}", style="bold"))
     if not diff:
         out.print("(no differences)")
-    for k, v in diff.added.items():
-        out.print(Text(f"+ {k} = {_short(v)}", style="green"))
-    for k, v in diff.removed.items():
-        out.print(Text(f"- {k} = {_short(v)}", style="red"))
-    for k, c in diff.changed.items():
-        if c.appended is not None and not c.dropped:
-            out.print(Text(f"~ {k}: +{len(c.appended)} appended {_short(c.appended)}", style="yellow"))
-        elif c.appended is not None:
-            out.print(Text(f"~ {k}: same first {c.common}, then", style="yellow"))
-            out.print(Text(f"    - {_short(c.dropped)}", style="red"))
-            out.print(Text(f"    + {_short(c.appended)}", style="green"))
-        elif isinstance(c.before, str) and isinstance(c.after, str) and "\n" in c.before + c.after:
-            _print_text_change(out, k, c.before, c.after)
+    for change in diff.changes():
+        where = change.where
+        if change.before is MISSING:
+            out.print(Text(f"+ {where} = {_short(change.after)}{change.note}", style="green"))
+        elif change.after is MISSING:
+            out.print(Text(f"- {where} = {_short(change.before)}{change.note}", style="red"))
+        elif isinstance(change.before, str) and isinstance(change.after, str) and "\n" in change.before + change.after:
+            _print_text_change(out, where, change.before, change.after)
         else:
-            out.print(Text(f"~ {k}: {_short(c.before)} -> {_short(c.after)}", style="yellow"))
+            out.print(Text(f"~ {where}: {_shown(change.before)} -> {_shown(change.after)}", style="yellow"))
+
+
+def _shown(value: Any) -> str:
+    return "(default)" if value is UNSET else _short(value)
 
 
 def _print_text_change(out: Console, key: str, before: str, after: str, limit: int = 20) -> None:

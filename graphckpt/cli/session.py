@@ -119,11 +119,12 @@ def load_target(spec: str) -> App | StateGraph:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # the user's module may raise anything at import time
         raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    module = obj
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise UsageError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+            raise UsageError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}{_offer(module)}") from None
     if not isinstance(obj, App | StateGraph) and callable(obj):
         try:
             obj = obj()
@@ -134,6 +135,16 @@ def load_target(spec: str) -> App | StateGraph:
             f"{spec!r} is a {type(obj).__name__}, not a StateGraph, an App, or a zero-argument factory of one"
         )
     return obj
+
+
+def _offer(module: Any) -> str:
+    """What ``module`` does have: `` (it has StateGraph graph, App app: use mymodule:graph)`` or why not."""
+    found = [(n, type(v).__name__) for n, v in vars(module).items() if isinstance(v, App | StateGraph) and
+             not n.startswith("_")]  # fmt: skip
+    if not found:
+        return " (it has no StateGraph or App; a zero-argument factory returning one works too)"
+    listed = ", ".join(f"{kind} {name}" for name, kind in found[:8]) + (", ..." if len(found) > 8 else "")
+    return f" (it has {listed}: use {module.__name__}:{found[0][0]})"
 
 
 def compile_with(target: App | StateGraph, saver: Saver) -> App:
@@ -321,6 +332,15 @@ class Session:
                 )
             return self.reader(), True
         return self.app(override), False
+
+    async def checkpoint_at_step(self, thread_id: str, step: int) -> str:
+        """The id of the checkpoint of step ``step`` in ``thread_id``'s lineage."""
+        history = await self.reader().ahistory(thread_id)
+        found = [s for s in history if s.step == step]
+        if not found:
+            steps = f"steps {history[-1].step}-{history[0].step}" if history else "no checkpoints"
+            raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint of step {step} ({steps})")
+        return found[0].checkpoint_id  # newest first: the thread's own, should a lineage repeat a step
 
     async def checkpoint_id(self, thread_id: str, spec: str) -> str:
         """The id of the checkpoint of ``thread_id``'s lineage that ``spec`` names: a full id or a unique prefix."""
