@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import shlex
 import signal
@@ -93,6 +94,18 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _completes(action: argparse.Action, kind: str) -> None:
+    """Shell completion of ``action``'s values: thread or checkpoint ids from the database (see
+    :mod:`graphckpt.cli.complete`, imported only while the shell asks)."""
+    action.completer = functools.partial(_complete_ids, kind)  # type: ignore[attr-defined]
+
+
+def _complete_ids(kind: str, prefix: str, parsed_args: argparse.Namespace, **_: object) -> list[str]:
+    from graphckpt.cli.complete import ids
+
+    return ids(kind, prefix, parsed_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: global options and one subparser per command."""
     from graphckpt import __version__
@@ -140,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Continue a thread from its head: after a crash (running), a failure (failed: only unfinished tasks run "
         "again) or an interrupt (--answer is what ctx.interrupt returns).",
     )
-    p.add_argument("thread", type=nonempty, metavar="ID")
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("--answer", metavar="JSON", help="the answer to an open ctx.interrupt (JSON, or @FILE)")
     p.add_argument(
         "--graph",
@@ -159,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A thread's checkpoints oldest first (through fork points into the source thread): step, checkpoint id, "
         "source, nodes that ran, next nodes, duration, tokens. Works without the graph code.",
     )
-    p.add_argument("thread", type=nonempty, metavar="ID")
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
     p.add_argument(
         "--limit",
@@ -170,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     values_help = "decode values with this graph code (default: values as stored; the recorded graph is never used)"
     p = command("show", "a checkpoint's state as JSON", "Print a checkpoint's state (the head by default) as JSON.")
-    p.add_argument("thread", type=nonempty, metavar="ID")
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--checkpoint", type=nonempty, metavar="C", help="checkpoint id (or a unique prefix) of the thread's lineage"
@@ -206,9 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
         "with --set updates applied through the reducers. The source thread never changes. Run the branch with "
         "`graphckpt resume NEW`.",
     )
-    p.add_argument("thread", type=nonempty, metavar="ID")
-    p.add_argument(
-        "checkpoint", type=nonempty, metavar="CHECKPOINT", nargs="?", help="checkpoint id (or a unique prefix)"
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
+    _completes(
+        p.add_argument(
+            "checkpoint", type=nonempty, metavar="CHECKPOINT", nargs="?", help="checkpoint id (or a unique prefix)"
+        ),
+        "checkpoint",
     )
     p.add_argument("--step", type=step_number, metavar="N", help="fork at the checkpoint of step N instead")
     p.add_argument(
@@ -230,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Delete a thread. Checkpoints that its forks need are kept. On a terminal it asks first; elsewhere (a "
         "script) it needs --yes.",
     )
-    p.add_argument("thread", type=nonempty, metavar="ID")
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
     p = command(
@@ -240,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         "no graph code is needed). Load it into any database with `graphckpt import`.",
         json=False,
     )
-    p.add_argument("thread", type=nonempty, metavar="ID")
+    _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
     p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`. "
@@ -284,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             shown_text = repr(shown if len(shown) <= 60 else shown[:57] + b"...")
             return _fail(f"argument {position} is not UTF-8 text ({shown_text}); ids and options are text", 2)
     parser = build_parser()
+    if os.environ.get("_ARGCOMPLETE"):  # the shell asks for completions (see graphckpt.cli.complete)
+        from graphckpt.cli.complete import autocomplete
+
+        autocomplete(parser)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "demo":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
