@@ -50,6 +50,19 @@ async def pg_schema() -> AsyncIterator[str]:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.fixture
+def pg_schema_name() -> Iterator[str]:
+    """A fresh schema name for sync tests, dropped after the test."""
+    require_postgres()
+    import psycopg
+    from psycopg import sql
+
+    name = f"gc_test_{os.urandom(6).hex()}"
+    yield name
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
 SAVER_KINDS = ["memory", "sqlite", "postgres"]
 
 

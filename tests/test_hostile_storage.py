@@ -13,13 +13,12 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import psycopg
 import pytest
-from conftest import PG_DSN, require_postgres
+from conftest import PG_DSN
 from psycopg import sql
 from pydantic import BaseModel
 
@@ -48,12 +47,9 @@ def doc_app(saver: Any) -> Any:
 
 
 @pytest.fixture
-def schema() -> Iterator[str]:
-    require_postgres()
-    name = f"gc_test_{os.urandom(6).hex()}"
-    yield name
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+def schema(pg_schema_name: str) -> str:
+    """A fresh PostgreSQL schema name, dropped after the test (conftest's ``pg_schema_name``)."""
+    return pg_schema_name
 
 
 def pg(schema: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import PG_DSN, require_postgres
+from conftest import PG_DSN
 from psycopg import sql
 from pydantic import BaseModel
 
@@ -141,12 +141,9 @@ async def test_memory_setup_without_create_opens() -> None:
 
 
 @pytest.fixture
-def schema() -> Iterator[str]:
-    require_postgres()
-    name = f"gc_test_{os.urandom(6).hex()}"
-    yield name
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+def schema(pg_schema_name: str) -> str:
+    """A fresh PostgreSQL schema name, dropped after the test (conftest's ``pg_schema_name``)."""
+    return pg_schema_name
 
 
 def schema_exists(name: str) -> bool:
