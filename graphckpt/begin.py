@@ -17,7 +17,7 @@ from graphckpt.engine import NodeRunner, Run, Step
 from graphckpt.errors import InvalidUpdateError, NodeError, ThreadStateError
 from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import StoredCheckpoint, StoredWrite
-from graphckpt.store import ThreadStore
+from graphckpt.store import ThreadStore, partial_thread_error
 
 __all__ = ["RunOptions", "check_limit", "resume", "start"]
 
@@ -78,6 +78,8 @@ async def start(
     elif record.status == "done":
         base, _ = await store.load_head(record)
         values, writes = state.apply(base.values, [update])
+    elif record.status == "partial":
+        raise partial_thread_error(record, "take a new input")
     else:
         raise ThreadStateError(
             f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
@@ -125,6 +127,8 @@ async def resume(
     check_limit(recursion_limit)
     store = options.store
     record = await store.thread(thread_id)
+    if record.status == "partial":
+        raise partial_thread_error(record, "be resumed")
     head, recorded = await store.load_head(record)
     if tags is None:
         tags = head.cp.metadata.get("tags")  # a resumed run keeps the tags of the run it continues

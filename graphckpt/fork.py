@@ -22,7 +22,7 @@ from graphckpt.control import START, Send
 from graphckpt.errors import InvalidUpdateError, ThreadConflictError
 from graphckpt.records import Head, StepRecord, TaskResult
 from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint
-from graphckpt.store import ThreadStore
+from graphckpt.store import ThreadStore, partial_thread_error
 from graphckpt.views import make_snapshot
 
 __all__ = ["Goto", "LoadLater", "fork", "update_state"]
@@ -131,6 +131,8 @@ async def update_state(
     _check_as_node(graph, as_node, None)
     state = store.codec.state
     record = await store.thread(thread_id)
+    if record.status == "partial":
+        raise partial_thread_error(record, "take an update")
     head, _ = await store.load_head(record)
     validated = state.validate_update(update, node=as_node or "update")
     values, writes = state.apply(head.values, [validated], sources=[as_node or "update"])

@@ -17,12 +17,12 @@ from graphckpt import ids
 from graphckpt.checkpoint import Interrupt, NodeUsage, Snapshot, Task, TaskError
 from graphckpt.codec import Body, Codec
 from graphckpt.control import Send
-from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, ThreadNotFoundError
+from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, ThreadNotFoundError, ThreadStateError
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.views import LazyFold, make_snapshot
 
-__all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "step_metadata"]
+__all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
 
 NO_RESULT = b""
 """The data of a ``result`` pending write that withdraws an earlier one (a task that failed after its result was
@@ -289,3 +289,12 @@ def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: d
     if tags:
         meta["tags"] = tags
     return meta
+
+
+def partial_thread_error(record: ThreadRecord, what: str) -> ThreadStateError:
+    """Why a ``partial`` thread (an imported ancestor, see :data:`graphckpt.Status`) cannot ``what``."""
+    return ThreadStateError(
+        f"thread {record.thread_id!r} is partial: an import brought it only up to checkpoint "
+        f"{record.head_checkpoint_id!r}, the fork point a descendant needs, so it cannot {what} (its own run stayed "
+        "in the source); fork it to continue from there, or import the thread itself"
+    )

@@ -19,6 +19,7 @@ forks of one thread can be imported one after the other); anything else at that 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -66,20 +67,19 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
         for cp in cps:
             count += 1
             yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])))
-        if cps:
+        if cps and tid == thread_id:
             writes = await saver.get_writes(tid, cps[-1].checkpoint_id)
-            owner = await saver.get_thread(tid)
-            yield _line(
-                {
-                    "kind": "writes",
-                    "thread_id": tid,
-                    "checkpoint_id": cps[-1].checkpoint_id,
-                    "status": owner.status if owner is not None and tid == thread_id else cps[-1].status,
-                    "error": owner.error if owner is not None and tid == thread_id else None,
-                    "writes": [[w.task_id, w.kind, w.index, _b64(w.data)] for w in writes] if tid == thread_id else [],
-                }
-            )
+            line = {"status": record.status, "error": record.error, "writes": [_write_json(w) for w in writes]}
+        elif cps:  # an ancestor, up to the fork point: its own run stays here
+            line = {"status": "partial", "error": None, "writes": []}
+        else:
+            continue
+        yield _line({"kind": "writes", "thread_id": tid, "checkpoint_id": cps[-1].checkpoint_id, **line})
     yield _line({"kind": "end", "checkpoints": count})
+
+
+def _write_json(write: StoredWrite) -> list[Any]:
+    return [write.task_id, write.kind, write.index, _b64(write.data)]
 
 
 async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
@@ -105,7 +105,7 @@ async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
     return export.thread_id
 
 
-_STATUSES = ("running", "interrupted", "failed", "done")
+_STATUSES = ("running", "interrupted", "failed", "done", "partial")
 _WRITE_KINDS = ("result", "effect", "interrupt", "resume", "error")
 _BLOB_KINDS = ("snapshot", "delta")  # an export carries a chunk as the deltas it packs
 
@@ -402,7 +402,9 @@ async def _check_target(saver: Saver, export: _Export) -> _Plan:
     for thread_id, pairs in existing.items():
         await _same_blobs(saver, thread_id, pairs)
     for tid, line in export.writes.items():
-        if tid in created:
+        if tid != export.thread_id:  # an ancestor is partial whatever the file says (older exports said running)
+            line = dataclasses.replace(line, status="partial", error=None, writes=[])
+        if tid in created or (tid == export.thread_id and await _completes_partial(saver, tid, line)):
             plan.restore[tid] = line
         elif tid == export.thread_id:
             await _same_status(saver, tid, line)
@@ -448,6 +450,19 @@ async def _same_blobs(saver: Saver, thread_id: str, pairs: list[tuple[StoredChec
             raise _conflict(cp, "with other stored values")
 
 
+async def _completes_partial(saver: Saver, thread_id: str, line: _Writes) -> bool:
+    """The target holds ``thread_id`` as a ``partial`` ancestor ending at the exported head: the file brings the
+    thread itself, whose status and pending writes then replace the placeholder's (a partial thread has none)."""
+    record = await saver.get_thread(thread_id)
+    return (
+        record is not None
+        and record.status == "partial"
+        and record.head_checkpoint_id == line.checkpoint_id
+        and line.status != "partial"
+        and not await saver.get_writes(thread_id, line.checkpoint_id)
+    )
+
+
 async def _same_status(saver: Saver, thread_id: str, line: _Writes) -> None:
     """An existing thread (every checkpoint of it already in the target) keeps its status and pending writes: the
     import goes through only when they are the export's, or when the target moved on past the exported head."""
@@ -482,6 +497,10 @@ async def _apply(saver: Saver, plan: _Plan) -> None:
         await saver.commit(cp, expected_head=heads.get(cp.thread_id), run_id=run_id)
         heads[cp.thread_id] = cp.checkpoint_id
     for tid, line in plan.restore.items():
+        if tid not in run_ids:  # a partial thread the file completes: its run id is the one it was imported with
+            record = await saver.get_thread(tid)
+            assert record is not None
+            run_ids[tid] = record.run_id
         await saver.put_writes(
             tid, line.checkpoint_id, line.writes, run_id=run_ids[tid], status=line.status, error=line.error
         )

@@ -623,3 +623,20 @@ def test_reading_a_sqlite_file_without_the_tables_creates_nothing(cli: Any, tmp_
     assert empty.stat().st_size == 0
     ok(cli("--db", str(empty), "run", "cli_graph:app", "--input", '{"request": "x"}', "--thread", "t1", "-q"))
     assert ok(cli("--db", str(empty), "threads", "--json")).json()[0]["thread_id"] == "t1"
+
+
+def test_imported_ancestor_is_listed_partial_and_not_resumed(cli: Any, tmp_path: Path) -> None:
+    """After export | import of a fork, its source thread (brought up to the fork point) is ``partial``: not in
+    ``threads --status running``, the list a recovery reads, and ``resume`` refuses it."""
+    ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", "t1", "-q"))
+    after_write = ok(cli("history", "t1", "--json")).json()[2]["checkpoint_id"]
+    ok(cli("fork", "t1", after_write, "--set", 'verdict="fix"', "--new-thread", "alt"))
+    ok(cli("export", "alt", "-o", "alt.jsonl"))
+    other = ["--db", str(tmp_path / "other.db")]
+    ok(cli("import", "alt.jsonl", *other))
+    assert [t["thread_id"] for t in ok(cli("threads", "--status", "running", "--json", *other)).json()] == ["alt"]
+    assert [t["thread_id"] for t in ok(cli("threads", "--status", "partial", "--json", *other)).json()] == ["t1"]
+    assert "partial" in ok(cli("threads", *other)).out
+    user_error(cli("resume", "t1", "--graph", "cli_graph:app", *other), 1, "thread 't1' is partial", "fork it")
+    assert ok(cli("show", "t1", "--json", *other)).json()["status"] == "partial"
+    ok(cli("resume", "alt", "-q", *other))

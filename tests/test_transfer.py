@@ -8,7 +8,17 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, ThreadConflictError, append
+from graphckpt import (
+    END,
+    START,
+    CorruptCheckpointError,
+    NodeError,
+    Saver,
+    StateGraph,
+    ThreadConflictError,
+    ThreadStateError,
+    append,
+)
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.transfer import export_thread, import_thread
 
@@ -166,3 +176,66 @@ async def test_an_export_of_another_format_version_says_so(saver: Saver) -> None
         with pytest.raises(CorruptCheckpointError, match="format version"):
             await import_thread(saver, tamper(lines, 0, version=version))
     assert await saver.get_thread("t") is None
+
+
+async def test_imported_ancestor_is_partial_and_nothing_resumes_it(saver: Saver) -> None:
+    """An ancestor imported only up to a fork point is ``partial``: not in the ``running`` list a recovery reads,
+    refused by resume, new input and update_state; forking from it works, and importing the thread itself later
+    gives it its real status."""
+    source = MemorySaver()
+    src = app_for(source)
+    FAIL["on"] = False
+    await src.ainvoke({}, thread_id="main")
+    mid = (await src.ahistory("main"))[3]
+    await src.afork("main", mid.checkpoint_id, update={"log": ["forked"]}, new_thread_id="alt")
+    lines = await dump(source, "alt")
+    assert [json.loads(x)["status"] for x in lines if json.loads(x)["kind"] == "writes"] == ["partial", "running"]
+    await import_thread(saver, lines)
+    dst = app_for(saver)
+
+    assert (await dst.aget_state("main")).status == "partial"
+    assert [t.thread_id for t in await dst.athreads(status="running")] == ["alt"]
+    assert [t.thread_id for t in await dst.athreads(status="partial")] == ["main"]
+    for attempt in (dst.aresume("main"), dst.ainvoke({}, thread_id="main"), dst.aupdate_state("main", {"n": 9})):
+        with pytest.raises(ThreadStateError, match=r"thread 'main' is partial: an import brought it only up to"):
+            await attempt
+    assert (await dst.aget_state("main")).status == "partial"  # the refusals changed nothing
+    branch = await dst.afork("main", mid.checkpoint_id, new_thread_id="alt2")
+    assert branch.status == "running" and (await dst.aresume("alt2")).values.n == 5
+
+    await import_thread(saver, await dump(source, "main"))  # the thread itself: its real status replaces partial
+    assert (await dst.aget_state("main")).status == "done"
+
+
+async def test_ancestor_of_a_fork_at_its_head_is_completed_by_a_later_import(saver: Saver) -> None:
+    source = MemorySaver()
+    src = app_for(source)
+    FAIL["on"] = False
+    done = await src.ainvoke({}, thread_id="main")
+    head = (await src.aget_state("main")).checkpoint_id
+    await src.afork("main", head, update={"n": 0}, new_thread_id="again")
+    await import_thread(saver, await dump(source, "again"))
+    dst = app_for(saver)
+    assert (await dst.aget_state("main")).status == "partial"
+    await import_thread(saver, await dump(source, "main"))  # same checkpoints: only the status and writes differ
+    snap = await dst.aget_state("main")
+    assert snap.status == "done" and snap.values == done.values
+    await import_thread(saver, await dump(source, "again"))  # importing the fork again changes nothing
+    assert (await dst.aget_state("main")).status == "done"
+
+
+async def test_old_exports_that_called_ancestors_running_import_them_as_partial(saver: Saver) -> None:
+    source = MemorySaver()
+    src = app_for(source)
+    FAIL["on"] = False
+    await src.ainvoke({}, thread_id="main")
+    mid = (await src.ahistory("main"))[2]
+    await src.afork("main", mid.checkpoint_id, new_thread_id="alt")
+    lines = []
+    for line in await dump(source, "alt"):
+        item = json.loads(line)
+        if item["kind"] == "writes" and item["thread_id"] == "main":
+            item["status"] = "running"  # what exports written before the partial status said
+        lines.append(json.dumps(item))
+    await import_thread(saver, lines)
+    assert (await app_for(saver).aget_state("main")).status == "partial"

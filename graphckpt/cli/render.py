@@ -51,7 +51,7 @@ __all__ = [
     "threads_table",
 ]
 
-_STATUS_STYLE = {"done": "green", "running": "yellow", "interrupted": "cyan", "failed": "bold red"}
+_STATUS_STYLE = {"done": "green", "running": "yellow", "interrupted": "cyan", "failed": "bold red", "partial": "dim"}
 
 
 def console(*, stderr: bool = False) -> Console:

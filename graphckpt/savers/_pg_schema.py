@@ -141,6 +141,15 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             ),
         ),
     ),
+    (
+        3,
+        # Status 'partial': an imported ancestor that holds only the checkpoints up to a descendant's fork point.
+        (
+            """ALTER TABLE {threads} DROP CONSTRAINT threads_status_check,
+                ADD CONSTRAINT threads_status_check
+                CHECK (status IN ('running', 'interrupted', 'failed', 'done', 'partial')) NOT VALID""",
+        ),
+    ),
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 

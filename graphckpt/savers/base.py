@@ -65,11 +65,13 @@ __all__ = [
     "utf8_safe",
 ]
 
-Status = Literal["running", "interrupted", "failed", "done"]
+Status = Literal["running", "interrupted", "failed", "done", "partial"]
 """Thread status. ``running``: work remains and nobody stopped it: a live run, one that crashed, or a fresh fork;
 ``resume`` continues it. ``interrupted``: waiting for ``resume`` with an answer (``interrupt_before``/``after`` or
 ``ctx.interrupt``). ``failed``: a node raised after its
-retries; the error is in the head's pending writes. ``done``: the frontier is empty."""
+retries; the error is in the head's pending writes. ``done``: the frontier is empty. ``partial`` (threads only, never
+a checkpoint): an ancestor that an import brought only up to the fork point its descendant needs; its own run (later
+checkpoints, status, pending writes) stayed in the source, so nothing resumes it (fork it, or import it itself)."""
 
 BlobKind = Literal["snapshot", "delta", "chunk"]
 """What a blob's ``data`` holds: a channel's full value, one step's writes, or several steps' writes (see
