@@ -24,7 +24,7 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -32,7 +32,7 @@ from graphckpt import ids
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
 from graphckpt.context import Context, NodeInterrupt
-from graphckpt.control import Command, Send
+from graphckpt.control import Command, ParentCommand, Send
 from graphckpt.errors import (
     InvalidNodeUpdateError,
     InvalidUpdateError,
@@ -138,6 +138,7 @@ class Run:
         runner: NodeRunner | None = None,
         initial: Step | None = None,
         streamed: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.graph, self.store, self.codec = graph, store, store.codec
         self.head, self.recorded, self.run_id = head, recorded, run_id
@@ -146,6 +147,11 @@ class Run:
         self.runner: NodeRunner = runner or ThreadRunner()
         self.initial = initial
         self.streamed = streamed
+        self.extra: Mapping[str, Any] = extra or {}
+        """Metadata merged into every checkpoint this run commits (a subgraph's link to its parent task)."""
+        self.namespace: tuple[str, ...] = ()
+        """``()`` for a thread's own run; ``("node:task_id", ...)`` for a subgraph run (see :mod:`graphckpt.subgraph`),
+        where ``Command(graph=Command.PARENT)`` is allowed."""
         self.listener: Callable[[str, Any], None] | None = None
         """Receives the run's ephemeral events ``(mode, payload)`` on the loop (set by a stream that wants them)."""
         self.status: Status = head.cp.status
@@ -316,6 +322,11 @@ class Run:
 
     def _normalize(self, node: str, out: Any) -> tuple[dict[str, Any], list[str | Send]]:
         if isinstance(out, Command):
+            if out.graph is not None:
+                if out.graph != Command.PARENT or not self.namespace:
+                    where = "a subgraph" if out.graph == Command.PARENT else "Command.PARENT or None"
+                    raise InvalidUpdateError(f"node {node!r} returned Command(graph={out.graph!r}) outside {where}")
+                raise ParentCommand(out, node)  # the subgraph stops; its parent node applies the command
             return self.codec.state.validate_update(out.update, node=node), out.targets()
         return self.codec.state.validate_update(out, node=node), []
 
@@ -432,7 +443,9 @@ class Run:
         except RouteError as exc:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)
-        record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags)
+        record = StepRecord(
+            "loop", values, writes, tasks, barriers, status, interrupts, results, self.tags, extra=self.extra
+        )
         try:
             self.head = await self.store.write_checkpoint(
                 self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,

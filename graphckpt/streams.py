@@ -12,6 +12,7 @@ from graphckpt.compiled import CompiledGraph
 from graphckpt.control import START
 from graphckpt.engine import Run, Step
 from graphckpt.store import ThreadStore
+from graphckpt.subgraph import SubEvent
 
 __all__ = ["STREAM_MODES", "StreamMode", "ahead_by_one", "chunks"]
 
@@ -20,12 +21,27 @@ STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "cus
 
 
 def chunks(
-    item: Step | tuple[str, Any], wanted: set[str], graph: CompiledGraph, store: ThreadStore
-) -> Iterator[tuple[str, Any]]:
-    """What one committed step (or one ephemeral event) shows in each wanted mode."""
+    item: Step | tuple[str, Any],
+    wanted: set[str],
+    graph: CompiledGraph,
+    store: ThreadStore,
+    namespace: tuple[str, ...] = (),
+) -> Iterator[tuple[tuple[str, ...], str, Any]]:
+    """What one committed step (or one ephemeral event) shows in each wanted mode, as ``(namespace, mode, chunk)``;
+    a subgraph's step or event (a ``subgraph`` event) in its own namespace, rendered with its own graph."""
     if isinstance(item, tuple):
-        yield item
+        mode, payload = item
+        if mode == "subgraph":
+            sub: SubEvent = payload
+            yield from chunks(sub.item, wanted, sub.graph, sub.store, sub.namespace)
+        elif mode in wanted:
+            yield namespace, mode, payload
         return
+    for mode, chunk in _step_chunks(item, wanted, graph, store):
+        yield namespace, mode, chunk
+
+
+def _step_chunks(item: Step, wanted: set[str], graph: CompiledGraph, store: ThreadStore) -> Iterator[tuple[str, Any]]:
     results = [r for r in item.results if r.task.node != START]
     if "tasks" in wanted:
         for r in results:
