@@ -206,7 +206,7 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
     reader = s.reader()
     if args.tree:
         return await _history_tree(args, s)
-    snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit)))
+    snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit, subgraphs=True)))
     if args.json:
         _print_json([records.step_record(snap) for snap in snaps])
         return 0
