@@ -129,8 +129,9 @@ class App(SyncFacade):
         ``custom`` and task starts are ephemeral (not stored); the rest comes from committed checkpoints. A list of
         modes yields ``(mode, chunk)`` pairs. ``subgraphs=True`` also yields what subgraphs run, and every chunk
         becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()`` for this graph,
-        ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is read: it is never more than one
-        step ahead of its reader, and a stream abandoned midway stops its run (what it committed stays)."""
+        ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is read: it is
+        never more than one step ahead of its reader, and a stream abandoned midway stops its run (what it committed
+        stays)."""
         modes = [mode] if isinstance(mode, str) else list(mode)
         unknown = [m for m in modes if m not in STREAM_MODES]
         if unknown or not modes:
@@ -164,7 +165,8 @@ class App(SyncFacade):
 
     async def _store_of(self, thread_id: str) -> ThreadStore:
         """The store that reads ``thread_id``: this graph's, or a subgraph's for a child thread."""
-        if SEPARATOR not in thread_id or not any(isinstance(n.fn, SubgraphNode) for n in self.graph.nodes.values()):
+        has_subgraphs = any(isinstance(n.fn, SubgraphNode) for n in self.graph.nodes.values())
+        if SEPARATOR not in thread_id or not has_subgraphs:
             return self.store
         record = await self.saver.get_thread(thread_id)
         link = link_of(record.metadata) if record is not None else None

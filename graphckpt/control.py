@@ -51,7 +51,7 @@ class Command:
         return list(self.goto)
 
 
-class ParentCommand(BaseException):  # noqa: N818 -- a signal, like NodeInterrupt, not an error
+class ParentCommand(BaseException):
     """Raised by the engine when a subgraph's node returns ``Command(graph=Command.PARENT)``: it stops the subgraph
     run (a ``BaseException``, so node code and retry policies do not catch it) and reaches the parent's subgraph node,
     which applies ``command`` in the parent graph. ``node`` is the subgraph node that returned it."""

@@ -105,8 +105,8 @@ class StateGraph:
 
     def add_node(
         self,
-        name: str | Callable[..., Any],
-        fn: Callable[..., Any] | None = None,
+        name: str | Callable[..., Any] | App,
+        fn: Callable[..., Any] | App | None = None,
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,

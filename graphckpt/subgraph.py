@@ -98,7 +98,7 @@ class SubgraphNode:
         self.__name__ = name
 
     async def __call__(self, state: Any, ctx: Context) -> Any:
-        parent, task = cast("Run", ctx._journal), ctx._task  # noqa: SLF001 -- the engine side of this task
+        parent, task = cast("Run", ctx._journal), ctx._task
         found, sent = parent.recorded_effect(task, PARENT_COMMAND)
         if found:
             return _command(sent)
@@ -109,7 +109,7 @@ class SubgraphNode:
         link = {"thread_id": parent.thread_id, "checkpoint_id": parent.head.cp.checkpoint_id, "task_id": task.id,
                 "node": self.name, "ns": list(namespace)}  # fmt: skip
         extra = {LINK: link}
-        runner, tags = self.app._runner, parent.tags  # noqa: SLF001 -- the child's sync-node timings
+        runner, tags = self.app._runner, parent.tags
         while True:
             record = await store.get_thread(thread_id)
             if record is None:
@@ -139,7 +139,7 @@ class SubgraphNode:
     async def _answer(self, parent: Run, ctx: Context, store: ThreadStore, record: ThreadRecord) -> Any:
         """The parent's next answer for the interrupted child (noted as handed over before it is), or the parent's
         own interrupt carrying the child's question when there is none yet."""
-        task = ctx._task  # noqa: SLF001
+        task = ctx._task
         head, recorded = await store.load_head(record)
         asked = recorded.open_interrupts(head.body.tasks)
         i = 0
@@ -155,7 +155,7 @@ class SubgraphNode:
         """Journal the command in the parent task (so a crash after this returns it again), then end the child."""
         goto = [[g.node, True, g.payload] if isinstance(g, Send) else [g, False, None] for g in command.targets()]
         sent = {"u": dict(command.update or {}), "g": goto}
-        await parent.record_effect(ctx._task, PARENT_COMMAND, sent)  # noqa: SLF001
+        await parent.record_effect(ctx._task, PARENT_COMMAND, sent)
         await store.record_writes(run.head.cp, [], run_id=run.run_id, status="done")
         return _command(sent)
 
@@ -241,7 +241,7 @@ async def with_subgraphs(
         assert link is not None
         if len(link.get("ns", ())) != 1 + _depth(snaps[0]):
             continue  # a grandchild: its own child's history brings it
-        if ran_by.get(link.get("checkpoint_id")) != link.get("thread_id"):
+        if ran_by.get(str(link.get("checkpoint_id"))) != link.get("thread_id"):
             continue
         out += await history_of(record)
     out.sort(key=lambda s: s.checkpoint_id, reverse=True)

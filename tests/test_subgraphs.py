@@ -194,8 +194,8 @@ async def test_nested_subgraphs_and_stream_namespaces(saver: Any) -> None:
     assert seen[-1][1] == {"sub": {"log": ["mid", "mid", "leaf"]}}  # the leaf's output folds into mid's log
     history = await top.ahistory("t", subgraphs=True)
     assert sorted({len(s.namespace) for s in history}) == [0, 1, 2]
-    modes = [(len(ns), mode) async for ns, mode, _ in top.astream({"log": []}, thread_id="u",
-                                                                  mode=["updates", "values"], subgraphs=True)]  # fmt: skip
+    stream = top.astream({"log": []}, thread_id="u", mode=["updates", "values"], subgraphs=True)
+    modes = [(len(ns), mode) async for ns, mode, _ in stream]
     assert (0, "values") in modes and (2, "updates") in modes
     plain = [c async for c in top.astream({"log": []}, thread_id="v")]
     assert plain == [{"sub": {"log": ["mid", "mid", "leaf"]}}]

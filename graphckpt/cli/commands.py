@@ -115,7 +115,7 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     record = await app.saver.get_thread(args.thread)
     old = record.metadata.get("tags") if record is not None else None
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
-    given = {"answer": answer} if args.answer is not None else {}
+    given: dict[str, Any] = {"answer": answer} if args.answer is not None else {}
     stream = app.astream(
         None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
         resume=True, **given,

@@ -230,8 +230,10 @@ def history_table(snaps: Sequence[Snapshot], thread_id: str, width: int | None =
     crosses = any(s.thread_id != thread_id and not s.namespace for s in snaps)
     short = abbreviations(s.checkpoint_id for s in snaps)
     metadata = [metadata_of(s) for s in snaps]
-    ran = [escape(", ".join(_in_subgraph(s, n) for n in ran_nodes(m))) for s, m in zip(snaps, metadata, strict=True)]
-    nexts = [escape(", ".join(_in_subgraph(s, n) for n in s.next) or "END") for s in snaps]
+    ran: list[str | Text] = [
+        escape(", ".join(_in_subgraph(s, n) for n in ran_nodes(m))) for s, m in zip(snaps, metadata, strict=True)
+    ]
+    nexts: list[str | Text] = [escape(", ".join(_in_subgraph(s, n) for n in s.next) or "END") for s in snaps]
     columns = [
         *([_Column("thread", [escape(_thread_of(s)) for s in snaps], no_wrap=True)] if crosses else []),
         _Column("step", [_step_of(s) for s in snaps], no_wrap=True, justify="right"),
