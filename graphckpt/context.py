@@ -51,6 +51,8 @@ class Journal(Protocol):
     def thread_id(self) -> str: ...
     @property
     def step(self) -> int: ...
+    @property
+    def namespace(self) -> tuple[str, ...]: ...
 
     def emit(self, mode: str, payload: Any) -> None: ...
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
@@ -88,6 +90,12 @@ class Context:
     def step(self) -> int:
         """The super-step this task belongs to."""
         return self._journal.step
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        """``()`` in a thread's own graph; inside a subgraph, ``"node:task_id"`` of each subgraph node from the root
+        thread down (see :attr:`Snapshot.namespace`)."""
+        return self._journal.namespace
 
     @property
     def idempotency_key(self) -> str:
