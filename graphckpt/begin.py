@@ -83,7 +83,9 @@ async def start(
     else:
         raise ThreadStateError(
             f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
-            f"{', answer' if record.status == 'interrupted' else ''}) to continue it"
+            f"{', answer' if record.status == 'interrupted' else ''}) to continue it, or fork({thread_id!r}, "
+            "checkpoint_id, update=...) to start something new from one of its checkpoints (a new input is refused: "
+            "it would leave the thread's open tasks behind)"
         )
     state.check_required(values, node="input")
     checkpoint_id = ids.new_id()
