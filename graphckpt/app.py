@@ -26,7 +26,7 @@ from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
-from graphckpt.streams import STREAM_MODES, StreamMode, ahead_by_one, chunks
+from graphckpt.streams import EPHEMERAL, STREAM_MODES, StreamMode, ahead_by_one, chunks
 from graphckpt.subgraph import SEPARATOR, SubgraphNode, link_of, store_for, subgraph_threads, with_subgraphs
 from graphckpt.sync import InlineRunner, SyncFacade
 from graphckpt.views import as_dict, thread_info
@@ -124,14 +124,21 @@ class App(SyncFacade):
         - ``checkpoints``: the :class:`Snapshot` of each committed checkpoint (the whole state);
         - ``custom``: what nodes write with ``ctx.write(...)`` / ``get_stream_writer()``, as they write it;
         - ``tasks``: ``{"id", "name", "input", "attempt"}`` when a task starts, ``{"id", "name", "result"}`` when
-          its step is committed.
+          its step is committed;
+        - ``messages``: ``(message_chunk, metadata)`` for each piece of a model's answer as it arrives (from
+          ``nodes.llm.chat_node``, or a node's own ``ctx.stream_message``): the chunk is
+          ``{"role": "assistant", "content": piece, "id": completion_id}``, the metadata names the node
+          (``langgraph_node``), step (``langgraph_step``), thread and namespace; the journal still records whole
+          completions;
+        - ``debug``: LangGraph-shaped ``{"type", "step", "timestamp", "payload"}`` events: ``task`` when a task
+          starts, ``task_result`` and ``checkpoint`` when its step is committed.
 
-        ``custom`` and task starts are ephemeral (not stored); the rest comes from committed checkpoints. A list of
-        modes yields ``(mode, chunk)`` pairs. ``subgraphs=True`` also yields what subgraphs run, and every chunk
-        becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()`` for this graph,
-        ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is read: it is
-        never more than one step ahead of its reader, and a stream abandoned midway stops its run (what it committed
-        stays)."""
+        ``custom``, ``messages``, task starts and debug ``task`` events are ephemeral (not stored); the rest comes
+        from committed checkpoints. A list of modes yields ``(mode, chunk)`` pairs. ``subgraphs=True`` also yields
+        what subgraphs run, and every chunk becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()``
+        for this graph, ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is
+        read: it is never more than one step ahead of its reader, and a stream abandoned midway stops its run (what
+        it committed stays)."""
         modes = [mode] if isinstance(mode, str) else list(mode)
         unknown = [m for m in modes if m not in STREAM_MODES]
         if unknown or not modes:
@@ -145,7 +152,7 @@ class App(SyncFacade):
         else:
             run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner, streamed=True)
         wanted: set[str] = set(modes)
-        ephemeral = (wanted & {"custom", "tasks"}) | ({"subgraph"} if subgraphs else set())
+        ephemeral = (wanted & EPHEMERAL) | ({"subgraph"} if subgraphs else set())
         async for item in ahead_by_one(run, ephemeral=ephemeral):
             for namespace, chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
                 if isinstance(mode, str):

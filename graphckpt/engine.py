@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime as dt
 import functools
 import logging
 import time
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from graphckpt.compiled import CompiledGraph
     from graphckpt.graph import NodeSpec
 
-__all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "node_failure"]
+__all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "debug_event", "node_failure"]
 
 logger = logging.getLogger("graphckpt")
 
@@ -154,6 +155,8 @@ class Run:
         where ``Command(graph=Command.PARENT)`` is allowed."""
         self.listener: Callable[[str, Any], None] | None = None
         """Receives the run's ephemeral events ``(mode, payload)`` on the loop (set by a stream that wants them)."""
+        self.wanted: frozenset[str] = frozenset()
+        """The ephemeral modes the listener takes (see :meth:`wants`)."""
         self.status: Status = head.cp.status
         """Where the run stands: ``running`` while it iterates, then ``done`` or ``interrupted``."""
         self.thread_id = head.cp.thread_id
@@ -176,6 +179,10 @@ class Run:
             listener(mode, payload)
         else:
             self.loop.call_soon_threadsafe(listener, mode, payload)
+
+    def wants(self, mode: str) -> bool:
+        """Whether a stream reads this run's ephemeral events of ``mode`` (so that producing them is worth it)."""
+        return self.listener is not None and mode in self.wanted
 
     @property
     def step(self) -> int:
@@ -265,6 +272,8 @@ class Run:
             ctx = Context(self, task, attempt, usage)
             if self.listener is not None:
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
+                if self.wants("debug"):
+                    self.emit("debug", debug_event("task", self.step, id=task.id, name=task.node, input=state))
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
@@ -467,6 +476,12 @@ class Run:
                 checkpoint_id,
                 [t.node for t in tasks] or "END",
             )
+
+
+def debug_event(kind: str, step: int, **payload: Any) -> dict[str, Any]:
+    """A ``debug`` stream event as LangGraph shapes it: ``{"type", "step", "timestamp", "payload"}``."""
+    when = dt.datetime.fromtimestamp(ids.now(), dt.UTC).isoformat()
+    return {"type": kind, "step": step, "timestamp": when, "payload": payload}
 
 
 def node_failure(exc: BaseException, *, thread_id: str, node: str, step: int) -> NodeError:

@@ -201,6 +201,7 @@ async def _drive(run: Run, parent: Run, graph: CompiledGraph, store: ThreadStore
             parent.emit("subgraph", SubEvent(namespace, (mode, payload), graph, store))
 
     run.listener = forward
+    run.wanted = parent.wanted if "subgraph" in parent.wanted else frozenset()
     async for step in run.steps():
         parent.emit("subgraph", SubEvent(namespace, step, graph, store))
 
