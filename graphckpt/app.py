@@ -27,7 +27,7 @@ from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
 from graphckpt.streams import EPHEMERAL, STREAM_MODES, StreamMode, ahead_by_one, chunks
-from graphckpt.subgraph import SEPARATOR, SubgraphNode, link_of, store_for, subgraph_threads, with_subgraphs
+from graphckpt.subgraph import SEPARATOR, SubgraphNode, delete_with_subgraphs, link_of, store_for, with_subgraphs
 from graphckpt.sync import InlineRunner, SyncFacade
 from graphckpt.views import as_dict, thread_info
 
@@ -291,9 +291,7 @@ class App(SyncFacade):
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete a thread and the child threads its subgraphs ran. Checkpoints its forks still need are kept (see
         the saver spec)."""
-        for child in await subgraph_threads(self.saver, [thread_id]):
-            await self.saver.delete_thread(child.thread_id)
-        await self.saver.delete_thread(thread_id)
+        await delete_with_subgraphs(self.saver, thread_id)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
