@@ -818,3 +818,25 @@ def test_interrupts_inside_subgraphs_run_by_send_tasks() -> None:
     )
     out = assert_parity(spec)
     assert out.calls == {"plan": 1, "i1": 4, "i2": 4}
+
+
+def test_two_parallel_interrupts_inside_one_subgraph() -> None:
+    """Two nodes of one subgraph ask in the same step. LangGraph shows both questions at once; graphckpt shows one
+    parent interrupt at a time (a deliberate difference: a subgraph task is one task of the parent), so it takes two
+    resumes where LangGraph takes one. The values, checkpoints and node calls are the same."""
+    inner = Spec(
+        fields={"log": (list, "add")},
+        nodes={"p": lambda s: {"log": [ask("p")]}, "q": lambda s: {"log": [ask("q")]}},
+        input={},
+        edges=[(START, "p"), (START, "q")],
+    )
+    spec = Spec(
+        fields={"log": (list, "add")},
+        nodes={},
+        subgraphs={"sub": inner},
+        input={},
+        edges=[(START, "sub")],
+        answer=lambda q: q.upper(),
+    )
+    out = assert_parity(spec)
+    assert out.calls == {"p": 2, "q": 2} and out.final == {"log": ["P", "Q"]}
