@@ -26,7 +26,8 @@ from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
-from graphckpt.streams import STREAM_MODES, StreamMode, ahead_by_one, chunks
+from graphckpt.streams import EPHEMERAL, STREAM_MODES, StreamMode, ahead_by_one, chunks
+from graphckpt.subgraph import SEPARATOR, SubgraphNode, delete_with_subgraphs, link_of, store_for, with_subgraphs
 from graphckpt.sync import InlineRunner, SyncFacade
 from graphckpt.views import as_dict, thread_info
 
@@ -43,7 +44,11 @@ class App(SyncFacade):
         self.saver: Saver = saver if saver is not None else MemorySaver()
         self.recursion_limit = recursion_limit
         serde = Serializer()
-        for annotation in [c.annotation for c in graph.state.channels.values()] + _input_annotations(graph):
+        annotations = [c.annotation for c in graph.state.channels.values()] + _input_annotations(graph)
+        for spec in graph.nodes.values():  # a subgraph's values become this graph's updates and journal entries
+            if isinstance(spec.fn, SubgraphNode):
+                annotations += [c.annotation for c in spec.fn.app.graph.state.channels.values()]
+        for annotation in annotations:
             for tp in types_in(annotation):
                 serde.register(tp)
         self.codec = Codec(
@@ -108,6 +113,7 @@ class App(SyncFacade):
         tags: Mapping[str, Any] | None = None,
         resume: bool = False,
         answer: Any = NO_ANSWER,
+        subgraphs: bool = False,
     ) -> AsyncIterator[Any]:
         """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
         ``answer``, when given, answers the open interrupt) and yield as the run goes:
@@ -118,11 +124,21 @@ class App(SyncFacade):
         - ``checkpoints``: the :class:`Snapshot` of each committed checkpoint (the whole state);
         - ``custom``: what nodes write with ``ctx.write(...)`` / ``get_stream_writer()``, as they write it;
         - ``tasks``: ``{"id", "name", "input", "attempt"}`` when a task starts, ``{"id", "name", "result"}`` when
-          its step is committed.
+          its step is committed;
+        - ``messages``: ``(message_chunk, metadata)`` for each piece of a model's answer as it arrives (from
+          ``nodes.llm.chat_node``, or a node's own ``ctx.stream_message``): the chunk is
+          ``{"role": "assistant", "content": piece, "id": completion_id}``, the metadata names the node
+          (``langgraph_node``), step (``langgraph_step``), thread and namespace; the journal still records whole
+          completions;
+        - ``debug``: LangGraph-shaped ``{"type", "step", "timestamp", "payload"}`` events: ``task`` when a task
+          starts, ``task_result`` and ``checkpoint`` when its step is committed.
 
-        ``custom`` and task starts are ephemeral (not stored); the rest comes from committed checkpoints. A list of
-        modes yields ``(mode, chunk)`` pairs. The run advances as the stream is read: it is never more than one
-        step ahead of its reader, and a stream abandoned midway stops its run (what it committed stays)."""
+        ``custom``, ``messages``, task starts and debug ``task`` events are ephemeral (not stored); the rest comes
+        from committed checkpoints. A list of modes yields ``(mode, chunk)`` pairs. ``subgraphs=True`` also yields
+        what subgraphs run, and every chunk becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()``
+        for this graph, ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is
+        read: it is never more than one step ahead of its reader, and a stream abandoned midway stops its run (what
+        it committed stays)."""
         modes = [mode] if isinstance(mode, str) else list(mode)
         unknown = [m for m in modes if m not in STREAM_MODES]
         if unknown or not modes:
@@ -136,9 +152,13 @@ class App(SyncFacade):
         else:
             run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner, streamed=True)
         wanted: set[str] = set(modes)
-        async for item in ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"}):
-            for chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
-                yield chunk if isinstance(mode, str) else (chunk_mode, chunk)
+        ephemeral = (wanted & EPHEMERAL) | ({"subgraph"} if subgraphs else set())
+        async for item in ahead_by_one(run, ephemeral=ephemeral):
+            for namespace, chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
+                if isinstance(mode, str):
+                    yield (namespace, chunk) if subgraphs else chunk
+                else:
+                    yield (namespace, chunk_mode, chunk) if subgraphs else (chunk_mode, chunk)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -146,8 +166,19 @@ class App(SyncFacade):
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
     ) -> Snapshot:
         """The head of ``thread_id`` (with its current status, open interrupts and errors), or any checkpoint of
-        its lineage by id or by step (read-only time travel): one indexed read for the checkpoint."""
-        return await self.store.state(thread_id, checkpoint_id, step)
+        its lineage by id or by step (read-only time travel): one indexed read for the checkpoint. A subgraph's
+        child thread (``Snapshot.namespace`` names it) is read with that subgraph's schema."""
+        return await (await self._store_of(thread_id)).state(thread_id, checkpoint_id, step)
+
+    async def _store_of(self, thread_id: str) -> ThreadStore:
+        """The store that reads ``thread_id``: this graph's, or a subgraph's for a child thread."""
+        has_subgraphs = any(isinstance(n.fn, SubgraphNode) for n in self.graph.nodes.values())
+        if SEPARATOR not in thread_id or not has_subgraphs:
+            return self.store
+        record = await self.saver.get_thread(thread_id)
+        link = link_of(record.metadata) if record is not None else None
+        store = store_for(self, link.get("ns", ())) if link is not None else None
+        return store if store is not None else self.store
 
     async def ahistory(
         self,
@@ -156,14 +187,26 @@ class App(SyncFacade):
         limit: int | None = None,
         before: str | None = None,
         filter: Mapping[str, Any] | None = None,
+        subgraphs: bool = False,
     ) -> list[Snapshot]:
         """Checkpoints of the thread's lineage, newest first, walking into the ancestors of a fork. ``before``: only
-        checkpoints older than that one; ``filter``: metadata keys that must be equal; ``limit``: at most that many."""
-        return await self.store.history(thread_id, limit=limit, before=before, filter=filter)
+        checkpoints older than that one; ``filter``: metadata keys that must be equal; ``limit``: at most that many.
+        ``subgraphs=True`` adds the checkpoints of the subgraphs its tasks ran (at any depth), each in its place in
+        time, with :attr:`Snapshot.namespace` naming the subgraph (``limit`` counts this thread's own)."""
+        store = await self._store_of(thread_id)
+        snaps = await store.history(thread_id, limit=limit, before=before, filter=filter)
+        if not subgraphs:
+            return snaps
+
+        async def child_history(record: Any) -> list[Snapshot]:
+            return await self.ahistory(record.thread_id, subgraphs=True)
+
+        return await with_subgraphs(self.saver, snaps, child_history)
 
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
-        """Every thread, most recently updated first; only those with ``status`` when given."""
-        return [thread_info(r) for r in await self.saver.list_threads(status=status)]
+        """Every thread, most recently updated first; only those with ``status`` when given. The child threads of
+        subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent)."""
+        return [thread_info(r) for r in await self.saver.list_threads(status=status) if link_of(r.metadata) is None]
 
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record; :class:`ThreadNotFoundError` if there is none."""
@@ -246,8 +289,9 @@ class App(SyncFacade):
         return await update_state(self.graph, self.store, thread_id, update, as_node, tags)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Delete a thread. Checkpoints its forks still need are kept (see the saver spec)."""
-        await self.saver.delete_thread(thread_id)
+        """Delete a thread and the child threads its subgraphs ran. Checkpoints its forks still need are kept (see
+        the saver spec)."""
+        await delete_with_subgraphs(self.saver, thread_id)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 

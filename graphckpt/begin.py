@@ -41,11 +41,12 @@ class RunOptions:
         *,
         initial: Step | None = None,
         streamed: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> Run:
         return Run(
             self.graph, self.store, head=head, recorded=recorded, run_id=run_id,
             recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
-            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed,
+            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed, extra=extra,
         )  # fmt: skip
 
 
@@ -58,10 +59,11 @@ async def start(
     runner: NodeRunner | None,
     *,
     streamed: bool = False,
+    extra: Mapping[str, Any] | None = None,
 ) -> Run:
     """Apply ``input`` through the reducers as step 0 of a new thread (or the next step of a ``done`` one), route
     from START, and commit: the run then continues from that checkpoint. Nothing is written if the input or the
-    routing is refused."""
+    routing is refused. ``extra`` is merged into the metadata of every checkpoint of the run."""
     check_limit(recursion_limit)
     graph, store = options.graph, options.store
     state = store.codec.state
@@ -83,7 +85,9 @@ async def start(
     else:
         raise ThreadStateError(
             f"thread {thread_id!r} is {record.status}; call resume({thread_id!r}"
-            f"{', answer' if record.status == 'interrupted' else ''}) to continue it"
+            f"{', answer' if record.status == 'interrupted' else ''}) to continue it, or fork({thread_id!r}, "
+            "checkpoint_id, update=...) to start something new from one of its checkpoints (a new input is refused: "
+            "it would leave the thread's open tasks behind)"
         )
     state.check_required(values, node="input")
     checkpoint_id = ids.new_id()
@@ -101,7 +105,7 @@ async def start(
         ) from exc.cause
     status, interrupts = graph.frontier_status(tasks)
     step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
-                      wrote={"input": list(update)})  # fmt: skip
+                      wrote={"input": list(update)}, extra=extra or {})  # fmt: skip
     run_id = ids.new_id()
     head = await store.write_checkpoint(
         base, step, run_id=run_id, checkpoint_id=checkpoint_id,
@@ -109,7 +113,7 @@ async def start(
         claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready
     )  # fmt: skip
     return options.run(head, Recorded(), run_id, recursion_limit, tags, runner, initial=Step(head, [begin]),
-                       streamed=streamed)  # fmt: skip
+                       streamed=streamed, extra=extra)  # fmt: skip
 
 
 async def resume(
@@ -121,6 +125,7 @@ async def resume(
     runner: NodeRunner | None,
     *,
     streamed: bool = False,
+    extra: Mapping[str, Any] | None = None,
 ) -> Run:
     """Take the thread over from its head: only the tasks without recorded results run again; ``answer`` answers
     the first open ``ctx.interrupt``. A ``done`` thread gives a run that ends at once."""
@@ -140,7 +145,7 @@ async def resume(
         if record.status != "done":  # e.g. a crash after a new turn claimed the thread, before its first commit
             await store.claim(record, run_id=run_id)
             await store.record_writes(head.cp, [], run_id=run_id, status="done")
-        run = options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+        run = options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra)
         run.status = "done"
         return run
     if open_interrupts and answer is NO_ANSWER:
@@ -164,7 +169,7 @@ async def resume(
         for task, index, value in answers:
             recorded.answers[(task.id, index)] = value
     recorded.errors.clear()
-    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra)
 
 
 def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[tuple[Task, int, Any]]:

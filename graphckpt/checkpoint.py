@@ -167,6 +167,14 @@ class Snapshot:
     def created_at(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self._cp.created_at, dt.UTC)
 
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        """``()`` for a thread's own checkpoint; for a subgraph's, the ``"node:task_id"`` of each subgraph node
+        from the root thread down (LangGraph's ``checkpoint_ns``, split)."""
+        link = self._cp.metadata.get("subgraph")
+        ns = link.get("ns") if isinstance(link, Mapping) else None
+        return tuple(str(n) for n in ns) if isinstance(ns, list) else ()
+
     def _load_frontier(self) -> tuple[tuple[Task, ...], tuple[Interrupt, ...], int]:
         if self._frontier is None:
             tasks, interrupts, version = self._frontier_loader()

@@ -51,8 +51,11 @@ class Journal(Protocol):
     def thread_id(self) -> str: ...
     @property
     def step(self) -> int: ...
+    @property
+    def namespace(self) -> tuple[str, ...]: ...
 
     def emit(self, mode: str, payload: Any) -> None: ...
+    def wants(self, mode: str) -> bool: ...
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
@@ -88,6 +91,12 @@ class Context:
     def step(self) -> int:
         """The super-step this task belongs to."""
         return self._journal.step
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        """``()`` in a thread's own graph; inside a subgraph, ``"node:task_id"`` of each subgraph node from the root
+        thread down (see :attr:`Snapshot.namespace`)."""
+        return self._journal.namespace
 
     @property
     def idempotency_key(self) -> str:
@@ -177,6 +186,23 @@ class Context:
         is not stored, and a re-run of the task sends it again. Callable from sync nodes in their worker thread
         too; without a ``custom`` reader it is dropped."""
         self._journal.emit("custom", payload)
+
+    @property
+    def streams_messages(self) -> bool:
+        """Whether a ``messages`` stream reads this run: a model call may then stream its answer and hand each piece
+        to :meth:`stream_message` (it still journals the whole completion)."""
+        return self._journal.wants("messages")
+
+    def stream_message(self, piece: str, *, id: str | None = None) -> None:
+        """Send a piece of a model's answer to the readers of the run's ``messages`` stream, as
+        ``({"role": "assistant", "content": piece, "id": id}, metadata)`` (LangGraph's ``(message_chunk,
+        metadata)``; the metadata names node, step, thread, task and namespace). Ephemeral, like :meth:`write`."""
+        if not self._journal.wants("messages"):
+            return
+        chunk = {"role": "assistant", "content": piece, "id": id}
+        metadata = {"langgraph_node": self.node, "langgraph_step": self.step, "thread_id": self.thread_id,
+                    "task_id": self.task_id, "langgraph_checkpoint_ns": "|".join(self.namespace)}  # fmt: skip
+        self._journal.emit("messages", (chunk, metadata))
 
     def report_usage(self, model: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """Record a model call's usage; it lands in the checkpoint metadata under ``usage[node]``."""

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -32,7 +33,7 @@ from graphckpt import ids
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
 from graphckpt.context import Context, NodeInterrupt
-from graphckpt.control import Command, Send
+from graphckpt.control import Command, ParentCommand, Send
 from graphckpt.errors import (
     InvalidNodeUpdateError,
     InvalidUpdateError,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from graphckpt.compiled import CompiledGraph
     from graphckpt.graph import NodeSpec
 
-__all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "node_failure"]
+__all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "debug_event", "node_failure"]
 
 logger = logging.getLogger("graphckpt")
 
@@ -138,6 +139,7 @@ class Run:
         runner: NodeRunner | None = None,
         initial: Step | None = None,
         streamed: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.graph, self.store, self.codec = graph, store, store.codec
         self.head, self.recorded, self.run_id = head, recorded, run_id
@@ -146,8 +148,15 @@ class Run:
         self.runner: NodeRunner = runner or ThreadRunner()
         self.initial = initial
         self.streamed = streamed
+        self.extra: Mapping[str, Any] = extra or {}
+        """Metadata merged into every checkpoint this run commits (a subgraph's link to its parent task)."""
+        self.namespace: tuple[str, ...] = ()
+        """``()`` for a thread's own run; ``("node:task_id", ...)`` for a subgraph run (see :mod:`graphckpt.subgraph`),
+        where ``Command(graph=Command.PARENT)`` is allowed."""
         self.listener: Callable[[str, Any], None] | None = None
         """Receives the run's ephemeral events ``(mode, payload)`` on the loop (set by a stream that wants them)."""
+        self.wanted: frozenset[str] = frozenset()
+        """The ephemeral modes the listener takes (see :meth:`wants`)."""
         self.status: Status = head.cp.status
         """Where the run stands: ``running`` while it iterates, then ``done`` or ``interrupted``."""
         self.thread_id = head.cp.thread_id
@@ -170,6 +179,10 @@ class Run:
             listener(mode, payload)
         else:
             self.loop.call_soon_threadsafe(listener, mode, payload)
+
+    def wants(self, mode: str) -> bool:
+        """Whether a stream reads this run's ephemeral events of ``mode`` (so that producing them is worth it)."""
+        return self.listener is not None and mode in self.wanted
 
     @property
     def step(self) -> int:
@@ -259,6 +272,8 @@ class Run:
             ctx = Context(self, task, attempt, usage)
             if self.listener is not None:
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
+                if self.wants("debug"):
+                    self.emit("debug", debug_event("task", self.step, id=task.id, name=task.node, input=state))
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
@@ -316,6 +331,11 @@ class Run:
 
     def _normalize(self, node: str, out: Any) -> tuple[dict[str, Any], list[str | Send]]:
         if isinstance(out, Command):
+            if out.graph is not None:
+                if out.graph != Command.PARENT or not self.namespace:
+                    where = "a subgraph" if out.graph == Command.PARENT else "Command.PARENT or None"
+                    raise InvalidUpdateError(f"node {node!r} returned Command(graph={out.graph!r}) outside {where}")
+                raise ParentCommand(out, node)  # the subgraph stops; its parent node applies the command
             return self.codec.state.validate_update(out.update, node=node), out.targets()
         return self.codec.state.validate_update(out, node=node), []
 
@@ -432,7 +452,9 @@ class Run:
         except RouteError as exc:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)
-        record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags)
+        record = StepRecord(
+            "loop", values, writes, tasks, barriers, status, interrupts, results, self.tags, extra=self.extra
+        )
         try:
             self.head = await self.store.write_checkpoint(
                 self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,
@@ -454,6 +476,12 @@ class Run:
                 checkpoint_id,
                 [t.node for t in tasks] or "END",
             )
+
+
+def debug_event(kind: str, step: int, **payload: Any) -> dict[str, Any]:
+    """A ``debug`` stream event as LangGraph shapes it: ``{"type", "step", "timestamp", "payload"}``."""
+    when = dt.datetime.fromtimestamp(ids.now(), dt.UTC).isoformat()
+    return {"type": kind, "step": step, "timestamp": when, "payload": payload}
 
 
 def node_failure(exc: BaseException, *, thread_id: str, node: str, step: int) -> NodeError:

@@ -16,6 +16,7 @@ from graphckpt.control import END, START
 from graphckpt.errors import GraphckptWarning, GraphSetupError
 from graphckpt.retry import RetryPolicy
 from graphckpt.state import StateSchema
+from graphckpt.subgraph import SubgraphNode
 
 if TYPE_CHECKING:
     import networkx
@@ -104,15 +105,17 @@ class StateGraph:
 
     def add_node(
         self,
-        name: str | Callable[..., Any],
-        fn: Callable[..., Any] | None = None,
+        name: str | Callable[..., Any] | App,
+        fn: Callable[..., Any] | App | None = None,
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         destinations: Iterable[str] | Mapping[str, str] = (),
         retry_policy: RetryPolicy | None = None,
     ) -> StateGraph:
-        """Add a node. ``fn(state)`` or ``fn(state, ctx)``, sync or async, returns a partial update dict, a
+        """Add a node. ``fn`` may be a compiled graph (``StateGraph(...).compile()``): a subgraph, run on a child
+        thread of the parent's thread in the parent's saver (see :mod:`graphckpt.subgraph`). ``fn(state)`` or
+        ``fn(state, ctx)``, sync or async, returns a partial update dict, a
         :class:`~graphckpt.Command`, or ``None``. ``add_node(fn)`` uses ``fn.__name__``. ``timeout`` (seconds)
         bounds each attempt; ``destinations`` names the nodes a ``Command(goto=...)`` may send to (for validation
         and drawing; a mapping's keys are the nodes, as in LangGraph, where its values are edge labels).
@@ -121,6 +124,8 @@ class StateGraph:
         A second parameter named ``config`` (or annotated ``RunnableConfig``) is refused: graphckpt would pass its
         :class:`~graphckpt.Context` there, not a LangGraph config. Declare ``(state, ctx)`` or ``(state)``."""
         if fn is None:
+            if isinstance(name, App):
+                raise GraphSetupError("add_node(compiled_graph) needs a name: add_node('name', compiled_graph)")
             if not callable(name):
                 raise GraphSetupError(f"add_node({name!r}) needs a function")
             fn, name = name, getattr(name, "__name__", "")
@@ -128,6 +133,8 @@ class StateGraph:
             raise GraphSetupError(f"node name must be a non-empty string, not {name!r}")
         if name in (START, END) or name in self.nodes:
             raise GraphSetupError(f"node {name!r} is {'reserved' if name in (START, END) else 'already defined'}")
+        if isinstance(fn, App):  # a compiled graph as a node: a subgraph (see graphckpt.subgraph)
+            fn = SubgraphNode(name, fn)
         if not callable(fn):
             raise GraphSetupError(f"node {name!r}: {fn!r} is not callable")
         if timeout is not None and timeout <= 0:

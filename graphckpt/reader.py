@@ -27,10 +27,11 @@ import pydantic
 from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.diff import Diff, diff_values
-from graphckpt.savers.base import Saver, Status, StoredCheckpoint
+from graphckpt.savers.base import Saver, Status, StoredCheckpoint, ThreadRecord
 from graphckpt.serde import Serializer
 from graphckpt.state import Channel, StateSchema
 from graphckpt.store import ThreadStore
+from graphckpt.subgraph import link_of, with_subgraphs
 from graphckpt.sync import Portal
 from graphckpt.views import as_dict, thread_info
 
@@ -69,13 +70,23 @@ class RawReader:
         """The head of ``thread_id``, or any checkpoint of its lineage by id. See :meth:`App.aget_state`."""
         return await self.store.state(thread_id, checkpoint_id)
 
-    async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None) -> list[Snapshot]:
-        """Checkpoints of the thread's lineage, newest first. See :meth:`App.ahistory`."""
-        return await self.store.history(thread_id, limit=limit, before=before)
+    async def ahistory(
+        self, thread_id: str, *, limit: int | None = None, before: str | None = None, subgraphs: bool = False
+    ) -> list[Snapshot]:
+        """Checkpoints of the thread's lineage, newest first; with ``subgraphs``, those of the subgraphs its tasks
+        ran too. See :meth:`App.ahistory`."""
+        snaps = await self.store.history(thread_id, limit=limit, before=before)
+        if not subgraphs:
+            return snaps
+
+        async def child_history(record: ThreadRecord) -> list[Snapshot]:
+            return await self.ahistory(record.thread_id, subgraphs=True)
+
+        return await with_subgraphs(self.saver, snaps, child_history)
 
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
-        """Every thread, most recently updated first. See :meth:`App.athreads`."""
-        return [thread_info(r) for r in await self.saver.list_threads(status=status)]
+        """Every thread, most recently updated first, but the child threads of subgraphs. See :meth:`App.athreads`."""
+        return [thread_info(r) for r in await self.saver.list_threads(status=status) if link_of(r.metadata) is None]
 
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record. See :meth:`App.athread`."""
@@ -112,9 +123,11 @@ class RawReader:
         """Sync :meth:`aget_state`."""
         return self._portal.call(self.aget_state(thread_id, checkpoint_id))
 
-    def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None) -> list[Snapshot]:
+    def history(
+        self, thread_id: str, *, limit: int | None = None, before: str | None = None, subgraphs: bool = False
+    ) -> list[Snapshot]:
         """Sync :meth:`ahistory`."""
-        return self._portal.call(self.ahistory(thread_id, limit=limit, before=before))
+        return self._portal.call(self.ahistory(thread_id, limit=limit, before=before, subgraphs=subgraphs))
 
     def threads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Sync :meth:`athreads`."""

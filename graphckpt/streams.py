@@ -10,22 +10,40 @@ from typing import Any, Literal
 
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import START
-from graphckpt.engine import Run, Step
+from graphckpt.engine import Run, Step, debug_event
 from graphckpt.store import ThreadStore
+from graphckpt.subgraph import SubEvent
 
-__all__ = ["STREAM_MODES", "StreamMode", "ahead_by_one", "chunks"]
+__all__ = ["EPHEMERAL", "STREAM_MODES", "StreamMode", "ahead_by_one", "chunks"]
 
-StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks"]
-STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks")
+StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks", "messages", "debug"]
+STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks", "messages", "debug")
+EPHEMERAL = frozenset({"custom", "tasks", "messages", "debug"})
+"""The modes whose events a run emits as they happen (not read from committed checkpoints)."""
 
 
 def chunks(
-    item: Step | tuple[str, Any], wanted: set[str], graph: CompiledGraph, store: ThreadStore
-) -> Iterator[tuple[str, Any]]:
-    """What one committed step (or one ephemeral event) shows in each wanted mode."""
+    item: Step | tuple[str, Any],
+    wanted: set[str],
+    graph: CompiledGraph,
+    store: ThreadStore,
+    namespace: tuple[str, ...] = (),
+) -> Iterator[tuple[tuple[str, ...], str, Any]]:
+    """What one committed step (or one ephemeral event) shows in each wanted mode, as ``(namespace, mode, chunk)``;
+    a subgraph's step or event (a ``subgraph`` event) in its own namespace, rendered with its own graph."""
     if isinstance(item, tuple):
-        yield item
+        mode, payload = item
+        if mode == "subgraph":
+            sub: SubEvent = payload
+            yield from chunks(sub.item, wanted, sub.graph, sub.store, sub.namespace)
+        elif mode in wanted:
+            yield namespace, mode, payload
         return
+    for mode, chunk in _step_chunks(item, wanted, graph, store):
+        yield namespace, mode, chunk
+
+
+def _step_chunks(item: Step, wanted: set[str], graph: CompiledGraph, store: ThreadStore) -> Iterator[tuple[str, Any]]:
     results = [r for r in item.results if r.task.node != START]
     if "tasks" in wanted:
         for r in results:
@@ -37,6 +55,18 @@ def chunks(
         yield "values", graph.output(item.head.values)
     if "checkpoints" in wanted:
         yield "checkpoints", store.snapshot(item.head, item.head.cp.status, None)
+    if "debug" in wanted:
+        step = item.head.cp.step
+        for r in results:
+            yield "debug", debug_event("task_result", step, id=r.task.id, name=r.task.node, error=None,
+                                       result=list(r.update.items()), interrupts=[])  # fmt: skip
+        snap = store.snapshot(item.head, item.head.cp.status, None)
+        yield "debug", debug_event(
+            "checkpoint", step, thread_id=snap.thread_id, checkpoint_id=snap.checkpoint_id,
+            parent=list(snap.parent) if snap.parent else None, values=graph.output(item.head.values),
+            metadata=dict(snap.metadata), next=list(snap.next),
+            tasks=[{"id": t.id, "name": t.node} for t in snap.tasks],
+        )  # fmt: skip
 
 
 _DONE: Any = object()
@@ -52,6 +82,7 @@ async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step |
     taken = asyncio.Event()
     if ephemeral:
         run.listener = lambda mode, payload: queue.put_nowait((mode, payload)) if mode in ephemeral else None
+        run.wanted = frozenset(ephemeral)
 
     async def produce() -> None:
         try:

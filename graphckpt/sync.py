@@ -140,11 +140,13 @@ class SyncFacade:
                           tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
         def astream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
                     recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
-                    resume: bool = False, answer: Any = NO_ANSWER) -> AsyncIterator[Any]: ...  # fmt: skip
+                    resume: bool = False, answer: Any = NO_ANSWER,
+                    subgraphs: bool = False) -> AsyncIterator[Any]: ...  # fmt: skip
         async def aget_state(self, thread_id: str, checkpoint_id: str | None = None, *,
                              step: int | None = None) -> Snapshot: ...  # fmt: skip
         async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
-                           filter: Mapping[str, Any] | None = None) -> list[Snapshot]: ...  # fmt: skip
+                           filter: Mapping[str, Any] | None = None,
+                           subgraphs: bool = False) -> list[Snapshot]: ...  # fmt: skip
         async def _fork(self, thread_id: str, checkpoint_id: str | None, step: int | None,
                         update: Mapping[str, Any] | None, new_thread_id: str | None, goto: Goto | None,
                         tags: Mapping[str, Any] | None, load_later: LoadLater | None,
@@ -177,10 +179,10 @@ class SyncFacade:
 
     def stream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
                recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
-               resume: bool = False, answer: Any = NO_ANSWER) -> Iterator[Any]:  # fmt: skip
+               resume: bool = False, answer: Any = NO_ANSWER, subgraphs: bool = False) -> Iterator[Any]:  # fmt: skip
         """Sync :meth:`astream`."""
         agen = self.astream(input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags,
-                            resume=resume, answer=answer)  # fmt: skip
+                            resume=resume, answer=answer, subgraphs=subgraphs)  # fmt: skip
         return self._sync_iter(agen)
 
     def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None) -> Snapshot:
@@ -188,9 +190,9 @@ class SyncFacade:
         return self._sync(self.aget_state(thread_id, checkpoint_id, step=step))
 
     def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
-                filter: Mapping[str, Any] | None = None) -> list[Snapshot]:  # fmt: skip
+                filter: Mapping[str, Any] | None = None, subgraphs: bool = False) -> list[Snapshot]:  # fmt: skip
         """Sync :meth:`ahistory`."""
-        return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter))
+        return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter, subgraphs=subgraphs))
 
     def fork(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
              update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,

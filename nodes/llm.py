@@ -115,32 +115,63 @@ class ChatModel:
     async def acall(
         self, ctx: NodeContext, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Tool] = ()
     ) -> ChatResult:
-        """One journaled model call: the model is only called if this task has no recorded result for it yet."""
+        """One journaled model call: the model is only called if this task has no recorded result for it yet.
+
+        When a ``messages`` stream reads the run (``ctx.streams_messages``), the answer is streamed from the model and
+        each piece goes to ``ctx.stream_message`` as it arrives; the journal still records the whole completion. A
+        call the journal answers sends its whole answer as one piece."""
         plain = [dict(m) for m in messages]
+        send: Callable[..., None] | None = getattr(ctx, "stream_message", None)
+        if not getattr(ctx, "streams_messages", False):
+            send = None
+        sent: list[str] = []
+
+        def on_piece(piece: str, completion_id: str) -> None:
+            sent.append(piece)
+            if send is not None:
+                send(piece, id=completion_id)
 
         async def call_model() -> ChatResult:  # reads the key inside the effect: it names this very call
-            return await self.create(plain, tools=tools, idempotency_key=ctx.idempotency_key)
+            return await self.create(
+                plain, tools=tools, idempotency_key=ctx.idempotency_key, on_piece=on_piece if send else None
+            )
 
         result = cast(ChatResult, await ctx.aeffect(call_model))
+        if send is not None and not sent and result["message"].get("content"):
+            send(result["message"]["content"], id=result["id"])
         usage = result["usage"]
         ctx.report_usage(result["model"], usage["prompt_tokens"], usage["completion_tokens"])
         return result
 
     async def create(
-        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Tool] = (), idempotency_key: str | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Tool] = (),
+        idempotency_key: str | None = None,
+        on_piece: Callable[[str, str], None] | None = None,
     ) -> ChatResult:
-        """Call the model now (not journaled), retrying as :attr:`retry` says. Counted in :data:`llm_calls`."""
+        """Call the model now (not journaled), retrying as :attr:`retry` says. Counted in :data:`llm_calls`. With
+        ``on_piece``, the answer is streamed (``stream=True``) and ``on_piece(text, completion_id)`` is called with
+        each piece of its text as it arrives (the offline model hands over its answer word by word)."""
         llm_calls.record_call()
         if self.is_offline():
             llm_calls.record_request()
             result = _normalize(offline_completion(messages, self.offline_answer), OFFLINE_MODEL, "offline")
+            if on_piece is not None:
+                for piece in re.findall(r"\s*\S+\s*", result["message"].get("content") or ""):
+                    on_piece(piece, result["id"])
         else:
-            result = await self._create_online(messages, tools, idempotency_key)
+            result = await self._create_online(messages, tools, idempotency_key, on_piece)
         llm_calls.record_usage(result["usage"]["prompt_tokens"], result["usage"]["completion_tokens"])
         return result
 
     async def _create_online(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool], idempotency_key: str | None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Tool],
+        idempotency_key: str | None,
+        on_piece: Callable[[str, str], None] | None = None,
     ) -> ChatResult:
         import openai  # here, not at module level: importing it costs about 0.6 s, and offline runs never need it
 
@@ -150,6 +181,8 @@ class ChatModel:
             kwargs["tools"] = [t.openai_schema() for t in tools]
         if idempotency_key is not None:
             kwargs["extra_headers"] = {"Idempotency-Key": idempotency_key}
+        if on_piece is not None:
+            kwargs["stream"], kwargs["stream_options"] = True, {"include_usage": True}
         async with self._client() as client:
             endpoint = _endpoint(str(client.base_url).rstrip("/") + "/chat/completions")
             attempt = 0
@@ -159,6 +192,8 @@ class ChatModel:
                 llm_calls.record_request()
                 try:
                     completion = await client.chat.completions.create(**kwargs)
+                    if on_piece is not None and isinstance(completion, openai.AsyncStream):
+                        return _normalize(await _collect(completion, on_piece), model, endpoint)
                     if not isinstance(completion, pydantic.BaseModel):  # the client hands over a non-JSON body as is
                         raise LLMError(
                             f"model {model!r} at {endpoint} answered with something that is not a chat completion "
@@ -309,6 +344,39 @@ def build_messages(prompt: Prompt, state: Any, *, system: str | None = None, nod
 def _format(template: str, fields: Mapping[str, Any], node: str, *, what: str = "the prompt template") -> str:
     """``template`` filled from the state's fields; a template mistake raises :class:`PromptError`."""
     return format_template(template, fields, node=node, what=what)
+
+
+async def _collect(stream: AsyncIterator[Any], on_piece: Callable[[str, str], None]) -> dict[str, Any]:
+    """A streamed completion's chunks folded into the dump of a whole completion, ``on_piece`` called with each
+    piece of text as it arrives (tool calls are assembled from their pieces by index)."""
+    completion_id, model, finish, usage = "", None, None, None
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    async for chunk in stream:
+        data = chunk.model_dump(mode="json")
+        completion_id = data.get("id") or completion_id
+        model = data.get("model") or model
+        usage = data.get("usage") or usage
+        for choice in data.get("choices") or ():
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if piece:
+                text.append(piece)
+                on_piece(piece, completion_id)
+            for part in delta.get("tool_calls") or ():
+                call = calls.setdefault(
+                    int(part.get("index") or 0),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                call["id"] = part.get("id") or call["id"]
+                function = part.get("function") or {}
+                call["function"]["name"] += function.get("name") or ""
+                call["function"]["arguments"] += function.get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    message = {"role": "assistant", "content": "".join(text) if text or not calls else None,
+               "tool_calls": [calls[i] for i in sorted(calls)] or None}  # fmt: skip
+    return {"id": completion_id, "model": model, "choices": [{"message": message, "finish_reason": finish}],
+            "usage": usage}  # fmt: skip
 
 
 def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> ChatResult:

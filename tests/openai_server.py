@@ -10,6 +10,10 @@ It serves ``POST /v1/chat/completions`` from a script of replies, one per reques
         assert server.request_count == 2
 
 When the script is empty it answers every request with a deterministic completion (``echo: <last user message>``).
+A request with ``"stream": true`` gets its completion as server-sent events, as OpenAI streams it: one
+``chat.completion.chunk`` per word of the content (written and flushed one by one, chunked transfer encoding), one
+with the tool calls, one with the finish reason, one with the usage when ``stream_options.include_usage`` asks, then
+``data: [DONE]``. A :func:`held` reply stops after its first chunk until ``release`` is set.
 A :func:`slow` reply blocks its handler on :attr:`FakeOpenAIServer.release` (a ``threading.Event``) for at most
 ``max_wait`` seconds, so a client timeout can be provoked without sleeping; closing the server sets the event.
 """
@@ -17,6 +21,7 @@ A :func:`slow` reply blocks its handler on :attr:`FakeOpenAIServer.release` (a `
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "html_page", "slow"]
+__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "held", "html_page", "slow",
+           "stream_events"]  # fmt: skip
 
 
 @dataclass
@@ -39,6 +45,8 @@ class Reply:
     """If > 0, block on the server's ``release`` event for at most this many seconds before answering."""
     raw: bytes | None = None
     """Sent as the body instead of ``body`` as JSON (with ``headers`` naming its ``Content-Type``)."""
+    hold_after_first: float = 0.0
+    """Streamed: after the first chunk, wait on the server's ``release`` event for at most this many seconds."""
 
 
 @dataclass
@@ -100,6 +108,33 @@ def slow(reply: Reply | None = None, *, max_wait: float = 10.0) -> Reply:
     """``reply`` (default: a completion), sent only once ``release`` is set or ``max_wait`` seconds have passed."""
     base = reply or completion("slow answer")
     return Reply(base.status, base.body, base.headers, wait_for_release=max_wait, raw=base.raw)
+
+
+def held(reply: Reply | None = None, *, max_wait: float = 10.0) -> Reply:
+    """``reply`` (default: a completion) that, when streamed, stops after its first chunk until ``release`` is set."""
+    base = reply or completion("one two three")
+    return Reply(base.status, base.body, base.headers, raw=base.raw, hold_after_first=max_wait)
+
+
+def stream_events(body: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
+    """The server-sent events that stream the completion ``body``."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}] if delta or finish else []
+        return f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode()
+
+    events = [event({"role": "assistant", "content": ""})]
+    events += [event({"content": piece}) for piece in re.findall(r"\s*\S+\s*", message.get("content") or "")]
+    calls = message.get("tool_calls") or []
+    if calls:
+        events.append(event({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}))
+    events.append(event({}, choice["finish_reason"]))
+    if include_usage:
+        events.append(event({}, None, usage=body["usage"]))
+    return [*events, b"data: [DONE]\n\n"]
 
 
 class FakeOpenAIServer:
@@ -190,6 +225,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.wait_for_release:
             owner.release.wait(reply.wait_for_release)
         payload = reply.body if reply.body is not None else _echo(body).body
+        if isinstance(body, dict) and body.get("stream") and reply.status == 200 and reply.raw is None:
+            self._stream(payload, body, reply)
+            return
         data = reply.raw if reply.raw is not None else json.dumps(payload).encode()
         self.send_response(reply.status)
         if not any(name.lower() == "content-type" for name in reply.headers):
@@ -200,6 +238,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, payload: Any, body: dict[str, Any], reply: Reply) -> None:
+        options = body.get("stream_options") or {}
+        events = stream_events(payload, include_usage=bool(options.get("include_usage")))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", f"req-{len(self.server.owner.requests)}")
+        self.end_headers()
+        for i, data in enumerate(events):
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+            if i == 1 and reply.hold_after_first:
+                self.server.owner.release.wait(reply.hold_after_first)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
 
 def _echo(body: Any) -> Reply:

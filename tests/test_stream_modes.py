@@ -103,6 +103,7 @@ def test_tasks_show_each_start_and_result() -> None:
 
 def test_an_unknown_mode_names_the_modes() -> None:
     app = build().compile()
-    with pytest.raises(ValueError, match="stream mode must be one of updates, values, checkpoints, custom, tasks"):
-        list(app.stream({}, thread_id="t", mode="messages"))  # type: ignore[arg-type]
+    modes = "updates, values, checkpoints, custom, tasks, messages, debug"
+    with pytest.raises(ValueError, match=f"stream mode must be one of {modes}"):
+        list(app.stream({}, thread_id="t", mode="token"))  # type: ignore[arg-type]
     app.close()

@@ -115,7 +115,7 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     record = await app.saver.get_thread(args.thread)
     old = record.metadata.get("tags") if record is not None else None
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
-    given = {"answer": answer} if args.answer is not None else {}
+    given: dict[str, Any] = {"answer": answer} if args.answer is not None else {}
     stream = app.astream(
         None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
         resume=True, **given,
@@ -206,7 +206,7 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
     reader = s.reader()
     if args.tree:
         return await _history_tree(args, s)
-    snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit)))
+    snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit, subgraphs=True)))
     if args.json:
         _print_json([records.step_record(snap) for snap in snaps])
         return 0
@@ -334,7 +334,8 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
 
 
 async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
-    """Delete a thread (checkpoints its forks still need are kept); on a terminal, after a yes; else with --yes."""
+    """Delete a thread and its subgraphs' child threads (checkpoints its forks still need are kept); on a terminal,
+    after a yes; else with --yes."""
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"not deleting thread {args.thread!r} without confirmation: pass --yes (not a terminal)")
@@ -347,7 +348,9 @@ async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             sys.stderr.write("graphckpt: not deleted\n")
             return 1
-    await s.reader().saver.delete_thread(args.thread)
+    from graphckpt.subgraph import delete_with_subgraphs
+
+    await delete_with_subgraphs(s.reader().saver, args.thread)  # and the child threads of its subgraphs
     if args.json:
         _print_json({"deleted": args.thread})
     else:

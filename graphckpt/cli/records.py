@@ -208,6 +208,7 @@ def step_record(snap: Snapshot) -> dict[str, Any]:
         "tokens": tokens(metadata),
         "usage": to_jsonable(usage) if isinstance(usage, Mapping) else {},
         "parent": ref_text(snap.parent),
+        "namespace": list(snap.namespace),
     }
 
 

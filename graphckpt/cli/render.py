@@ -227,21 +227,44 @@ def history_table(snaps: Sequence[Snapshot], thread_id: str, width: int | None =
     Checkpoint ids are abbreviated (:func:`abbreviations`). Narrower than the essential columns (thread, step,
     checkpoint, ran, next), the optional ones are left out: ``source`` first, then ``duration``, then ``tokens``;
     narrower still, ``next`` may break a node name across lines."""
-    crosses = any(s.thread_id != thread_id for s in snaps)
+    crosses = any(s.thread_id != thread_id and not s.namespace for s in snaps)
     short = abbreviations(s.checkpoint_id for s in snaps)
     metadata = [metadata_of(s) for s in snaps]
+    ran: list[str | Text] = [
+        escape(", ".join(_in_subgraph(s, n) for n in ran_nodes(m))) for s, m in zip(snaps, metadata, strict=True)
+    ]
+    nexts: list[str | Text] = [escape(", ".join(_in_subgraph(s, n) for n in s.next) or "END") for s in snaps]
     columns = [
-        *([_Column("thread", [escape(s.thread_id) for s in snaps], no_wrap=True)] if crosses else []),
-        _Column("step", [str(s.step) for s in snaps], no_wrap=True, justify="right"),
+        *([_Column("thread", [escape(_thread_of(s)) for s in snaps], no_wrap=True)] if crosses else []),
+        _Column("step", [_step_of(s) for s in snaps], no_wrap=True, justify="right"),
         _Column("checkpoint", [escape(short[s.checkpoint_id]) for s in snaps], no_wrap=True),
         _Column("source", [escape(source_of(m)) for m in metadata], no_wrap=True, drop=4),
-        _Column("ran", [escape(", ".join(ran_nodes(m))) for m in metadata]),
-        _Column("next", [escape(_next(s)) for s in snaps], compact=(1, [escape(_next(s)) for s in snaps]), fold=4),
+        _Column("ran", ran),
+        _Column("next", nexts, compact=(1, nexts), fold=4),
         _Column("duration", [fmt_duration(duration_ms(m)) for m in metadata], no_wrap=True, justify="right", drop=3),
         _Column("tokens", [fmt_tokens(tokens(m)) for m in metadata], no_wrap=True, justify="right", drop=2),
     ]
     styles = ["dim" if crosses and s.thread_id != thread_id else None for s in snaps]
     return _fitted_table(columns, width, styles)
+
+
+def _subgraph_path(snap: Snapshot) -> str:
+    """``sub/inner/`` for a checkpoint of subgraph ``inner`` run by node ``sub``; ``""`` for a thread's own."""
+    return "".join(entry.split(":", 1)[0] + "/" for entry in snap.namespace)
+
+
+def _in_subgraph(snap: Snapshot, node: str) -> str:
+    return _subgraph_path(snap) + node
+
+
+def _step_of(snap: Snapshot) -> str:
+    """A subgraph's steps are indented under the parent step that ran them (``· 0``, ``·· 0`` deeper)."""
+    return "·" * len(snap.namespace) + (" " if snap.namespace else "") + str(snap.step)
+
+
+def _thread_of(snap: Snapshot) -> str:
+    """The thread a row belongs to; a subgraph's rows name their root thread (the child's id is long)."""
+    return snap.thread_id.split("|", 1)[0] if snap.namespace else snap.thread_id
 
 
 def _thread_label(tree: Mapping[str, Any], highlight: str, short: Mapping[str, str], *, attached: bool) -> Text:

@@ -1,0 +1,262 @@
+"""Subgraphs: a compiled graph (an :class:`~graphckpt.app.App`) used as a node of another graph,
+``builder.add_node("sub", child_app)``.
+
+**State.** The child reads the parent's state fields it declares (a ``Send`` payload instead, when the task has one)
+as its input; when it is done, its final values of the fields the parent also has (the child's ``output_schema``'s,
+when it has one) are the parent node's update, applied through the parent's reducers, as in LangGraph.
+
+**Storage.** Each task of a subgraph node runs the child graph as its own thread in the *parent's* saver (the child
+app's saver is not used), with the child's schema: no saver schema change. The child thread's id derives from the
+parent's thread, the planning checkpoint and the task (:func:`child_thread_id`: ``"{parent}|{node}:{task_id}"``, the
+task id holding the checkpoint id), so a re-run of the task (after a crash, a failure or with an answer) finds the
+same child thread and continues it from its head: finished inner steps do not run again. Every checkpoint of a child
+thread carries ``metadata["subgraph"]`` (:data:`LINK`: the parent's thread, checkpoint, task, node and the whole
+namespace), which hides it from ``App.threads`` and lets history, ``get_state`` and ``diff`` find and decode it.
+
+**The parent task's own journal** (its pending writes) holds what must survive the parent's crash: effect
+:data:`PARENT_COMMAND` is a ``Command(graph=Command.PARENT)`` a child node returned, and effect ``DELIVERED + i``
+notes that the parent's answer ``i`` was handed to the child (so a re-run never hands it twice).
+
+**Interrupts.** A child stopped by an interrupt stops the parent task with an interrupt of the parent (the child's
+payload; the parent's index ``i`` counts the child's interrupts): the parent thread is ``interrupted``; answering it
+(``resume(parent, answer)`` / ``Command(resume=...)``) re-runs the parent task, which hands the answer to the child
+and resumes it from inside. Several interrupts open in the child at once surface one after the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from graphckpt import begin
+from graphckpt.context import Context, NodeInterrupt
+from graphckpt.control import Command, ParentCommand, Send
+from graphckpt.records import NO_ANSWER
+from graphckpt.store import ThreadStore
+
+if TYPE_CHECKING:
+    from graphckpt.app import App
+    from graphckpt.checkpoint import Snapshot
+    from graphckpt.compiled import CompiledGraph
+    from graphckpt.engine import Run, Step
+    from graphckpt.savers.base import Saver, ThreadRecord
+
+__all__ = [
+    "DELIVERED",
+    "LINK",
+    "PARENT_COMMAND",
+    "SEPARATOR",
+    "SubEvent",
+    "SubgraphNode",
+    "child_thread_id",
+    "delete_with_subgraphs",
+    "link_of",
+    "store_for",
+    "subgraph_threads",
+    "with_subgraphs",
+]
+
+SEPARATOR = "|"
+"""Between a parent thread's id and a child's namespace entry in a child thread's id."""
+LINK = "subgraph"
+"""The metadata key of a child thread's checkpoints: ``{"thread_id", "checkpoint_id", "task_id", "node", "ns"}``."""
+PARENT_COMMAND = 0
+"""Effect index, in the parent task's journal, of a ``Command(graph=Command.PARENT)`` returned inside the child."""
+DELIVERED = 1
+"""Effect index ``DELIVERED + i``, in the parent task's journal: the parent's answer ``i`` was handed to the child."""
+
+
+def child_thread_id(parent_thread_id: str, node: str, task_id: str) -> str:
+    """The thread a subgraph task of ``parent_thread_id`` runs on (the same for every re-run of the task)."""
+    return f"{parent_thread_id}{SEPARATOR}{node}:{task_id}"
+
+
+def link_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The parent link of a child thread's checkpoint metadata; ``None`` for a thread of its own."""
+    link = metadata.get(LINK)
+    return link if isinstance(link, Mapping) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SubEvent:
+    """What a subgraph run shows a stream of its parent: a committed child step or an ephemeral child event, with
+    the child's namespace and what it takes to render the step (its graph and store)."""
+
+    namespace: tuple[str, ...]
+    item: Step | tuple[str, Any]
+    graph: CompiledGraph
+    store: ThreadStore
+
+
+class SubgraphNode:
+    """The node function of ``add_node(name, child_app)``: runs the child graph on its child thread (see the module
+    docstring) and returns its output as the node's update, or the command a child node sent to the parent."""
+
+    def __init__(self, name: str, app: App) -> None:
+        self.name, self.app = name, app
+        self.__name__ = name
+
+    async def __call__(self, state: Any, ctx: Context) -> Any:
+        parent, task = cast("Run", ctx._journal), ctx._task
+        found, sent = parent.recorded_effect(task, PARENT_COMMAND)
+        if found:
+            return _command(sent)
+        thread_id = child_thread_id(parent.thread_id, self.name, task.id)
+        namespace = (*parent.namespace, f"{self.name}:{task.id}")
+        store = ThreadStore(parent.store.saver, self.app.codec)
+        options = begin.RunOptions(self.app.graph, store, parent.recursion_limit)
+        link = {"thread_id": parent.thread_id, "checkpoint_id": parent.head.cp.checkpoint_id, "task_id": task.id,
+                "node": self.name, "ns": list(namespace)}  # fmt: skip
+        extra = {LINK: link}
+        runner, tags = self.app._runner, parent.tags
+        while True:
+            record = await store.get_thread(thread_id)
+            if record is None:
+                run = await begin.start(
+                    options, self._input(state), thread_id, None, tags, runner, streamed=parent.streamed, extra=extra
+                )
+            elif record.status == "done":
+                head, _ = await store.load_head(record)
+                return self._output(head.values, parent)
+            elif record.status == "interrupted":
+                answer = await self._answer(parent, ctx, store, record)
+                run = await begin.resume(
+                    options, thread_id, answer, None, tags, runner, streamed=parent.streamed, extra=extra
+                )
+            else:  # running (the parent crashed inside it) or failed: continue from the child's head
+                run = await begin.resume(
+                    options, thread_id, NO_ANSWER, None, tags, runner, streamed=parent.streamed, extra=extra
+                )
+            run.namespace = namespace
+            try:
+                await _drive(run, parent, self.app.graph, store)
+            except ParentCommand as sent_up:
+                return await self._to_parent(parent, ctx, store, run, sent_up.command)
+            if run.status != "interrupted":
+                return self._output(run.head.values, parent)
+
+    async def _answer(self, parent: Run, ctx: Context, store: ThreadStore, record: ThreadRecord) -> Any:
+        """The parent's next answer for the interrupted child (noted as handed over before it is), or the parent's
+        own interrupt carrying the child's question when there is none yet."""
+        task = ctx._task
+        head, recorded = await store.load_head(record)
+        asked = recorded.open_interrupts(head.body.tasks)
+        i = 0
+        while parent.recorded_effect(task, DELIVERED + i)[0]:
+            i += 1
+        found, answer = parent.answer(task, i)
+        if not found:
+            raise NodeInterrupt(asked[0][2] if asked else None, i)
+        await parent.record_effect(task, DELIVERED + i, True)
+        return answer if asked else NO_ANSWER  # interrupt_before/after in the child: it only needs resuming
+
+    async def _to_parent(self, parent: Run, ctx: Context, store: ThreadStore, run: Run, command: Command) -> Command:
+        """Journal the command in the parent task (so a crash after this returns it again), then end the child."""
+        goto = [[g.node, True, g.payload] if isinstance(g, Send) else [g, False, None] for g in command.targets()]
+        sent = {"u": dict(command.update or {}), "g": goto}
+        await parent.record_effect(ctx._task, PARENT_COMMAND, sent)
+        await store.record_writes(run.head.cp, [], run_id=run.run_id, status="done")
+        return _command(sent)
+
+    def _input(self, state: Any) -> dict[str, Any]:
+        graph = self.app.graph
+        fields = (graph.input_schema or graph.state).channels
+        return {k: v for k, v in _as_dict(state).items() if k in fields}
+
+    def _output(self, values: Mapping[str, Any], parent: Run) -> dict[str, Any]:
+        """The child's final values of its output fields that the parent's state has too."""
+        graph = self.app.graph
+        fields, shared = (graph.output_schema or graph.state).channels, parent.codec.state.channels
+        return {k: v for k, v in values.items() if k in fields and k in shared}
+
+
+def _command(sent: Mapping[str, Any]) -> Command:
+    goto: list[str | Send] = [Send(n, p) if is_send else n for n, is_send, p in sent["g"]]
+    return Command(update=dict(sent["u"]), goto=goto)
+
+
+def _as_dict(state: Any) -> dict[str, Any]:
+    if isinstance(state, Mapping):
+        return dict(state)
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    fields = getattr(type(state), "model_fields", None)
+    if fields is not None:
+        return {k: getattr(state, k) for k in fields}
+    raise TypeError(f"a subgraph's input must be a state or a mapping, not {type(state).__name__}")
+
+
+async def _drive(run: Run, parent: Run, graph: CompiledGraph, store: ThreadStore) -> None:
+    """Run the child to its end; a parent that is streamed sees its steps and events as :class:`SubEvent`."""
+    if parent.listener is None:
+        await run.drain()
+        return
+    namespace = run.namespace
+
+    def forward(mode: str, payload: Any) -> None:
+        if mode == "subgraph":  # a grandchild's, already wrapped with its whole namespace
+            parent.emit(mode, payload)
+        else:
+            parent.emit("subgraph", SubEvent(namespace, (mode, payload), graph, store))
+
+    run.listener = forward
+    run.wanted = parent.wanted if "subgraph" in parent.wanted else frozenset()
+    async for step in run.steps():
+        parent.emit("subgraph", SubEvent(namespace, step, graph, store))
+
+
+# -- reading: finding and decoding child threads -------------------------------------------------------------------
+
+
+async def subgraph_threads(saver: Saver, thread_ids: Sequence[str]) -> list[ThreadRecord]:
+    """The child threads (at any depth) of the threads ``thread_ids``: one listing of the saver's threads."""
+    prefixes = tuple(f"{t}{SEPARATOR}" for t in thread_ids)
+    return [r for r in await saver.list_threads() if r.thread_id.startswith(prefixes) and link_of(r.metadata)]
+
+
+async def delete_with_subgraphs(saver: Saver, thread_id: str) -> None:
+    """Delete ``thread_id`` and the child threads its subgraphs ran (at any depth)."""
+    for child in await subgraph_threads(saver, [thread_id]):
+        await saver.delete_thread(child.thread_id)
+    await saver.delete_thread(thread_id)
+
+
+def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
+    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
+    ``namespace``; ``None`` when ``app`` has no such subgraph."""
+    saver = app.saver
+    for entry in namespace:
+        spec = app.graph.nodes.get(str(entry).split(":", 1)[0])
+        if spec is None or not isinstance(spec.fn, SubgraphNode):
+            return None
+        app = spec.fn.app
+    return ThreadStore(saver, app.codec)
+
+
+async def with_subgraphs(
+    saver: Saver, snaps: list[Snapshot], history_of: Callable[[ThreadRecord], Awaitable[list[Snapshot]]]
+) -> list[Snapshot]:
+    """``snaps`` (a lineage, newest first) with the checkpoints of the child threads that ran its subgraph tasks,
+    newest first (checkpoint ids sort by time). A child belongs when the checkpoint that planned its task is shown
+    and the thread that ran the task is the one of the next checkpoint shown (the queried thread for the head)."""
+    if not snaps:
+        return snaps
+    ran_by = {s.checkpoint_id: (snaps[i - 1].thread_id if i else snaps[0].thread_id) for i, s in enumerate(snaps)}
+    out = list(snaps)
+    for record in await subgraph_threads(saver, sorted({s.thread_id for s in snaps})):
+        link = link_of(record.metadata)
+        assert link is not None
+        if len(link.get("ns", ())) != 1 + _depth(snaps[0]):
+            continue  # a grandchild: its own child's history brings it
+        if ran_by.get(str(link.get("checkpoint_id"))) != link.get("thread_id"):
+            continue
+        out += await history_of(record)
+    out.sort(key=lambda s: s.checkpoint_id, reverse=True)
+    return out
+
+
+def _depth(snap: Snapshot) -> int:
+    link = link_of(snap.metadata)
+    return len(link.get("ns", ())) if link else 0
