@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphckpt.errors import GraphckptError
+from graphckpt.errors import CorruptCheckpointError, GraphckptError
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import Task
     from graphckpt.records import Recorded
-    from graphckpt.savers.base import ThreadRecord
+    from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
     from graphckpt.store import ThreadStore
 
 __all__ = [
@@ -404,10 +404,22 @@ def _entries(audit: Any, key: str) -> list[dict[str, Any]]:
     return [dict(i) for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
 
 
+def _metadata_of(cp: StoredCheckpoint) -> Mapping[str, Any] | None:
+    """``cp.metadata``, or ``None`` when the stored row holds no readable JSON object (a tampered database)."""
+    try:
+        metadata = cp.metadata
+        if isinstance(metadata, Mapping):
+            len(metadata)  # a lazily parsed row is parsed here
+            return metadata
+    except CorruptCheckpointError:
+        pass
+    return None
+
+
 async def thread_spend(store: ThreadStore, record: ThreadRecord, prices: Prices | None = None) -> dict[str, Any]:
     """:func:`spend` of the thread of ``record`` (its lineage's metadata only: no values, no pending writes)."""
     cps = await store.lineage_checkpoints(record)
-    return spend([(cp.thread_id, cp.metadata) for cp in cps], record.thread_id, prices)
+    return spend([(cp.thread_id, _metadata_of(cp)) for cp in cps], record.thread_id, prices)
 
 
 async def thread_audit(store: ThreadStore, thread_id: str, prices: Prices | None = None) -> dict[str, Any]:
@@ -420,19 +432,23 @@ async def thread_audit(store: ThreadStore, thread_id: str, prices: Prices | None
     out: dict[str, Any] = {"thread_id": thread_id, "status": record.status, "calls": [], "attempts": [], "answers": []}
     pairs: list[tuple[str, Mapping[str, Any] | None]] = []
     for cp in cps:
-        audit = cp.metadata.get("audit") if isinstance(cp.metadata, Mapping) else None
-        pairs.append((cp.thread_id, cp.metadata))
+        metadata = _metadata_of(cp)
+        audit = metadata.get("audit") if metadata is not None else None
+        pairs.append((cp.thread_id, metadata))
         where = {"thread_id": cp.thread_id, "step": cp.step}
         for key in ("calls", "attempts", "answers"):
             out[key] += [{**where, **e} for e in _entries(audit, key)]
     head = await store.checkpoint(record.thread_id, record.head_checkpoint_id)
-    body = store.codec.decode_body(head)
-    pending = pending_audit(await store.recorded(head, body.tasks), body.tasks)
+    try:
+        body = store.codec.decode_body(head)
+        pending = pending_audit(await store.recorded(head, body.tasks), body.tasks)
+        out["schema_version"] = body.schema_version
+    except CorruptCheckpointError:  # a tampered head: its committed record is still shown
+        pending, out["schema_version"] = {}, None
     if pending:
         where = {"thread_id": thread_id, "step": head.step + 1, "pending": True}
         for key in ("calls", "attempts", "answers"):
             out[key] += [{**where, **e} for e in _entries(pending, key)]
         pairs.append((thread_id, {"audit": pending}))
-    out["schema_version"] = body.schema_version
     out["spend"] = spend(pairs, thread_id, prices)
     return out
