@@ -4,7 +4,8 @@ SQLite file, against the loopback OpenAI-compatible server named by ``OPENAI_BAS
 ``python tests/audit_child.py DB THREAD`` runs the thread (``invoke`` if it does not exist, else ``resume``) and
 prints ``commit <step>`` after each checkpoint and ``done <status>`` at the end. With ``AUDIT_KILL=tool`` the tool
 prints ``in-tool <idempotency key>`` and then blocks (at most 60 s) so the parent can SIGKILL the process inside the
-call; a kill inside a model call needs nothing here (the parent holds the server's answer back and kills meanwhile).
+call (with ``AUDIT_FAIL=tool`` it raises ``ConnectionError``: the thread fails); a kill inside a model call needs
+nothing here (the parent holds the server's answer back and kills meanwhile).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def say(line: str) -> None:
 @tool
 def lookup(city: str) -> dict[str, Any]:
     """The temperature in a city."""
+    if os.environ.get("AUDIT_FAIL") == "tool":
+        raise ConnectionError("weather service unreachable")
     if os.environ.get("AUDIT_KILL") == "tool":
         say(f"in-tool {current_context().idempotency_key}")
         deadline = time.monotonic() + 60

@@ -8,6 +8,7 @@ the tokens used and the calls lost, and a fork counts its own spend apart from w
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -67,6 +68,13 @@ class Proc:
             if line.startswith(prefix):
                 return line
 
+    def finish(self, timeout: float = 60.0) -> int:
+        """Read the rest of the output and return the exit code (bounded)."""
+        deadline = time.monotonic() + timeout
+        while (line := self.lines.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
+            self.out.append(line)
+        return self.proc.wait(max(0.01, deadline - time.monotonic()))
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         assert self.proc.wait(30) == -signal.SIGKILL
@@ -120,7 +128,18 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             ("execute_tool lookup", tool_key, 2, True)
         ]
 
-        # 2. resumed, then killed inside the model call of step 3 (the server holds its answer back)
+        # 2. resumed: the tool fails (the thread is failed)
+        child = Proc(db, "t", {**env, "AUDIT_FAIL": "tool"})
+        try:
+            assert child.finish() == 1
+        finally:
+            child.close()
+        failed = app.audit("t")
+        assert [(a["node"], a["type"], a.get("pending")) for a in failed["attempts"]] == [
+            ("tools", "ConnectionError", True)
+        ]
+
+        # 3. resumed, then killed inside the model call of step 3 (the server holds its answer back)
         child = Proc(db, "t", env)
         try:
             child.wait_for("commit 2")
@@ -131,13 +150,20 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             server.release.set()
         record = app.audit("t")
         step2 = [(c["name"], c["status"], c["key"]) for c in record["calls"] if c["step"] == 2]
-        assert step2 == [("execute_tool lookup", "lost", tool_key), ("execute_tool lookup", "finished", tool_key)]
+        assert step2 == [
+            ("execute_tool lookup", "lost", tool_key),
+            ("execute_tool lookup", "failed", tool_key),
+            ("execute_tool lookup", "finished", tool_key),
+        ]
+        (attempt,) = record["attempts"]
+        assert (attempt["step"], attempt["node"], attempt.get("pending")) == (2, "tools", None)
+        assert "ConnectionError: weather service unreachable" in attempt["traceback"]
         pending = [c for c in record["calls"] if c.get("pending")]
         assert [(c["name"], c["status"], c["model"]) for c in pending] == [("chat fake-model", "lost", "fake-model")]
         chat_key = pending[0]["key"]
         assert [k for k, _, _ in server.billed][-1] == chat_key  # the server billed the answer nobody read
 
-        # 3. resumed to the end
+        # 4. resumed to the end
         child = Proc(db, "t", env)
         try:
             assert child.wait_for("done") == "done done"
@@ -148,6 +174,7 @@ def test_kills_inside_a_tool_call_and_a_model_call(
         assert calls == [
             (1, "chat fake-model", "finished", calls[0][3]),
             (2, "execute_tool lookup", "lost", tool_key),
+            (2, "execute_tool lookup", "failed", tool_key),
             (2, "execute_tool lookup", "finished", tool_key),
             (3, "chat fake-model", "lost", chat_key),
             (3, "chat fake-model", "finished", chat_key),
@@ -169,6 +196,27 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             lost_here = sum(1 for c in record["calls"] if c["key"] == key and c["status"] == "lost")
             assert sum(1 for k, _, _ in server.billed if k == key) == 1 + lost_here
         assert (total["calls"], total["lost_calls"]) == (2, 2)
+
+        # the CLI shows the same record: the failed attempt, the lost calls and the totals, with cost
+        prices = tmp_path / "prices.json"
+        prices.write_text('{"fake-model": {"input": 2.5, "output": 10}}')
+        cli = [sys.executable, "-m", "graphckpt", "--db", str(db)]
+        out = subprocess.run([*cli, "history", "t", "--prices", str(prices)], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        text = out.stdout
+        assert "tools (1 failed attempt)" in text
+        assert "step 2 tools attempt 1 at" in text and "ConnectionError: weather service unreachable" in text
+        assert "step 2 tools execute_tool lookup started" in text and f"key {tool_key}" in text
+        assert "step 3 reply chat fake-model started" in text and f"key {chat_key}" in text
+        cost = (total["prompt_tokens"] * 2.5 + total["completion_tokens"] * 10) / 1e6
+        assert f"total: 2 model calls, {total['tokens']:,} tokens" in text and "2 calls lost" in text
+        assert f"cost ${cost:.4f}" in text
+        listed = subprocess.run([*cli, "threads", "--json", "--prices", str(prices)], capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        (row,) = json.loads(listed.stdout)
+        assert row["spend"]["total"]["tokens"] == total["tokens"] and row["spend"]["total"]["lost_calls"] == 2
+        assert row["spend"]["total"]["cost"] == pytest.approx(cost)
         assert total["by_model"]["fake-model"]["lost"] == 1
         assert total["tokens"] == sum(
             c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"] for c in finished_chat
