@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from graphckpt import begin
+from graphckpt.audit import Prices, thread_audit, thread_spend
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
@@ -207,6 +208,18 @@ class App(SyncFacade):
         """Every thread, most recently updated first; only those with ``status`` when given. The child threads of
         subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent)."""
         return [thread_info(r) for r in await self.saver.list_threads(status=status) if link_of(r.metadata) is None]
+
+    async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """The thread's audit record (see :mod:`graphckpt.audit`): every external call (started, finished,
+        failed, lost, with its idempotency key), every failed attempt (with its traceback), every interrupt answer
+        (who, when, what, refused ones too), and the spend: tokens used and calls lost, ``own`` vs ``inherited``
+        for a fork, with cost when ``prices`` (or ``GRAPHCKPT_PRICES``) gives a price table."""
+        return await thread_audit(self.store, thread_id, prices if prices is not None else Prices.from_env())
+
+    async def aspend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """The thread's spend alone (``own``, ``inherited``, ``total``), from metadata only: cheap for listings."""
+        record = await self.store.thread(thread_id)
+        return await thread_spend(self.store, record, prices if prices is not None else Prices.from_env())
 
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record; :class:`ThreadNotFoundError` if there is none."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphckpt import ids
+from graphckpt.audit import answered_by
 from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
 from graphckpt.compiled import CompiledGraph, RouteError
@@ -159,6 +160,9 @@ async def resume(
     answers = _answers(answer, open_interrupts)
     # an answer that cannot be stored is refused before the claim, which would mark the thread running
     writes = [StoredWrite(task.id, "resume", index, store.codec.serde.dumps(value)) for task, index, value in answers]
+    who = tags.get("user") if isinstance(tags, Mapping) and isinstance(tags.get("user"), str) else answered_by()
+    answered = {"at": ids.now(), "by": who}
+    writes += [StoredWrite(task.id, "answered", index, store.codec.serde.dumps(answered)) for task, index, _ in answers]
     run_id = ids.new_id()
     await store.claim(record, run_id=run_id)
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
@@ -168,6 +172,7 @@ async def resume(
         await store.record_writes(head.cp, writes, run_id=run_id)
         for task, index, value in answers:
             recorded.answers[(task.id, index)] = value
+            recorded.answered[(task.id, index)] = answered
     recorded.errors.clear()
     return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra)
 

@@ -102,6 +102,8 @@ class TaskError:
     task_id: str
     type: str
     message: str
+    traceback: str | None = field(default=None, compare=False, repr=False)
+    """The formatted traceback of the exception (``None`` for errors recorded by older versions)."""
 
     def __str__(self) -> str:
         return f"node {self.node!r} raised {self.type}: {self.message}"

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from graphckpt.audit import CallInfo, call_info
 from graphckpt.errors import GraphckptError
 
 if TYPE_CHECKING:
@@ -57,7 +59,10 @@ class Journal(Protocol):
     def emit(self, mode: str, payload: Any) -> None: ...
     def wants(self, mode: str) -> bool: ...
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
-    async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
+    async def start_call(self, task: Task, index: int, attempt: int, info: CallInfo, key: str) -> int: ...
+    async def record_effect(self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0,
+                            info: CallInfo | None = None) -> None: ...  # fmt: skip
+    async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
 
 
@@ -106,6 +111,9 @@ class Context:
         repeated because a crash fell between the call returning and its result being journaled."""
         current = _CURRENT_EFFECT.get()
         index = current[1] if current is not None and current[0] is self else self._effects
+        return self._key(index)
+
+    def _key(self, index: int) -> str:
         return f"{self.thread_id}:{self._task.id}:{index}"
 
     async def aeffect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -120,15 +128,23 @@ class Context:
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
+            info = call_info(fn, args, kwargs)
+            seq = await self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
             token = _CURRENT_EFFECT.set((self, index))
+            started = time.perf_counter()
             try:
                 value = fn(*args, **kwargs)
                 if inspect.isawaitable(value):
                     value = await value
+            except Exception as exc:
+                if not self._abandoned:
+                    await self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
+                raise
             finally:
                 _CURRENT_EFFECT.reset(token)
+            ms = (time.perf_counter() - started) * 1000
             self._check_alive()
-            await self._journal.record_effect(self._task, index, value)
+            await self._journal.record_effect(self._task, index, value, seq=seq, ms=ms, info=info)
         return value
 
     def effect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -144,16 +160,26 @@ class Context:
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
+            info = call_info(fn, args, kwargs)
+            start = self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
+            seq = asyncio.run_coroutine_threadsafe(start, loop).result()
             token = _CURRENT_EFFECT.set((self, index))
+            started = time.perf_counter()
             try:
                 value = fn(*args, **kwargs)
+            except Exception as exc:
+                if not self._abandoned:
+                    failed = self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
+                    asyncio.run_coroutine_threadsafe(failed, loop).result()
+                raise
             finally:
                 _CURRENT_EFFECT.reset(token)
+            ms = (time.perf_counter() - started) * 1000
             if inspect.isawaitable(value):
                 raise GraphckptError(f"node {self.node!r}: ctx.effect() got an async function; use ctx.aeffect()")
             self._check_alive()
-            fut = asyncio.run_coroutine_threadsafe(self._record(index, value), loop)
-            fut.result()
+            record = self._journal.record_effect(self._task, index, value, seq=seq, ms=ms, info=info)
+            asyncio.run_coroutine_threadsafe(record, loop).result()
         return value
 
     def abandon(self) -> None:
@@ -167,9 +193,6 @@ class Context:
             raise GraphckptError(
                 f"node {self.node!r}: this attempt was abandoned (timed out or cancelled); its effects do not run"
             )
-
-    async def _record(self, index: int, value: Any) -> None:
-        await self._journal.record_effect(self._task, index, value)
 
     def interrupt(self, payload: Any = None) -> Any:
         """Stop here and mark the thread ``interrupted`` with ``payload``. After ``resume(thread_id, answer)`` the

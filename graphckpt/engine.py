@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from graphckpt import ids
+from graphckpt.audit import CallInfo, digest, failed_attempt, step_audit
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
 from graphckpt.context import Context, NodeInterrupt
@@ -105,6 +106,7 @@ def timed(run: Callable[[], Any], span: list[float]) -> Any:
 class _Failed:
     task: Task
     exc: BaseException
+    attempt: int = 1
 
 
 @dataclass(slots=True)
@@ -164,6 +166,8 @@ class Run:
         self._queue: list[TaskResult] = []
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._replayed_ms: dict[str, float] = {}
+        """Per task: the original time of the journaled calls the running attempt replayed."""
 
     def emit(self, mode: str, payload: Any) -> None:
         """Hand an ephemeral event (``custom`` writes, ``tasks`` starts) to the stream reading this run, from the
@@ -270,6 +274,7 @@ class Run:
             state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
             ctx = Context(self, task, attempt, usage)
+            self._replayed_ms.pop(task.id, None)
             if self.listener is not None:
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
                 if self.wants("debug"):
@@ -291,20 +296,22 @@ class Run:
                     )
                 return _Interrupted(task, intr.payload, intr.index, data)
             except (InvalidUpdateError, SerializationError) as exc:
-                return _Failed(task, exc)
+                return _Failed(task, exc, attempt)
             except (ThreadConflictError, SaverError):
                 raise  # the thread moved to another owner, or storage failed: nothing to retry or record here
             except Exception as exc:
                 policy = spec.retry
                 if policy is None or not policy.should_retry(exc, attempt):
-                    return _Failed(task, exc)
+                    return _Failed(task, exc, attempt)
                 logger.warning(
                     "thread %r node %r attempt %d failed: %r; retrying", self.thread_id, spec.name, attempt, exc
                 )
+                await self._record_attempt(failed_attempt(task, self.step, attempt, exc, retried=True))
                 await asyncio.sleep(policy.wait(attempt))
                 continue
             took = ((span[1] - span[0]) if len(span) == 2 else (time.perf_counter() - started)) * 1000
-            result = TaskResult(task, update, goto, took, usage)
+            replayed = self._replayed_ms.pop(task.id, 0.0)
+            result = TaskResult(task, update, goto, took + replayed, usage, replayed)
             if record:
                 self._enqueue(result)
             return result
@@ -343,17 +350,73 @@ class Run:
 
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]:
         key = (task.id, index)
-        return (True, self.recorded.effects[key]) if key in self.recorded.effects else (False, None)
+        if key not in self.recorded.effects:
+            return False, None
+        rec = self.recorded
+        rec.replays[key] = rec.replays.get(key, 0) + 1
+        for (tid, seq), start in rec.starts.items():  # the original call's time: a replayed step is not "fast"
+            end = rec.finishes.get((tid, seq))
+            if tid == task.id and start.get("effect") == index and end is not None and end.get("status") == "finished":
+                ms = end.get("ms")
+                if isinstance(ms, int | float) and not isinstance(ms, bool):
+                    self._replayed_ms[task.id] = self._replayed_ms.get(task.id, 0.0) + float(ms)
+                break
+        return True, rec.effects[key]
 
-    async def record_effect(self, task: Task, index: int, value: Any) -> None:
+    async def start_call(self, task: Task, index: int, attempt: int, info: CallInfo, key: str) -> int:
+        """Record that the task's effect ``index`` is about to be called (durably, before the call)."""
+        seq = self.recorded.next_seq(self.recorded.starts, task.id)
+        entry: dict[str, Any] = {"effect": index, "name": info.name, "args": digest(info.arguments), "key": key,
+                                 "attempt": attempt, "started_at": ids.now()}  # fmt: skip
+        if info.model is not None:
+            entry["model"] = info.model
+        self.recorded.starts[(task.id, seq)] = entry  # before the await: a concurrent effect takes the next number
+        data = self.codec.serde.dumps(entry)
+        await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "started", seq, data)], run_id=self.run_id)
+        return seq
+
+    async def record_effect(
+        self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0, info: CallInfo | None = None
+    ) -> None:
         try:
             data = self.codec.serde.dumps(value)
         except SerializationError as exc:
             raise SerializationError(
                 f"node {task.node!r}: the result of effect #{index} cannot be journaled: {exc}"
             ) from None
-        await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "effect", index, data)], run_id=self.run_id)
+        writes = [StoredWrite(task.id, "effect", index, data)]
+        end: dict[str, Any] | None = None
+        if seq >= 0:  # the call's end, in the journal entry's transaction
+            end = {"status": "finished", "ms": round(ms, 3), "finished_at": ids.now()}
+            if info is not None and info.usage is not None:
+                with contextlib.suppress(Exception):
+                    prompt, completion = info.usage(value)
+                    end["usage"] = {"prompt_tokens": int(prompt), "completion_tokens": int(completion)}
+            writes.append(StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end)))
+        await self.store.record_writes(self.head.cp, writes, run_id=self.run_id)
         self.recorded.effects[(task.id, index)] = value
+        if end is not None:
+            self.recorded.finishes[(task.id, seq)] = end
+
+    async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None:
+        """Record that the started call ``seq`` raised."""
+        end = {
+            "status": "failed",
+            "ms": round(ms, 3),
+            "finished_at": ids.now(),
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+        self.recorded.finishes[(task.id, seq)] = end
+        data = self.codec.serde.dumps(end)
+        await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "finished", seq, data)], run_id=self.run_id)
+
+    async def _record_attempt(self, entry: dict[str, Any]) -> None:
+        """Record a failed attempt that is retried (the last one is recorded with the failure)."""
+        task_id = str(entry["task"])
+        seq = self.recorded.next_seq(self.recorded.attempts, task_id)
+        self.recorded.attempts[(task_id, seq)] = entry
+        data = self.codec.serde.dumps(entry)
+        await self.store.record_writes(self.head.cp, [StoredWrite(task_id, "attempt", seq, data)], run_id=self.run_id)
 
     def answer(self, task: Task, index: int) -> tuple[bool, Any]:
         key = (task.id, index)
@@ -397,8 +460,12 @@ class Run:
         """Record the finished siblings and the failure (the thread becomes ``failed``), then raise it as a
         :class:`NodeError` naming thread, node and step."""
         task, exc = failed.task, failed.exc
-        error = TaskError(task.node, task.id, type(exc).__name__, str(exc))
+        attempt = failed_attempt(task, self.step, failed.attempt, exc, retried=False)
+        error = TaskError(task.node, task.id, type(exc).__name__, str(exc), attempt["traceback"])
         writes = self._finished_writes(outcomes, {task.id})
+        seq = self.recorded.next_seq(self.recorded.attempts, task.id)
+        self.recorded.attempts[(task.id, seq)] = attempt
+        writes.append(StoredWrite(task.id, "attempt", seq, self.codec.serde.dumps(attempt)))
         writes.append(StoredWrite(task.id, "error", 0, self.codec.serde.dumps([error.node, error.type, error.message])))
         # no result: one written early (its siblings were still running) is withdrawn, so that the task runs again
         # on resume (a reducer refused that result when the step was folded)
@@ -452,9 +519,9 @@ class Run:
         except RouteError as exc:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)
-        record = StepRecord(
-            "loop", values, writes, tasks, barriers, status, interrupts, results, self.tags, extra=self.extra
-        )
+        audit = step_audit(self.recorded, self.head.body.tasks)
+        record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags,
+                            extra={**self.extra, "audit": audit} if audit else self.extra)  # fmt: skip
         try:
             self.head = await self.store.write_checkpoint(
                 self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,

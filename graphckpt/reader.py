@@ -24,6 +24,7 @@ from typing import Any, TypedDict
 
 import pydantic
 
+from graphckpt.audit import Prices, thread_audit, thread_spend
 from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.diff import Diff, diff_values
@@ -91,6 +92,14 @@ class RawReader:
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record. See :meth:`App.athread`."""
         return thread_info(await self.store.thread(thread_id))
+
+    async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """The thread's audit record. See :meth:`App.aaudit`."""
+        return await thread_audit(self.store, thread_id, prices)
+
+    async def aspend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """The thread's spend (own, inherited, total). See :meth:`App.aspend`."""
+        return await thread_spend(self.store, await self.store.thread(thread_id), prices)
 
     async def adiff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
         """What differs between two checkpoints' (raw) values. See :meth:`App.adiff`."""

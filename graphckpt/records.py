@@ -41,6 +41,8 @@ class TaskResult:
     goto: list[str | Send] = field(default_factory=list)
     duration_ms: float = 0.0
     usage: NodeUsage = field(default_factory=lambda: NodeUsage())
+    replayed_ms: float = 0.0
+    """Of ``duration_ms``: the original time of the journaled calls this run replayed instead of making."""
 
 
 @dataclass(slots=True)
@@ -52,6 +54,25 @@ class Recorded:
     interrupts: dict[tuple[str, int], Any] = field(default_factory=dict)
     answers: dict[tuple[str, int], Any] = field(default_factory=dict)
     errors: dict[str, TaskError] = field(default_factory=dict)
+    starts: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """``started`` writes by ``(task_id, seq)``: calls about to be made (see :mod:`graphckpt.audit`)."""
+    finishes: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """``finished`` writes by ``(task_id, seq)``: how the started call ended (status, ms, usage)."""
+    attempts: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """``attempt`` writes by ``(task_id, seq)``: failed attempts of the step's tasks."""
+    answered: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """``answered`` writes by ``(task_id, index)``: who answered an interrupt, and when."""
+    replays: dict[tuple[str, int], int] = field(default_factory=dict)
+    """In memory only: how often each ``(task_id, effect index)`` was answered from the journal by this run."""
+
+    def last_attempt(self, task_id: str) -> dict[str, Any] | None:
+        """The newest failed attempt of ``task_id`` recorded so far."""
+        found = [seq for t, seq in self.attempts if t == task_id]
+        return self.attempts[(task_id, max(found))] if found else None
+
+    def next_seq(self, table: Mapping[tuple[str, int], Any], task_id: str) -> int:
+        """The next free sequence number of ``task_id`` in ``table`` (``starts`` or ``attempts``)."""
+        return 1 + max((seq for t, seq in table if t == task_id), default=-1)
 
     def open_interrupts(self, tasks: Sequence[Task]) -> list[tuple[Task, int, Any]]:
         """``ctx.interrupt`` calls still waiting for an answer, in frontier order then call order: the order

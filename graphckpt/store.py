@@ -24,6 +24,9 @@ from graphckpt.views import LazyFold, make_snapshot
 
 __all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
 
+_AUDIT_KINDS = {"started": "starts", "finished": "finishes", "attempt": "attempts", "answered": "answered"}
+"""The audit record's write kinds and the :class:`Recorded` table each fills (see :mod:`graphckpt.audit`)."""
+
 NO_RESULT = b""
 """The data of a ``result`` pending write that withdraws an earlier one (a task that failed after its result was
 written early); encoded results are never empty."""
@@ -196,7 +199,15 @@ class ThreadStore:
                     rec.answers[(task.id, w.index)] = value
                 elif w.kind == "error":
                     node, type_, message = value
-                    rec.errors[task.id] = TaskError(str(node), task.id, str(type_), str(message))
+                    last = rec.last_attempt(task.id)  # ("attempt" sorts before "error": already decoded)
+                    trace = last.get("traceback") if last is not None else None
+                    rec.errors[task.id] = TaskError(
+                        str(node), task.id, str(type_), str(message), trace if isinstance(trace, str) else None
+                    )
+                elif w.kind in _AUDIT_KINDS:
+                    if not isinstance(value, dict):
+                        raise TypeError(f"expected a mapping, got {type(value).__name__}")
+                    getattr(rec, _AUDIT_KINDS[w.kind])[(task.id, w.index)] = value
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptCheckpointError(
                     f"checkpoint {cp.checkpoint_id} of thread {cp.thread_id!r}: pending write {w.kind} of task "
@@ -272,12 +283,15 @@ def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: d
     """The audit record: which node wrote which keys, how long each node took, what models it used."""
     writes: dict[str, list[str]] = {}
     durations: dict[str, float] = {}
+    replayed: dict[str, float] = {}
     usage: dict[str, dict[str, Any]] = {}
     for r in results:
         node = r.task.node
         keys = writes.setdefault(node, [])
         keys += [k for k in r.update if k not in keys]
         durations[node] = round(durations.get(node, 0.0) + r.duration_ms, 3)
+        if r.replayed_ms:
+            replayed[node] = round(replayed.get(node, 0.0) + r.replayed_ms, 3)
         if r.usage:
             reported: dict[str, Any] = dict(r.usage)
             u = usage.setdefault(node, {"model": reported.get("model", "")})
@@ -286,6 +300,8 @@ def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: d
     meta: dict[str, Any] = {"source": source, "step": step, "writes": writes, "durations_ms": durations}
     if usage:
         meta["usage"] = usage
+    if replayed:
+        meta["replayed_ms"] = replayed
     if tags:
         meta["tags"] = tags
     return meta

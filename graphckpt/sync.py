@@ -29,6 +29,7 @@ from graphckpt.errors import SyncCallError
 from graphckpt.records import NO_ANSWER
 
 if TYPE_CHECKING:
+    from graphckpt.audit import Prices
     from graphckpt.checkpoint import Snapshot, ThreadInfo
     from graphckpt.codec import Body, Codec
     from graphckpt.diff import Diff
@@ -158,6 +159,8 @@ class SyncFacade:
         async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
         async def athread(self, thread_id: str) -> ThreadInfo: ...
         async def adelete_thread(self, thread_id: str) -> None: ...
+        async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]: ...
+        async def aspend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]: ...
         async def aclose(self) -> None: ...
 
     def _init_sync(self) -> None:
@@ -217,6 +220,14 @@ class SyncFacade:
     def threads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Sync :meth:`athreads`."""
         return self._sync(self.athreads(status))
+
+    def audit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """Sync :meth:`aaudit`."""
+        return self._sync(self.aaudit(thread_id, prices=prices))
+
+    def spend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
+        """Sync :meth:`aspend`."""
+        return self._sync(self.aspend(thread_id, prices=prices))
 
     def thread(self, thread_id: str) -> ThreadInfo:
         """Sync :meth:`athread`."""

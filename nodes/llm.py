@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pydantic
 
+from graphckpt.audit import describe_call
+
 from ._base import NodeContext, format_template, state_mapping
 from .errors import LLMError
 from .offline import OFFLINE_MODEL, OfflineAnswer, offline_completion
@@ -106,6 +108,13 @@ class ChatModel:
             return True
         return not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"))
 
+    def provider(self) -> str:
+        """The provider name the audit record and telemetry show (``gen_ai.provider.name``)."""
+        if self.is_offline():
+            return "graphckpt.offline"
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or ""
+        return "openai" if not url or "api.openai.com" in url else "openai_compatible"
+
     def model_name(self) -> str:
         """The model asked for: ``graphckpt-offline`` offline, else the given one, ``GRAPHCKPT_MODEL``, the default."""
         if self.is_offline():
@@ -136,6 +145,9 @@ class ChatModel:
                 plain, tools=tools, idempotency_key=ctx.idempotency_key, on_piece=on_piece if send else None
             )
 
+        model = self.model_name()
+        describe_call(call_model, f"chat {model}", arguments=[plain, [t.name for t in tools]], model=model,
+                      usage=_usage, system=self.provider())  # fmt: skip
         result = cast(ChatResult, await ctx.aeffect(call_model))
         if send is not None and not sent and result["message"].get("content"):
             send(result["message"]["content"], id=result["id"])
@@ -419,6 +431,12 @@ def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> Chat
             "total_tokens": int(usage.get("total_tokens") or prompt_tokens + completion_tokens),
         },
     }
+
+
+def _usage(result: Any) -> tuple[int, int]:
+    """``(prompt_tokens, completion_tokens)`` of a :class:`ChatResult`, for the audit record."""
+    usage = result["usage"]
+    return int(usage["prompt_tokens"]), int(usage["completion_tokens"])
 
 
 def _endpoint(url: str) -> str:

@@ -18,6 +18,11 @@ tool again.
 A sync tool runs in a worker thread (``asyncio.to_thread``, which carries the caller's contextvars), never on the
 event loop: a slow or blocking tool does not hold up the tasks running beside it, the run's other I/O, or a Ctrl-C.
 An async tool is awaited on the loop.
+
+A tool that passes an idempotency key to the outside world (so a service drops the duplicate of a call repeated after
+a crash) reads it with ``graphckpt.current_context().idempotency_key``: while the tool runs it is the key of that very
+call (``thread:task:n``), the same on every re-run of the task; in a sync tool too (the worker thread carries the
+context). The key is also in the audit record's entry for the call.
 '''
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
 import pydantic
+
+from graphckpt.audit import describe_call
 
 from ._base import NodeContext, state_get
 from .errors import ToolError
@@ -209,7 +216,7 @@ def _bind(found: Tool, arguments: dict[str, Any]) -> Callable[[], Any]:
         return _plain(result)
 
     run.__name__ = run.__qualname__ = f"tool:{found.name}"
-    return run
+    return describe_call(run, f"execute_tool {found.name}", arguments=arguments)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

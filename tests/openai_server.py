@@ -142,6 +142,9 @@ class FakeOpenAIServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.billed: list[tuple[str | None, int, int]] = []
+        """``(Idempotency-Key header, prompt_tokens, completion_tokens)`` of every completion the server produced,
+        billed when it is produced (before a :func:`slow` reply waits): what a provider charges, read or not."""
         self.release = threading.Event()
         """Set to let blocked :func:`slow` handlers answer."""
         self._script: list[Reply] = []
@@ -161,6 +164,12 @@ class FakeOpenAIServer:
         """How many requests reached the server."""
         with self._lock:
             return len(self.requests)
+
+    @property
+    def billed_tokens(self) -> int:
+        """Prompt plus completion tokens of every billed completion."""
+        with self._lock:
+            return sum(p + c for _, p, c in self.billed)
 
     def script(self, *replies: Reply) -> None:
         """Queue replies; each request takes the next one (an empty queue means a default completion)."""
@@ -222,9 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
         reply = owner._next(request)
         if self.path.rstrip("/") != "/v1/chat/completions":
             reply = error(404, f"no route for {self.path}")
+        payload = reply.body if reply.body is not None else _echo(body).body
+        usage = payload.get("usage") if reply.status == 200 and isinstance(payload, dict) else None
+        if isinstance(usage, dict):
+            with owner._lock:
+                owner.billed.append(
+                    (request.headers.get("idempotency-key"), usage["prompt_tokens"], usage["completion_tokens"])
+                )
         if reply.wait_for_release:
             owner.release.wait(reply.wait_for_release)
-        payload = reply.body if reply.body is not None else _echo(body).body
         if isinstance(body, dict) and body.get("stream") and reply.status == 200 and reply.raw is None:
             self._stream(payload, body, reply)
             return

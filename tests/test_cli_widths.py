@@ -74,7 +74,7 @@ def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 def _header_and_rows(out: str) -> tuple[list[str], list[list[str]]]:
     lines = [line for line in out.splitlines() if line.strip()]
     header = [cell.strip() for cell in lines[0].split("┃")]
-    rows = [[cell.strip() for cell in line.split("│")] for line in lines[2:]]
+    rows = [[cell.strip() for cell in line.split("│")] for line in lines[2:] if "│" in line]  # not the audit lines
     return header, rows
 
 

@@ -67,3 +67,13 @@ def _run(command: str, cwd: Path, env: dict[str, str]) -> str:
     out = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"{command}: {out.stderr}"
     return out.stdout
+
+
+def test_readme_audit_excerpt_shows_a_failed_attempt_a_lost_call_and_the_totals() -> None:
+    section = README.read_text().split("## The audit record", 1)[1]
+    block = re.search(r"```text\n(.*?)```", section, re.S)
+    assert block is not None
+    excerpt = block.group(1)
+    assert "failed attempts\n  step 2 tools attempt 1" in excerpt and "ConnectionError" in excerpt
+    assert "calls lost (started, never finished)\n  step 2 tools execute_tool lookup started" in excerpt
+    assert re.search(r"^total: 2 model calls, 37 tokens .* 2 calls lost \(tokens unknown\), cost \$", excerpt, re.M)

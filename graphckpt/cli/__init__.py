@@ -110,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: global options and one subparser per command."""
     from graphckpt import __version__
 
+    _PRICES_HELP = (
+        'a JSON price table {"MODEL": {"input": X, "output": Y}} (per million tokens) to show cost '
+        "(default: the file named by $GRAPHCKPT_PRICES)"
+    )
     common = _Parser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, metavar="URL", help=_DB_HELP)
     as_json = _Parser(add_help=False)
@@ -165,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("threads", "list threads", "List threads, most recently updated first.")
     p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
     p.add_argument("--limit", type=positive_int, metavar="N", help="only the N most recently updated (N >= 1)")
+    p.add_argument("--prices", metavar="FILE", help=_PRICES_HELP)
 
     p = command(
         "history",
@@ -174,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("--tree", action="store_true", help="show the thread's family: forks as a tree across threads")
+    p.add_argument("--prices", metavar="FILE", help=_PRICES_HELP)
     p.add_argument(
         "--limit",
         type=positive_int,

@@ -22,6 +22,7 @@ from typing import Any
 
 from graphckpt import ids
 from graphckpt.app import App
+from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import WAITING, records
 from graphckpt.cli.session import (
@@ -186,19 +187,28 @@ async def _drive(
 
 async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     """List threads, most recently updated first."""
-    infos = await s.reader().athreads(args.status)
+    reader = s.reader()
+    infos = await reader.athreads(args.status)
     if args.limit is not None:  # most recently updated first
         infos = infos[: args.limit]
+    prices = _prices(args)
+    spends = {i.thread_id: await reader.aspend(i.thread_id, prices=prices) for i in infos}
     if args.json:
-        _print_json([records.thread_record(i) for i in infos])
+        _print_json([records.thread_record(i, spends[i.thread_id]) for i in infos])
         return 0
     render = _render()
     out = render.console()
     if not infos:
         out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
         return 0
-    out.print(render.threads_table(infos, out.width))
+    out.print(render.threads_table(infos, out.width, spends))
     return 0
+
+
+def _prices(args: argparse.Namespace) -> Prices | None:
+    """The price table of ``--prices FILE``, else of ``$GRAPHCKPT_PRICES``, else none."""
+    path = getattr(args, "prices", None)
+    return Prices.load(path) if path else Prices.from_env()
 
 
 async def cmd_history(args: argparse.Namespace, s: Session) -> int:
@@ -213,6 +223,8 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
     render = _render()
     out = render.console()
     out.print(render.history_table(snaps, args.thread, out.width))
+    for line in render.audit_lines(await reader.aaudit(args.thread, prices=_prices(args))):
+        out.print(line)
     return 0
 
 

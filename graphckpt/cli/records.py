@@ -30,6 +30,8 @@ __all__ = [
     "graph_of",
     "json_patch",
     "leaf_record",
+    "schema_version_of",
+    "audit_of",
     "metadata_of",
     "ran_nodes",
     "ref_text",
@@ -177,9 +179,28 @@ def created_iso(snap: Snapshot) -> str | None:
         return None
 
 
-def thread_record(info: ThreadInfo) -> dict[str, Any]:
-    """A thread as ``threads --json`` prints it."""
-    return {
+def audit_of(metadata: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
+    """The checkpoint's audit record (``calls``, ``attempts``, ``answers``), each a list (empty when absent)."""
+    audit = _meta(metadata).get("audit")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in ("calls", "attempts", "answers"):
+        items = audit.get(key) if isinstance(audit, Mapping) else None
+        out[key] = [to_jsonable(i) for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+    return out
+
+
+def schema_version_of(snap: Snapshot) -> int | None:
+    """The state schema version that wrote the checkpoint; ``None`` when its body does not decode."""
+    try:
+        return snap.schema_version
+    except CorruptCheckpointError:
+        return None
+
+
+def thread_record(info: ThreadInfo, spend: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A thread as ``threads --json`` prints it (with ``spend``: own, inherited and total tokens, lost calls and
+    cost)."""
+    out = {
         "thread_id": info.thread_id,
         "status": info.status,
         "step": info.step,
@@ -190,12 +211,18 @@ def thread_record(info: ThreadInfo) -> dict[str, Any]:
         "graph": graph_of(metadata_of(info)),
         "error": info.error,
     }
+    if spend is not None:
+        out["spend"] = to_jsonable(spend)
+    return out
 
 
 def step_record(snap: Snapshot) -> dict[str, Any]:
-    """A checkpoint as ``history --json`` prints it (no values)."""
+    """A checkpoint as ``history --json`` prints it (no values): with its schema version, its audit record
+    (``calls``, failed ``attempts`` with their tracebacks, interrupt ``answers``) and the time of the journaled
+    calls it replayed (``replayed_ms``, part of ``duration_ms``)."""
     metadata = metadata_of(snap)
     usage = _meta(metadata).get("usage")
+    replayed = _meta(metadata).get("replayed_ms")
     return {
         "thread_id": snap.thread_id,
         "checkpoint_id": snap.checkpoint_id,
@@ -209,6 +236,9 @@ def step_record(snap: Snapshot) -> dict[str, Any]:
         "usage": to_jsonable(usage) if isinstance(usage, Mapping) else {},
         "parent": ref_text(snap.parent),
         "namespace": list(snap.namespace),
+        "schema_version": schema_version_of(snap),
+        "replayed_ms": to_jsonable(replayed) if isinstance(replayed, Mapping) else {},
+        **audit_of(metadata),
     }
 
 
@@ -221,7 +251,11 @@ def snapshot_record(snap: Snapshot, *, raw: bool) -> dict[str, Any]:
         "status": snap.status,
         "next": list(snap.next),
         "interrupts": [{"node": i.node, "when": i.when, "payload": to_jsonable(i.payload)} for i in snap.interrupts],
-        "errors": [{"node": e.node, "type": e.type, "message": e.message} for e in snap.errors],
+        "errors": [
+            {"node": e.node, "type": e.type, "message": e.message, "traceback": e.traceback} for e in snap.errors
+        ],
+        "schema_version": schema_version_of(snap),
+        "attempts": audit_of(metadata_of(snap))["attempts"],
         "parent": ref_text(snap.parent),
         "created_at": created_iso(snap),
         "metadata": to_jsonable(metadata_of(snap)),

@@ -25,6 +25,7 @@ from rich.tree import Tree
 
 from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.cli.records import (
+    audit_of,
     duration_ms,
     graph_of,
     metadata_of,
@@ -41,7 +42,9 @@ __all__ = [
     "ABBREV",
     "StepDisplay",
     "abbreviations",
+    "audit_lines",
     "console",
+    "fmt_cost",
     "fmt_duration",
     "fmt_tokens",
     "history_table",
@@ -192,10 +195,28 @@ def _fitted_table(columns: list[_Column], width: int | None, styles: Sequence[st
 # -- threads -----------------------------------------------------------------------------------------------------------
 
 
-def threads_table(infos: Sequence[ThreadInfo], width: int | None = None) -> Table:
-    """``graphckpt threads``: one row per thread, most recently updated first. When the table is wider than
-    ``width`` (the console's), it gives up, in this order until it fits: ``graph``, ``forked from``, the date's year
-    and seconds, ``error`` (``--json`` has everything). ``thread``, ``status`` and ``step`` are never cut."""
+def fmt_cost(cost: Any) -> str:
+    if not isinstance(cost, int | float) or isinstance(cost, bool):
+        return "-"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
+
+
+def _spend_cell(spend: Mapping[str, Any] | None) -> str:
+    """A thread's total tokens, with its lost calls (``+2 lost``)."""
+    total = (spend or {}).get("total") or {}
+    text = fmt_tokens(int(total.get("tokens", 0)))
+    lost = int(total.get("lost_calls", 0))
+    return f"{text} +{lost} lost" if lost else text
+
+
+def threads_table(
+    infos: Sequence[ThreadInfo], width: int | None = None, spends: Mapping[str, Mapping[str, Any]] | None = None
+) -> Table:
+    """``graphckpt threads``: one row per thread, most recently updated first. With ``spends`` (per thread, see
+    :func:`graphckpt.audit.spend`), the thread's total tokens (its lineage's, with calls lost to crashes) and, with a
+    price table, their cost. When the table is wider than ``width`` (the console's), it gives up, in this order until
+    it fits: ``cost``, ``tokens``, ``graph``, ``forked from``, the date's year and seconds, ``error`` (``--json`` has
+    everything). ``thread``, ``status`` and ``step`` are never cut."""
     short = abbreviations(i.forked_from.checkpoint_id for i in infos if i.forked_from is not None)
 
     def forked(info: ThreadInfo) -> str:
@@ -216,6 +237,12 @@ def threads_table(infos: Sequence[ThreadInfo], width: int | None = None) -> Tabl
         _Column("graph", [escape(graph_of(metadata_of(i)) or "-") for i in infos], no_wrap=True, drop=4),
         _Column("error", [escape(i.error or "") for i in infos], drop=1, fold=16),
     ]
+    if spends is not None:
+        cells: list[str | Text] = [_spend_cell(spends.get(i.thread_id)) for i in infos]
+        columns.insert(3, _Column("tokens", cells, no_wrap=True, justify="right", drop=5))
+        costs = [(spends.get(i.thread_id) or {}).get("total", {}).get("cost") for i in infos]
+        if any(c is not None for c in costs):
+            columns.insert(4, _Column("cost", [fmt_cost(c) for c in costs], no_wrap=True, justify="right", drop=6))
     return _fitted_table(columns, width)
 
 
@@ -230,9 +257,7 @@ def history_table(snaps: Sequence[Snapshot], thread_id: str, width: int | None =
     crosses = any(s.thread_id != thread_id and not s.namespace for s in snaps)
     short = abbreviations(s.checkpoint_id for s in snaps)
     metadata = [metadata_of(s) for s in snaps]
-    ran: list[str | Text] = [
-        escape(", ".join(_in_subgraph(s, n) for n in ran_nodes(m))) for s, m in zip(snaps, metadata, strict=True)
-    ]
+    ran: list[str | Text] = [escape(_ran(s, m)) for s, m in zip(snaps, metadata, strict=True)]
     nexts: list[str | Text] = [escape(", ".join(_in_subgraph(s, n) for n in s.next) or "END") for s in snaps]
     columns = [
         *([_Column("thread", [escape(_thread_of(s)) for s in snaps], no_wrap=True)] if crosses else []),
@@ -265,6 +290,79 @@ def _step_of(snap: Snapshot) -> str:
 def _thread_of(snap: Snapshot) -> str:
     """The thread a row belongs to; a subgraph's rows name their root thread (the child's id is long)."""
     return snap.thread_id.split("|", 1)[0] if snap.namespace else snap.thread_id
+
+
+def _ran(snap: Snapshot, metadata: Mapping[str, Any] | None) -> str:
+    """The nodes that ran (a subgraph's prefixed with its path), each replayed one marked ``(replayed)``, and the
+    step's failed attempts."""
+    replayed = (metadata or {}).get("replayed_ms")
+    names = [
+        _in_subgraph(snap, n) + (" (replayed)" if isinstance(replayed, Mapping) and n in replayed else "")
+        for n in ran_nodes(metadata)
+    ]
+    failed = len(audit_of(metadata)["attempts"])
+    return ", ".join(names) + (f" ({failed} failed attempt{'s' if failed != 1 else ''})" if failed else "")
+
+
+def _when(at: Any) -> str:
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return "?"
+    try:
+        return _local_time(dt.datetime.fromtimestamp(at, dt.UTC))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def _spend_text(label: str, s: Mapping[str, Any]) -> str:
+    text = f"{label}: {int(s.get('calls', 0))} model call{'s' if s.get('calls') != 1 else ''}, "
+    text += f"{int(s.get('tokens', 0)):,} tokens ({int(s.get('prompt_tokens', 0)):,} in, "
+    text += f"{int(s.get('completion_tokens', 0)):,} out)"
+    lost = int(s.get("lost_calls", 0))
+    if lost:
+        text += f", {lost} call{'s' if lost != 1 else ''} lost (tokens unknown)"
+    if s.get("cost") is not None:
+        text += f", cost {fmt_cost(s['cost'])}"
+    return text
+
+
+def audit_lines(record: Mapping[str, Any]) -> list[Text]:
+    """``graphckpt history``, after the table: the failed attempts, the calls lost to crashes, the interrupt
+    answers, and the spend (a fork's own and inherited apart). Lines wrap at the terminal's width."""
+    lines: list[Text] = []
+
+    def where(e: Mapping[str, Any]) -> str:
+        step = f"step {e.get('step')}" + (" (not committed)" if e.get("pending") else "")
+        thread = f"{e.get('thread_id')} " if e.get("thread_id") != record.get("thread_id") else ""
+        return f"  {thread}{step} {e.get('node')}"
+
+    attempts = record.get("attempts") or []
+    if attempts:
+        lines.append(Text("failed attempts", style="bold"))
+        for a in attempts:
+            retried = ", retried" if a.get("retried") else ""
+            lines.append(Text(f"{where(a)} attempt {a.get('attempt')} at {_when(a.get('at'))}{retried}: "
+                              f"{a.get('type')}: {a.get('message')}", style="red"))  # fmt: skip
+    lost = [c for c in record.get("calls") or [] if c.get("status") == "lost"]
+    if lost:
+        lines.append(Text("calls lost (started, never finished)", style="bold"))
+        for c in lost:
+            lines.append(Text(f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
+                              style="yellow"))  # fmt: skip
+    answers = record.get("answers") or []
+    if answers:
+        lines.append(Text("interrupt answers", style="bold"))
+        for a in answers:
+            refused = f" refused: {a['refused']}" if a.get("refused") else ""
+            answer = json.dumps(a.get("answer"), ensure_ascii=False)
+            lines.append(Text(f"{where(a)} by {a.get('by')} at {_when(a.get('at'))}: {answer}{refused}"))
+    spend = record.get("spend") or {}
+    if spend:
+        inherited = spend.get("inherited") or {}
+        if inherited.get("calls") or inherited.get("lost_calls"):
+            lines.append(Text(_spend_text("own", spend.get("own") or {}), style="bold"))
+            lines.append(Text(_spend_text("inherited", inherited)))
+        lines.append(Text(_spend_text("total", spend.get("total") or {}), style="bold"))
+    return lines
 
 
 def _thread_label(tree: Mapping[str, Any], highlight: str, short: Mapping[str, str], *, attached: bool) -> Text:
