@@ -159,7 +159,7 @@ def read_db(db: Path) -> Any:
     return RawReader(SqliteSaver(db))
 
 
-# -- the tests, in the order of the click-through ----------------------------------------------------------------
+# -- the tests, in the order of the click-through --------------------------------------------------------------
 
 
 def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Server, db: Path) -> None:
@@ -169,7 +169,7 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
     token = cookie.split("=", 1)[1]
     for path in ("/ui/threads/demo", "/ui/interrupts", "/ui/?status=failed", "/ui/diff?a=demo&b=batch-0"):
         status, html, _ = http(server.base + path)
-        assert status == 200 and "<noscript>" not in html or "refresh" in html, path
+        assert status == 200 and "<a href=" in html, path  # links (and forms) work with no script
     status, html, _ = http(server.base + "/ui/threads/nope")
     assert status == 404 and "nope" in html
     with read_db(db) as reader:
@@ -191,7 +191,9 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     page.select_option("select[name=status]", "failed")
     page.click("button:has-text('Filter')")
     page.wait_for_url("**status=failed**")
-    assert [t.strip() for t in page.locator("table.threads tbody td:first-child a").all_inner_texts()] == ["demo-failed"]
+    assert [t.strip() for t in page.locator("table.threads tbody td:first-child a").all_inner_texts()] == [
+        "demo-failed"
+    ]
     page.fill("input[name=q]", "weather")
     page.select_option("select[name=status]", "")
     page.click("button:has-text('Filter')")
@@ -302,8 +304,8 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     tab_to("select[name=status]")
-    page.keyboard.press("End")  # the last status, as a keyboard user picks it (select then Tab away)
-    page.evaluate("document.activeElement.value = 'failed'")
+    page.keyboard.type("failed")  # a closed select picks the option typed
+    assert page.evaluate("document.activeElement.value") == "failed"
     tab_to("button[type=submit]")
     page.keyboard.press("Enter")
     page.wait_for_url("**status=failed**")
@@ -316,18 +318,18 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     tab_to("details summary")
     tab_to("#diff-b")
     page.keyboard.type("demo")
-    tab_to("button:has-text('Diff')")
+    tab_to("#diff-go")
     tab_to("#f-instruction")
     page.keyboard.press("Control+A")
     page.keyboard.type("Keyboard only.")
     tab_to("#new-thread")
     page.keyboard.type("demo-keys")
-    tab_to("button:has-text('Fork and run')")
+    tab_to("#fork-go")
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/threads/demo-keys")
     assert page.get_attribute("#live", "data-status") == "done"
     page.goto("/ui/threads/demo-failed")
-    tab_to("button:has-text('Resume')")
+    tab_to("button.resume")
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/threads/demo-failed")
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
@@ -346,7 +348,7 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert "an approval answer must be true, false" in error.inner_text()
     assert item.locator("form").get_attribute("aria-describedby") == error.get_attribute("id")
     shoot(page, "interrupt-invalid")
-    item.locator("label:has-text('Approve')").click()
+    item.get_by_label("Approve", exact=True).check()
     item.locator("textarea[name=comment]").fill("ship it")
     item.locator("button:has-text('Answer and resume')").click()
     page.wait_for_url("**/ui/threads/deploy-api")

@@ -11,6 +11,8 @@ Graph ids are what threads record in ``tags.graph``: the demo's ``graphckpt.cli.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -76,7 +78,7 @@ def gated_graph(db: str | None = None) -> StateGraph:
     for n in GATED_NODES:
         g.add_node(n, make(n))
     g.add_edge(START, GATED_NODES[0])
-    for a, b in zip(GATED_NODES, GATED_NODES[1:], strict=False):
+    for a, b in itertools.pairwise(GATED_NODES):
         g.add_edge(a, b)
     g.add_edge(GATED_NODES[-1], END)
     return g
@@ -98,10 +100,8 @@ def build(db: Path) -> None:
     with app:
         app.invoke({"request": demo.REQUEST}, thread_id="demo", tags={"graph": DEMO})
         demo.fault_file(db).write_text("check")
-        try:
+        with contextlib.suppress(NodeError):
             app.invoke({"request": demo.REQUEST}, thread_id="demo-failed", tags={"graph": DEMO, "team": "weather"})
-        except NodeError:
-            pass
         for i in range(3):
             app.invoke({"request": f"write a function number {i}"}, thread_id=f"batch-{i}", tags={"graph": DEMO})
     approvals = approval_graph().compile(saver=SqliteSaver(db))

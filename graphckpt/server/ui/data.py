@@ -15,6 +15,7 @@ answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
@@ -195,7 +196,9 @@ class LocalBackend:
     that record no graph. Runs started by :meth:`resume` continue in the background (their thread's page shows them
     grow); fork runs and answers are awaited, so the page they lead to shows the outcome."""
 
-    def __init__(self, saver: Saver, apps: Mapping[str, App] | None = None, *, default_graph: str | None = None) -> None:
+    def __init__(
+        self, saver: Saver, apps: Mapping[str, App] | None = None, *, default_graph: str | None = None
+    ) -> None:
         self.reader = RawReader(saver)
         self.apps = {name: app.with_saver(saver) for name, app in (apps or {}).items()}
         self.default_graph = default_graph
@@ -207,7 +210,7 @@ class LocalBackend:
         self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
     ) -> ThreadPage:
         infos = await self.reader.athreads()
-        statuses = sorted({i.status for i in infos})
+        statuses: list[str] = sorted({str(i.status) for i in infos})
         graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
         chosen = [i for i in infos if _keep(i, status, graph, q)]
         pages = max(1, math.ceil(len(chosen) / per_page))
@@ -307,8 +310,10 @@ class LocalBackend:
             values=values,
             changes=changes,
             parent=f"{snap.parent.thread_id}@{snap.parent.checkpoint_id}" if snap.parent else None,
-            tasks=[{"id": t.id, "node": t.node, "payload": to_jsonable(t.payload) if t.has_payload else None}
-                   for t in snap.tasks],  # fmt: skip
+            tasks=[
+                {"id": t.id, "node": t.node, "payload": to_jsonable(t.payload) if t.has_payload else None}
+                for t in snap.tasks
+            ],
             interrupts=[_interrupt_record(i) for i in snap.interrupts],
             pending=_pending(recorded),
             metadata=_plain(dict(metadata_of(snap) or {})),
@@ -359,8 +364,8 @@ class LocalBackend:
     async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
         """The app that runs ``thread_id`` and the tags a UI ``action`` on it records."""
         head = await self.reader.aget_state(thread_id)
-        tags = metadata_of(head) or {}
-        recorded = tags.get("tags") if isinstance(tags.get("tags"), Mapping) else {}
+        found = (metadata_of(head) or {}).get("tags")
+        recorded: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         ref = graph_of(metadata_of(head))
         app = self._app_or_none(ref)
         if app is None:
@@ -394,7 +399,9 @@ class LocalBackend:
         head = await self.reader.aget_state(thread_id)
         ids = [i.id for i in head.interrupts]
         if interrupt_id not in ids:
-            raise UIError(f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})")
+            raise UIError(
+                f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
+            )
         await _run_quietly(app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags))
 
     async def aclose(self) -> None:
@@ -408,10 +415,8 @@ async def _run_quietly(run: Any) -> None:
     """Await a run; a node failure is the thread's state (``failed``, shown on its page), not an HTTP error."""
     from graphckpt.errors import NodeError
 
-    try:
+    with contextlib.suppress(NodeError):
         await run
-    except NodeError:
-        pass
 
 
 def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:

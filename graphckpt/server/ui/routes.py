@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -136,7 +136,7 @@ def ui_routes(backend_of: BackendOf) -> list[BaseRoute]:
     ]
 
 
-# -- pages ---------------------------------------------------------------------------------------------------------------
+# -- pages -------------------------------------------------------------------------------------------------------------
 
 
 async def threads_page(request: Request, backend: UIBackend) -> Response:
@@ -224,7 +224,7 @@ async def inbox_page(request: Request, backend: UIBackend) -> Response:
     return _render(request, "interrupts.html", {"items": await backend.inbox(), "errors": {}, "answers": {}})
 
 
-# -- actions -------------------------------------------------------------------------------------------------------------
+# -- actions -----------------------------------------------------------------------------------------------------------
 
 
 def _forbidden(request: Request) -> Response:
@@ -253,7 +253,7 @@ async def fork_action(request: Request, backend: UIBackend) -> Response:
         else:
             try:
                 value = json.loads(sent)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 problems.append(f"field {name!r} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
                 continue
         if value != current:
@@ -285,7 +285,7 @@ def _answer_of(form: Mapping[str, str]) -> Any:
     if raw:
         try:
             return json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise UIError(f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     choice = form.get("approved")
     if choice in ("true", "false"):
