@@ -170,6 +170,9 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
     for path in ("/ui/threads/demo", "/ui/interrupts", "/ui/?status=failed", "/ui/diff?a=demo&b=batch-0"):
         status, html, _ = http(server.base + path)
         assert status == 200 and "<a href=" in html, path  # links (and forms) work with no script
+    status, html, _ = http(server.base + "/ui/?per=2&page=2")
+    assert status == 200 and "page 2 of 3" in html and 'href="?per=2&amp;page=3"' in html
+    assert html.count('<td data-label="Thread">') == 2
     status, html, _ = http(server.base + "/ui/threads/nope")
     assert status == 404 and "nope" in html
     with read_db(db) as reader:
@@ -181,6 +184,20 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
     with read_db(db) as reader:
         info = reader.thread("demo-failed")
         assert info.status == "failed" and info.head.checkpoint_id == head  # nothing ran
+        before = {i.thread_id for i in reader.threads()}
+        checkpoint = reader.get_state("deploy-api").checkpoint_id
+    form = {
+        "csrf": token,
+        "thread": "deploy-api",
+        "checkpoint": checkpoint,
+        "field.approved": "{yes",
+        "field.service": "api",
+    }
+    status, html, _ = http(server.base + "/ui/actions/fork", form, cookie)
+    assert status == 422 and "field &#39;approved&#39; is not JSON" in html and 'role="alert"' in html
+    assert "{yes</textarea>" in html  # what was typed is kept in the form
+    with read_db(db) as reader:
+        assert {i.thread_id for i in reader.threads()} == before  # no fork was made
 
 
 def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:

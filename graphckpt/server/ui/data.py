@@ -264,14 +264,15 @@ class LocalBackend:
                 break
             root = by_id[root.forked_from.thread_id]
             seen.add(root.thread_id)
+        members = _tree_members(infos, root.thread_id)  # only the root's tree is read, not every thread's history
         owns = dict(
             zip(
-                [i.thread_id for i in infos],
-                await asyncio.gather(*(self._own_oldest_first(i.thread_id) for i in infos)),
+                [i.thread_id for i in members],
+                await asyncio.gather(*(self._own_oldest_first(i.thread_id) for i in members)),
                 strict=True,
             )
         )
-        tree = thread_trees(infos, owns, root.thread_id)
+        tree = thread_trees(members, owns, root.thread_id)
         app = self._app_or_none(graph_of(metadata_of(info)))
         done: set[str] = set()
         for s in history:
@@ -417,6 +418,22 @@ async def _run_quietly(run: Any) -> None:
 
     with contextlib.suppress(NodeError):
         await run
+
+
+def _tree_members(infos: Sequence[ThreadInfo], root: str) -> list[ThreadInfo]:
+    """``root`` and every thread forked from it, directly or through other forks."""
+    children: dict[str, list[ThreadInfo]] = {}
+    for i in infos:
+        if i.forked_from is not None:
+            children.setdefault(i.forked_from.thread_id, []).append(i)
+    by_id = {i.thread_id: i for i in infos}
+    found, todo = {root: by_id[root]}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.thread_id not in found:
+                found[child.thread_id] = child
+                todo.append(child.thread_id)
+    return list(found.values())
 
 
 def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:

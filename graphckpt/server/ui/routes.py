@@ -98,6 +98,14 @@ async def _form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
+def _int(text: str | None, default: int, low: int, high: int) -> int:
+    """A query parameter as an int in [low, high]; the default when it is missing or no number."""
+    try:
+        return min(max(int(text or default), low), high)
+    except ValueError:
+        return default
+
+
 def _split_ref(ref: str) -> tuple[str, str | None]:
     """``thread@checkpoint`` (split at the last ``@``) or a bare ``thread``."""
     if "@" in ref:
@@ -141,18 +149,16 @@ def ui_routes(backend_of: BackendOf) -> list[BaseRoute]:
 
 async def threads_page(request: Request, backend: UIBackend) -> Response:
     q = request.query_params
-    try:
-        page_no = int(q.get("page", "1"))
-    except ValueError:
-        page_no = 1
+    page_no, per = _int(q.get("page"), 1, 1, 1 << 30), _int(q.get("per"), PER_PAGE, 1, 200)
     filters = {k: q.get(k, "") for k in ("status", "graph", "q")}
     page = await backend.thread_page(
         status=filters["status"] or None, graph=filters["graph"] or None, q=filters["q"] or None,
-        page=page_no, per_page=PER_PAGE,
+        page=page_no, per_page=per,
     )  # fmt: skip
+    kept = {k: v for k, v in filters.items() if v} | ({"per": str(per)} if per != PER_PAGE else {})
 
     def page_url(n: int) -> str:
-        return "?" + urlencode({**{k: v for k, v in filters.items() if v}, "page": n})
+        return "?" + urlencode({**kept, "page": n})
 
     known = ["running", "crashed", "interrupted", "failed", "done", "partial"]
     choices = known + [s for s in page.statuses if s not in known]
