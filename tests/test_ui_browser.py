@@ -219,7 +219,7 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     page.wait_for_url("**/ui/threads/demo-failed")
     assert "simulated timeout" in page.inner_text("[role=alert]")
     assert page.locator("button:has-text('Resume')").count() == 1
-    assert page.locator("svg.graph .node.next text").all_text_contents() == ["check"]
+    assert page.locator("svg.graph .node.next.failed text").all_text_contents() == ["check"]
     shoot(page, "thread-failed")
 
 

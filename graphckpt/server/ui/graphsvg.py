@@ -4,7 +4,8 @@ Layout: each node's layer is its shortest distance from ``START`` along the grap
 (:meth:`~graphckpt.compiled.CompiledGraph.successors`), ``END`` below every node; a layer's nodes sit side by side.
 Edges going down are straight; edges going back up or sideways (loops, retries) are curves on the right. Plain edges
 are solid, conditional ones (routers, ``goto`` destinations) dashed. Nodes carry CSS classes the stylesheet colours:
-``current`` (ran in the shown checkpoint's step), ``next`` (in its frontier), ``done`` (ran earlier in the lineage).
+``current`` (ran in the shown checkpoint's step), ``next`` (in its frontier), ``done`` (ran earlier in the lineage),
+``failed`` (failed at the head of a failed thread).
 No script, no external reference: the drawing is readable with JavaScript off and in a saved page.
 """
 
@@ -45,6 +46,7 @@ def graph_svg(
     current: Collection[str] = (),
     next: Collection[str] = (),
     done: Collection[str] = (),
+    failed: Collection[str] = (),
 ) -> str:
     """The SVG markup (an ``<svg>`` element with a title and a text description) of ``graph``'s nodes and edges."""
     depth = _layers(graph)
@@ -105,11 +107,15 @@ def graph_svg(
             classes.append("current")
         if n in next:
             classes.append("next")
+        if n in failed:
+            classes.append("failed")
         label = "START" if n == START else "END" if n == END else n
         shown = label if len(label) <= 16 else label[:15] + "…"
         rx = BOX_H / 2 if n in (START, END) else 6
+        states = [c for c in classes[1:] if c != "terminal"]
+        title = f"{label} ({', '.join(states)})" if states else label
         out.append(
-            f'<g class="{" ".join(classes)}"><title>{escape(label)}</title>'
+            f'<g class="{" ".join(classes)}"><title>{escape(title)}</title>'
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="{rx:.0f}"/>'
             f'<text x="{x + BOX_W / 2:.0f}" y="{y + BOX_H / 2 + 5:.0f}" text-anchor="middle">{escape(shown)}</text></g>'
         )

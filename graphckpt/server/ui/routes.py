@@ -179,7 +179,8 @@ async def _live_context(backend: UIBackend, thread_id: str) -> dict[str, Any]:
     current = set(last.nodes) if last is not None else set()
     svg = None
     if view.graph is not None:
-        svg = graph_svg(view.graph, current=current, next=set(view.head.next), done=view.done_nodes)
+        failed = {e.node for e in view.head.errors}
+        svg = graph_svg(view.graph, current=current, next=set(view.head.next), done=view.done_nodes, failed=failed)
     return {"view": view, "svg": svg, "poll": POLL if view.info.status == "running" else None}
 
 
