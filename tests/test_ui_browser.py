@@ -274,6 +274,10 @@ def test_fork_from_step_2_with_an_edited_field_then_diff(page: Any, db: Path) ->
     paths = [p.strip() for p in page.locator("table.diff tbody th").all_inner_texts()]
     assert sorted(paths) == ["instruction", "review", "tests"]  # the edit and what the later steps made of it
     assert FORK_INSTRUCTION in page.inner_text("table.diff tbody tr:has(th:has-text('instruction')) pre.before")
+    tests_row = page.locator("table.diff tbody tr:has(th:has-text('tests'))")  # texts of many lines: a line diff
+    assert "temp_f" in " ".join(tests_row.locator(".del").all_inner_texts())
+    assert "temp_c" in " ".join(tests_row.locator(".ins").all_inner_texts())
+    assert "unchanged lines" in tests_row.inner_text()
     shoot(page, "diff")
     with read_db(db) as reader:
         head = reader.get_state("demo-fahrenheit")

@@ -22,6 +22,7 @@ shows the outcome, or the same page again with the error in place (status 422).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -223,8 +224,40 @@ async def diff_page(request: Request, backend: UIBackend) -> Response:
     if not a or not b:
         raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
     diff = await backend.diff(_split_ref(a), _split_ref(b))
-    changes = list(diff.changes())
+    changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
     return _render(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
+
+
+def _line_diff(before: Any, after: Any) -> list[tuple[str, str]] | None:
+    """For two texts of several lines: their lines as ``(" " | "-" | "+", line)``, unchanged runs of more than six
+    lines cut to their ends with a ``("…", "N unchanged lines")`` marker; else ``None`` (shown side by side)."""
+    if not (isinstance(before, str) and isinstance(after, str)) or ("\n" not in before and "\n" not in after):
+        return None
+    out: list[tuple[str, str]] = []
+    same: list[str] = []
+
+    def flush(last: bool) -> None:
+        if len(same) > 6:
+            head = [] if not out else same[:2]
+            tail = [] if last else same[-2:]
+            out.extend((" ", s) for s in head)
+            out.append(("…", f"{len(same) - len(head) - len(tail)} unchanged lines"))
+            out.extend((" ", s) for s in tail)
+        else:
+            out.extend((" ", s) for s in same)
+        same.clear()
+
+    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        if tag == " ":
+            same.append(text)
+            continue
+        flush(False)
+        out.append((tag, text))
+    flush(True)
+    return out
 
 
 async def inbox_page(request: Request, backend: UIBackend) -> Response:
