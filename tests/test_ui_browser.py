@@ -174,7 +174,7 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
         status, html, _ = http(server.base + path)
         assert status == 200 and "<a href=" in html, path  # links (and forms) work with no script
     status, html, _ = http(server.base + "/ui/?per=2&page=2")
-    assert status == 200 and "page 2 of 3" in html and 'href="?per=2&amp;page=3"' in html
+    assert status == 200 and "page 2 of 4" in html and 'href="?per=2&amp;page=3"' in html
     assert html.count('<td data-label="Thread">') == 2
     status, html, _ = http(server.base + "/ui/threads/nope")
     assert status == 404 and "nope" in html
@@ -206,7 +206,7 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
 def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     page.goto("/ui/")
     rows = page.locator("table.threads tbody tr")
-    assert rows.count() == 6
+    assert rows.count() == 7
     shoot(page, "threads")
     page.select_option("select[name=status]", "failed")
     page.click("button:has-text('Filter')")
@@ -381,5 +381,11 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
         head = reader.get_state("deploy-api")
         assert head.values["deployed"] is True and head.values["comment"] == "ship it"
         assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "answer"
+    page.goto("/ui/interrupts")
+    item = page.locator("article.inbox", has_text="deploy-web")
+    assert "stopped before deploy" in item.inner_text() and item.locator("textarea").count() == 0
+    item.locator("button:has-text('Continue')").click()
+    page.wait_for_url("**/ui/threads/deploy-web")
+    assert page.get_attribute("#live", "data-status") == "done"
     page.goto("/ui/interrupts")
     assert "Nothing is waiting" in page.inner_text("main")

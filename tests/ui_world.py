@@ -93,8 +93,8 @@ def demo_graph(db: Path | None = None) -> StateGraph:
 
 
 def build(db: Path) -> None:
-    """The threads: ``demo`` (done), ``demo-failed`` (failed at check), ``deploy-api`` (interrupted at approve),
-    and eight more done demo threads so the list has something to filter."""
+    """The threads: ``demo`` (done), ``demo-failed`` (failed at check), ``batch-0..2`` (done), ``deploy-api``
+    (waiting in ``approve`` for an answer) and ``deploy-web`` (stopped before ``deploy``)."""
     demo = load_demo_module()
     app = demo_graph(db).compile(saver=SqliteSaver(db))
     with app:
@@ -107,6 +107,10 @@ def build(db: Path) -> None:
     approvals = approval_graph().compile(saver=SqliteSaver(db))
     with approvals:
         approvals.invoke({"service": "api"}, thread_id="deploy-api", tags={"graph": APPROVAL})
+    stops = approval_graph().compile(saver=SqliteSaver(db), interrupt_before=["deploy"])
+    with stops:  # approved, then stopped before deploy: a static interrupt, nothing to answer
+        stops.invoke({"service": "web"}, thread_id="deploy-web", tags={"graph": APPROVAL})
+        stops.resume("deploy-web", True)
 
 
 def load_demo_module() -> Any:

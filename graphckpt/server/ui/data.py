@@ -38,7 +38,7 @@ from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
 from graphckpt.errors import GraphckptError
 from graphckpt.reader import RawReader
-from graphckpt.records import Recorded
+from graphckpt.records import NO_ANSWER, Recorded
 from graphckpt.savers.base import Saver
 
 __all__ = [
@@ -396,6 +396,7 @@ class LocalBackend:
         await asyncio.sleep(0)  # let the run claim the thread before the page that shows it is read
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
+        """Answer the open interrupt ``interrupt_id`` and run the thread on (``NO_ANSWER``: just continue)."""
         app, tags = await self._app_for(thread_id, "answer")
         head = await self.reader.aget_state(thread_id)
         ids = [i.id for i in head.interrupts]
@@ -403,6 +404,9 @@ class LocalBackend:
             raise UIError(
                 f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
             )
+        if answer is NO_ANSWER:  # a stop before/after a node: continue, nothing to answer
+            await _run_quietly(app.aresume(thread_id, tags=tags))
+            return
         await _run_quietly(app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags))
 
     async def aclose(self) -> None:

@@ -37,6 +37,7 @@ from starlette.templating import Jinja2Templates
 
 from graphckpt.control import END, START
 from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
+from graphckpt.records import NO_ANSWER
 from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.graphsvg import graph_svg
@@ -321,6 +322,8 @@ async def resume_action(request: Request, backend: UIBackend) -> Response:
 
 def _answer_of(form: Mapping[str, str]) -> Any:
     """The answer a form gives: its JSON text when filled in, else the approval choice (and comment), else text."""
+    if form.get("continue"):
+        return NO_ANSWER
     raw = form.get("json", "").strip()
     if raw:
         try:
