@@ -57,6 +57,10 @@ UI_TAG = "via"
 """The tag key that marks a run started from the UI (value ``"ui"``); ``ui_action`` says which action."""
 
 
+CLAIM_WAIT = 5.0
+"""How long :meth:`LocalBackend.resume` waits (at most) for the run it started to claim the thread."""
+
+
 class UIError(GraphckptError, ValueError):
     """A UI action that cannot be done as asked (a field that is not JSON, a thread whose graph is not loaded)."""
 
@@ -390,10 +394,17 @@ class LocalBackend:
 
     async def resume(self, thread_id: str) -> None:
         app, tags = await self._app_for(thread_id, "resume")
+        before = await self.reader.athread(thread_id)
         task = asyncio.create_task(_run_quietly(app.aresume(thread_id, tags=tags)))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        await asyncio.sleep(0)  # let the run claim the thread before the page that shows it is read
+        # the page shown next must see the run (status running, or its outcome), else it would not poll
+        deadline = asyncio.get_running_loop().time() + CLAIM_WAIT
+        while not task.done() and asyncio.get_running_loop().time() < deadline:
+            now = await self.reader.athread(thread_id)
+            if now.status != before.status or now.head != before.head:
+                break
+            await asyncio.sleep(0.01)
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
         """Answer the open interrupt ``interrupt_id`` and run the thread on (``NO_ANSWER``: just continue)."""
