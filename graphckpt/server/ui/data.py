@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -458,7 +459,8 @@ def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None
         return False
     if q:
         needle = q.lower()
-        hay = info.thread_id.lower() + " " + str(to_jsonable(dict(metadata_of(info) or {}))).lower()
+        meta = json.dumps(to_jsonable(dict(metadata_of(info) or {})), ensure_ascii=False, sort_keys=True)
+        hay = f"{info.thread_id} {meta}".lower()  # as JSON: a search for "team": "t1" finds that tag
         return needle in hay
     return True
 
