@@ -1,0 +1,527 @@
+"""What the web UI reads and does, as plain records: :class:`UIBackend` (the seam) and :class:`LocalBackend`.
+
+The handlers in :mod:`graphckpt.server.ui.routes` call only the methods of :class:`UIBackend` and render what they
+return; no handler touches a saver or an :class:`~graphckpt.App` itself. :class:`LocalBackend` implements it over one
+saver: reading goes through :class:`~graphckpt.reader.RawReader` (values as plain data, so every thread of the
+database can be shown whether or not its graph code is loaded); running (fork, resume, answer) goes through the
+:class:`~graphckpt.App` of the thread's graph, looked up by the ``MODULE:ATTR`` the thread records in its tags
+(``tags.graph``, as ``graphckpt run`` and the demo record it). A thread whose graph is not loaded can be read, not run.
+
+Every run the UI starts carries ``{"via": "ui", "ui_action": ...}`` in its checkpoints' tags (merged into the tags
+the thread already had, so its recorded graph stays): the thread's audit record says who forked, resumed or
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from graphckpt.app import App
+from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
+from graphckpt.cli.records import (
+    duration_ms,
+    graph_of,
+    metadata_of,
+    ran_nodes,
+    source_of,
+    thread_trees,
+    to_jsonable,
+    tokens,
+)
+from graphckpt.compiled import CompiledGraph
+from graphckpt.diff import Change, Diff
+from graphckpt.errors import GraphckptError
+from graphckpt.reader import RawReader
+from graphckpt.records import NO_ANSWER, Recorded
+from graphckpt.savers.base import Saver
+
+__all__ = [
+    "CheckpointPage",
+    "InterruptItem",
+    "LocalBackend",
+    "StepRow",
+    "ThreadPage",
+    "ThreadRow",
+    "ThreadView",
+    "UIBackend",
+    "UIError",
+]
+
+UI_TAG = "via"
+"""The tag key that marks a run started from the UI (value ``"ui"``); ``ui_action`` says which action."""
+
+
+CLAIM_WAIT = 5.0
+"""How long :meth:`LocalBackend.resume` waits (at most) for the run it started to claim the thread."""
+
+
+class UIError(GraphckptError, ValueError):
+    """A UI action that cannot be done as asked (a field that is not JSON, a thread whose graph is not loaded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRow:
+    """One line of the threads list."""
+
+    thread_id: str
+    graph: str | None
+    status: str
+    owner: str | None
+    step: int
+    tokens: int | None
+    cost: float | None
+    updated_at: dt.datetime
+    forked_from: str | None
+    error: str | None
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPage:
+    """One page of the filtered threads list, and what the filters can offer."""
+
+    rows: list[ThreadRow]
+    total: int
+    page: int
+    pages: int
+    statuses: list[str]
+    graphs: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One checkpoint of a thread's timeline."""
+
+    thread_id: str
+    checkpoint_id: str
+    step: int
+    source: str
+    nodes: list[str]
+    duration_ms: float
+    models: list[str]
+    tokens: int
+    next: list[str]
+    created_at: dt.datetime
+    own: bool
+    """False for an ancestor's checkpoint (before the fork point)."""
+    replayed: list[str] = field(default_factory=list)
+    """Nodes whose results came from the journal (when the audit record says so)."""
+    attempts: Mapping[str, int] = field(default_factory=dict)
+    """Failed attempts per node before the one that counted (when the audit record says so)."""
+    via_ui: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadView:
+    """A thread: its record, timeline (oldest first), graph, fork tree and what can be done with it."""
+
+    info: ThreadInfo
+    row: ThreadRow
+    steps: list[StepRow]
+    head: Snapshot
+    errors: list[str]
+    graph: CompiledGraph | None
+    done_nodes: set[str]
+    tree: dict[str, Any]
+    runnable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPage:
+    """One checkpoint: its state, what its step changed, frontier, pending writes, audit record."""
+
+    snap: Snapshot
+    values: dict[str, Any]
+    changes: list[Change]
+    parent: str | None
+    tasks: list[dict[str, Any]]
+    interrupts: list[dict[str, Any]]
+    pending: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    is_head: bool
+    status: str
+    runnable: bool
+    graph_ref: str | None
+    nodes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptItem:
+    """An open interrupt of an interrupted thread, with what its answer form needs."""
+
+    thread_id: str
+    checkpoint_id: str
+    interrupt: Interrupt
+    payload: Any
+    question: str | None
+    error: str | None
+    expects: str | None
+    approval: bool
+    runnable: bool
+
+
+class UIBackend(Protocol):
+    """What the UI's handlers need. The server may implement it over its own query layer (namespaces, tokens)."""
+
+    async def thread_page(
+        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
+    ) -> ThreadPage: ...
+
+    async def thread_view(self, thread_id: str) -> ThreadView: ...
+
+    async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage: ...
+
+    async def checkpoints_of(self, thread_id: str) -> list[StepRow]: ...
+
+    async def all_thread_ids(self) -> list[str]: ...
+
+    async def diff(self, a: tuple[str, str | None], b: tuple[str, str | None]) -> Diff: ...
+
+    async def inbox(self) -> list[InterruptItem]: ...
+
+    async def fork_and_run(
+        self, thread_id: str, checkpoint_id: str, update: Mapping[str, Any], new_thread_id: str | None
+    ) -> str: ...
+
+    async def resume(self, thread_id: str) -> None: ...
+
+    async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None: ...
+
+
+class LocalBackend:
+    """:class:`UIBackend` over one saver and the apps of the graphs the server loaded (``apps``: graph id, i.e. the
+    ``MODULE:ATTR`` threads record in ``tags.graph``, to the app). ``default_graph`` names the app used for threads
+    that record no graph. Runs started by :meth:`resume` continue in the background (their thread's page shows them
+    grow); fork runs and answers are awaited, so the page they lead to shows the outcome."""
+
+    def __init__(
+        self, saver: Saver, apps: Mapping[str, App] | None = None, *, default_graph: str | None = None
+    ) -> None:
+        self.reader = RawReader(saver)
+        self.apps = {name: app.with_saver(saver) for name, app in (apps or {}).items()}
+        self.default_graph = default_graph
+        self._running: set[asyncio.Task[Any]] = set()
+
+    # -- reading -----------------------------------------------------------------------------------------------------
+
+    async def thread_page(
+        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
+    ) -> ThreadPage:
+        infos = await self.reader.athreads()
+        statuses: list[str] = sorted({str(i.status) for i in infos})
+        graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
+        chosen = [i for i in infos if _keep(i, status, graph, q)]
+        pages = max(1, math.ceil(len(chosen) / per_page))
+        page = min(max(page, 1), pages)
+        shown = chosen[(page - 1) * per_page : page * per_page]
+        rows = list(await asyncio.gather(*(self._row(i) for i in shown)))
+        return ThreadPage(rows, len(chosen), page, pages, statuses, graphs)
+
+    async def _row(self, info: ThreadInfo, own: Sequence[Snapshot] | None = None) -> ThreadRow:
+        if own is None:
+            own = await self._own(info.thread_id)
+        record = await self.reader.store.thread(info.thread_id)
+        owner = getattr(record, "owner", None)  # leases (issue 14) add the running thread's owner to the record
+        cost = [m.get("cost") for s in own if isinstance(m := metadata_of(s), Mapping)]
+        costs = [c for c in cost if isinstance(c, int | float)]
+        return ThreadRow(
+            thread_id=info.thread_id,
+            graph=graph_of(metadata_of(info)),
+            status=info.status,
+            owner=str(owner) if owner else None,
+            step=info.step,
+            tokens=sum(tokens(metadata_of(s)) for s in own),
+            cost=sum(costs) if costs else None,
+            updated_at=info.updated_at,
+            forked_from=f"{info.forked_from.thread_id}@{info.forked_from.checkpoint_id}" if info.forked_from else None,
+            error=info.error,
+            metadata=info.metadata,
+        )
+
+    async def _own(self, thread_id: str) -> list[Snapshot]:
+        """The thread's own checkpoints (not its ancestors'), newest first."""
+        return [s for s in await self.reader.ahistory(thread_id) if s.thread_id == thread_id]
+
+    async def all_thread_ids(self) -> list[str]:
+        return [i.thread_id for i in await self.reader.athreads()]
+
+    async def checkpoints_of(self, thread_id: str) -> list[StepRow]:
+        return [_step_row(s, thread_id) for s in reversed(await self.reader.ahistory(thread_id))]
+
+    async def thread_view(self, thread_id: str) -> ThreadView:
+        info = await self.reader.athread(thread_id)
+        history = await self.reader.ahistory(thread_id)
+        head = await self.reader.aget_state(thread_id)
+        own = [s for s in history if s.thread_id == thread_id]
+        infos = await self.reader.athreads()
+        root = info
+        by_id = {i.thread_id: i for i in infos}
+        seen = {root.thread_id}
+        while root.forked_from is not None and root.forked_from.thread_id in by_id:
+            if root.forked_from.thread_id in seen:
+                break
+            root = by_id[root.forked_from.thread_id]
+            seen.add(root.thread_id)
+        members = _tree_members(infos, root.thread_id)  # only the root's tree is read, not every thread's history
+        owns = dict(
+            zip(
+                [i.thread_id for i in members],
+                await asyncio.gather(*(self._own_oldest_first(i.thread_id) for i in members)),
+                strict=True,
+            )
+        )
+        tree = thread_trees(members, owns, root.thread_id)
+        app = self._app_or_none(graph_of(metadata_of(info)))
+        done: set[str] = set()
+        for s in history:
+            done.update(ran_nodes(metadata_of(s)))
+        return ThreadView(
+            info=info,
+            row=await self._row(info, own),
+            steps=[_step_row(s, thread_id) for s in reversed(history)],
+            head=head,
+            errors=[str(e) for e in head.errors],
+            graph=app.graph if app is not None else None,
+            done_nodes=done,
+            tree=tree,
+            runnable=app is not None,
+        )
+
+    async def _own_oldest_first(self, thread_id: str) -> list[Snapshot]:
+        return list(reversed(await self._own(thread_id)))
+
+    async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage:
+        info = await self.reader.athread(thread_id)
+        graph_ref = graph_of(metadata_of(info))
+        app = self._app_or_none(graph_ref)
+        reading: App | RawReader = app if app is not None else self.reader  # the schema fills defaults in
+        snap = await reading.aget_state(thread_id, checkpoint_id)
+        values = _plain(snap.values)
+        changes: list[Change] = []
+        if snap.parent is not None:
+            before = await reading.aget_state(snap.parent.thread_id, snap.parent.checkpoint_id)
+            changes = list((await reading.adiff(before, snap)).changes())
+        stored = await self.reader.store.checkpoint(snap.thread_id, snap.checkpoint_id)
+        recorded = await self.reader.store.recorded(stored, snap.tasks)
+        is_head = info.head.checkpoint_id == snap.checkpoint_id and snap.thread_id == thread_id
+        return CheckpointPage(
+            snap=snap,
+            values=values,
+            changes=changes,
+            parent=f"{snap.parent.thread_id}@{snap.parent.checkpoint_id}" if snap.parent else None,
+            tasks=[
+                {"id": t.id, "node": t.node, "payload": to_jsonable(t.payload) if t.has_payload else None}
+                for t in snap.tasks
+            ],
+            interrupts=[_interrupt_record(i) for i in snap.interrupts],
+            pending=_pending(recorded),
+            metadata=_plain(dict(metadata_of(snap) or {})),
+            is_head=is_head,
+            status=info.status if is_head else snap.status,
+            runnable=app is not None,
+            graph_ref=graph_ref,
+            nodes=list(app.graph.nodes) if app is not None else [],
+        )
+
+    async def diff(self, a: tuple[str, str | None], b: tuple[str, str | None]) -> Diff:
+        """Through the graph's schema when both threads record the same loaded graph (a field at its default is a
+        value, not a missing one), else schema-free."""
+        ga, gb = [graph_of(metadata_of(await self.reader.athread(t))) for t, _ in (a, b)]
+        app = self._app_or_none(ga) if ga == gb else None
+        return await (app.adiff(a, b) if app is not None else self.reader.adiff(a, b))
+
+    async def inbox(self) -> list[InterruptItem]:
+        items: list[InterruptItem] = []
+        for info in await self.reader.athreads(status="interrupted"):
+            head = await self.reader.aget_state(info.thread_id)
+            runnable = self._app_or_none(graph_of(metadata_of(info))) is not None
+            for it in head.interrupts:
+                payload = to_jsonable(it.payload)
+                fields = payload if isinstance(payload, dict) else {}
+                items.append(
+                    InterruptItem(
+                        thread_id=info.thread_id,
+                        checkpoint_id=head.checkpoint_id,
+                        interrupt=it,
+                        payload=payload,
+                        question=_text(fields.get("question")) or (payload if isinstance(payload, str) else None),
+                        error=_text(fields.get("error")),
+                        expects=_text(fields.get("expects")),
+                        approval="approved" in str(fields.get("expects", "")) or fields.get("key") == "approved",
+                        runnable=runnable,
+                    )
+                )
+        return items
+
+    # -- running ------------------------------------------------------------------------------------------------------
+
+    def _app_or_none(self, graph_ref: str | None) -> App | None:
+        if graph_ref is None:
+            return self.apps.get(self.default_graph) if self.default_graph is not None else None
+        return self.apps.get(graph_ref)
+
+    async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
+        """The app that runs ``thread_id`` and the tags a UI ``action`` on it records."""
+        head = await self.reader.aget_state(thread_id)
+        found = (metadata_of(head) or {}).get("tags")
+        recorded: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        ref = graph_of(metadata_of(head))
+        app = self._app_or_none(ref)
+        if app is None:
+            loaded = ", ".join(sorted(self.apps)) or "none"
+            raise UIError(
+                f"cannot {action} thread {thread_id!r}: its graph {ref or '(none recorded)'} is not loaded by this "
+                f"server (loaded: {loaded})"
+            )
+        return app, {**recorded, UI_TAG: "ui", "ui_action": action}
+
+    async def fork_and_run(
+        self, thread_id: str, checkpoint_id: str, update: Mapping[str, Any], new_thread_id: str | None
+    ) -> str:
+        app, tags = await self._app_for(thread_id, "fork")
+        source = await self.reader.aget_state(thread_id, checkpoint_id)
+        recorded = (metadata_of(source) or {}).get("tags")
+        tags = {**(recorded if isinstance(recorded, Mapping) else {}), **tags}
+        snap = await app.afork(thread_id, checkpoint_id, update=update or None, new_thread_id=new_thread_id, tags=tags)
+        await _run_quietly(app.aresume(snap.thread_id, tags=tags))
+        return snap.thread_id
+
+    async def resume(self, thread_id: str) -> None:
+        app, tags = await self._app_for(thread_id, "resume")
+        before = await self.reader.athread(thread_id)
+        task = asyncio.create_task(_run_quietly(app.aresume(thread_id, tags=tags)))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        # the page shown next must see the run (status running, or its outcome), else it would not poll
+        deadline = asyncio.get_running_loop().time() + CLAIM_WAIT
+        while not task.done() and asyncio.get_running_loop().time() < deadline:
+            now = await self.reader.athread(thread_id)
+            if now.status != before.status or now.head != before.head:
+                break
+            await asyncio.sleep(0.01)
+
+    async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
+        """Answer the open interrupt ``interrupt_id`` and run the thread on (``NO_ANSWER``: just continue)."""
+        app, tags = await self._app_for(thread_id, "answer")
+        head = await self.reader.aget_state(thread_id)
+        ids = [i.id for i in head.interrupts]
+        if interrupt_id not in ids:
+            raise UIError(
+                f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
+            )
+        if answer is NO_ANSWER:  # a stop before/after a node: continue, nothing to answer
+            await _run_quietly(app.aresume(thread_id, tags=tags))
+            return
+        await _run_quietly(app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags))
+
+    async def aclose(self) -> None:
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        await self.reader.aclose()
+
+
+async def _run_quietly(run: Any) -> None:
+    """Await a run; a node failure is the thread's state (``failed``, shown on its page), not an HTTP error."""
+    from graphckpt.errors import NodeError
+
+    with contextlib.suppress(NodeError):
+        await run
+
+
+def _tree_members(infos: Sequence[ThreadInfo], root: str) -> list[ThreadInfo]:
+    """``root`` and every thread forked from it, directly or through other forks."""
+    children: dict[str, list[ThreadInfo]] = {}
+    for i in infos:
+        if i.forked_from is not None:
+            children.setdefault(i.forked_from.thread_id, []).append(i)
+    by_id = {i.thread_id: i for i in infos}
+    found, todo = {root: by_id[root]}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.thread_id not in found:
+                found[child.thread_id] = child
+                todo.append(child.thread_id)
+    return list(found.values())
+
+
+def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:
+    if status and info.status != status:
+        return False
+    if graph and graph_of(metadata_of(info)) != graph:
+        return False
+    if q:
+        needle = q.lower()
+        meta = json.dumps(to_jsonable(dict(metadata_of(info) or {})), ensure_ascii=False, sort_keys=True)
+        hay = f"{info.thread_id} {meta}".lower()  # as JSON: a search for "team": "t1" finds that tag
+        return needle in hay
+    return True
+
+
+def _step_row(s: Snapshot, thread_id: str) -> StepRow:
+    meta = metadata_of(s) or {}
+    usage = meta.get("usage")
+    models = sorted(
+        {str(u["model"]) for u in usage.values() if isinstance(u, Mapping) and u.get("model")}
+        if isinstance(usage, Mapping)
+        else set()
+    )
+    replayed = meta.get("replayed")
+    attempts = meta.get("attempts")
+    tags = meta.get("tags")
+    via = tags.get("ui_action") if isinstance(tags, Mapping) and tags.get(UI_TAG) == "ui" else None
+    return StepRow(
+        thread_id=s.thread_id,
+        checkpoint_id=s.checkpoint_id,
+        step=s.step,
+        source=source_of(meta),
+        nodes=ran_nodes(meta),
+        duration_ms=round(duration_ms(meta), 1),
+        models=models,
+        tokens=tokens(meta),
+        next=list(s.next),
+        created_at=s.created_at,
+        own=s.thread_id == thread_id,
+        replayed=[str(n) for n in replayed] if isinstance(replayed, list) else [],
+        attempts={str(k): int(v) for k, v in attempts.items() if isinstance(v, int)}
+        if isinstance(attempts, Mapping)
+        else {},
+        via_ui=str(via) if via else None,
+    )
+
+
+def _plain(values: Any) -> dict[str, Any]:
+    out = to_jsonable(values)
+    return out if isinstance(out, dict) else {"value": out}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _interrupt_record(it: Interrupt) -> dict[str, Any]:
+    return {"id": it.id, "node": it.node, "when": it.when, "payload": to_jsonable(it.payload)}
+
+
+def _pending(recorded: Recorded) -> list[dict[str, Any]]:
+    """The pending writes recorded against a checkpoint, one row per task result, effect, interrupt, error."""
+    rows: list[dict[str, Any]] = []
+    for task_id, result in recorded.results.items():
+        rows.append({"kind": "result", "task": task_id, "node": result.task.node, "value": to_jsonable(result.update)})
+    for (task_id, i), value in recorded.effects.items():
+        rows.append({"kind": "journaled effect", "task": task_id, "node": f"call {i}", "value": to_jsonable(value)})
+    for (task_id, i), value in recorded.interrupts.items():
+        answered = (task_id, i) in recorded.answers
+        value = {"asked": to_jsonable(value), "answer": to_jsonable(recorded.answers.get((task_id, i)))}
+        kind = "interrupt (answered)" if answered else "interrupt (open)"
+        rows.append({"kind": kind, "task": task_id, "node": f"call {i}", "value": value})
+    for task_id, error in recorded.errors.items():
+        rows.append({"kind": "error", "task": task_id, "node": error.node, "value": f"{error.type}: {error.message}"})
+    return rows

@@ -1,0 +1,363 @@
+"""The UI's HTTP handlers: parse the request, call one :class:`~graphckpt.server.ui.data.UIBackend` method, render.
+
+Paths (relative to where the UI is mounted, ``/ui`` under ``graphckpt serve``):
+
+==========================================  =====================================================================
+``GET /``                                   threads: ``?status=&graph=&q=&page=``
+``GET /threads/{thread}``                   a thread: timeline, graph, fork tree
+``GET /threads/{thread}@{checkpoint}``      a checkpoint (the CLI's ``thread@checkpoint`` deep link)
+``GET /fragments/live/{thread}``            the live part of a thread's page (what htmx polls while it runs)
+``GET /diff?a=T@C&b=T@C``                   the diff of two checkpoints (a bare ``T`` is the head of ``T``)
+``GET /interrupts``                         the inbox of open interrupts
+``POST /actions/fork``                      fork from a checkpoint with edited fields, then run the branch
+``POST /actions/resume``                    resume a thread (in the background)
+``POST /actions/answer``                    answer an interrupt (the thread resumes)
+``GET /static/...``                         htmx and the stylesheet
+==========================================  =====================================================================
+
+Every POST needs the CSRF token (:mod:`~graphckpt.server.ui.csrf`) and answers ``303 See Other`` to the page that
+shows the outcome, or the same page again with the error in place (status 422).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from graphckpt.control import END, START
+from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
+from graphckpt.records import NO_ANSWER
+from graphckpt.server.ui import csrf
+from graphckpt.server.ui.data import UIBackend, UIError
+from graphckpt.server.ui.graphsvg import graph_svg
+
+__all__ = ["HERE", "BackendOf", "ui_routes"]
+
+HERE = Path(__file__).parent
+BackendOf = Callable[[Request], UIBackend]
+"""How a handler finds the backend for a request (the server's may depend on the caller's token)."""
+
+PER_PAGE = 25
+MAX_FORM = 1 << 20
+POLL = "every 1s"
+"""How htmx refreshes a running thread's live fragment. When the server's SSE stream of a thread exists, this is the
+one place to switch: ``hx-ext="sse" sse-connect=... hx-trigger="sse:checkpoint"`` (see templates/_live.html)."""
+
+
+def _short(checkpoint_id: str | None) -> str:
+    return (checkpoint_id or "")[:12]
+
+
+def _when(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _templates() -> Jinja2Templates:
+    t = Jinja2Templates(directory=str(HERE / "templates"))
+    t.env.filters.update(short=_short, when=_when, pretty=_pretty, q=lambda s: quote(str(s), safe=""))
+    t.env.globals.update(START=START, END=END)
+    return t
+
+
+TEMPLATES = _templates()
+
+
+def _render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    base = request.scope.get("root_path", "")
+    ctx = {"base": base, "csrf_token": csrf.token_of(request), "path": request.url.path, **context}
+    response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=status)
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return csrf.ensure(request, response)
+
+
+def _redirect(request: Request, where: str) -> Response:
+    return RedirectResponse(request.scope.get("root_path", "") + where, status_code=303)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > MAX_FORM:
+        raise UIError(f"the form is larger than {MAX_FORM} bytes")
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+def _int(text: str | None, default: int, low: int, high: int) -> int:
+    """A query parameter as an int in [low, high]; the default when it is missing or no number."""
+    try:
+        return min(max(int(text or default), low), high)
+    except ValueError:
+        return default
+
+
+def _split_ref(ref: str) -> tuple[str, str | None]:
+    """``thread@checkpoint`` (split at the last ``@``) or a bare ``thread``."""
+    if "@" in ref:
+        thread, _, checkpoint = ref.rpartition("@")
+        return thread, checkpoint or None
+    return ref, None
+
+
+def ui_routes(backend_of: BackendOf) -> list[BaseRoute]:
+    """The UI's routes, to mount where the UI lives (``Mount("/ui", routes=ui_routes(...))``)."""
+
+    def handler(fn: Callable[[Request, UIBackend], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await fn(request, backend_of(request))
+            except (ThreadNotFoundError, CheckpointNotFoundError) as exc:
+                return _render(request, "error.html", {"title": "Not found", "message": str(exc)}, 404)
+            except UIError as exc:
+                return _render(request, "error.html", {"title": "Cannot do that", "message": str(exc)}, 422)
+            except GraphckptError as exc:
+                return _render(request, "error.html", {"title": type(exc).__name__, "message": str(exc)}, 409)
+
+        endpoint.__name__ = fn.__name__
+        return endpoint
+
+    return [
+        Route("/", handler(threads_page), methods=["GET"], name="ui_threads"),
+        Route("/threads/{ref:path}", handler(thread_or_checkpoint), methods=["GET"], name="ui_thread"),
+        Route("/fragments/live/{thread_id:path}", handler(live_fragment), methods=["GET"], name="ui_live"),
+        Route("/diff", handler(diff_page), methods=["GET"], name="ui_diff"),
+        Route("/interrupts", handler(inbox_page), methods=["GET"], name="ui_interrupts"),
+        Route("/actions/fork", handler(fork_action), methods=["POST"], name="ui_fork"),
+        Route("/actions/resume", handler(resume_action), methods=["POST"], name="ui_resume"),
+        Route("/actions/answer", handler(answer_action), methods=["POST"], name="ui_answer"),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="ui_static"),
+    ]
+
+
+# -- pages -------------------------------------------------------------------------------------------------------------
+
+
+async def threads_page(request: Request, backend: UIBackend) -> Response:
+    q = request.query_params
+    page_no, per = _int(q.get("page"), 1, 1, 1 << 30), _int(q.get("per"), PER_PAGE, 1, 200)
+    filters = {k: q.get(k, "") for k in ("status", "graph", "q")}
+    page = await backend.thread_page(
+        status=filters["status"] or None, graph=filters["graph"] or None, q=filters["q"] or None,
+        page=page_no, per_page=per,
+    )  # fmt: skip
+    kept = {k: v for k, v in filters.items() if v} | ({"per": str(per)} if per != PER_PAGE else {})
+
+    def page_url(n: int) -> str:
+        return "?" + urlencode({**kept, "page": n})
+
+    known = ["running", "crashed", "interrupted", "failed", "done", "partial"]
+    choices = known + [s for s in page.statuses if s not in known]
+    ctx = {"page": page, "filters": filters, "page_url": page_url, "status_choices": choices}
+    return _render(request, "threads.html", ctx)
+
+
+async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response:
+    thread_id, checkpoint_id = _split_ref(request.path_params["ref"])
+    if checkpoint_id is None:
+        return await _thread(request, backend, thread_id)
+    return await _checkpoint(request, backend, thread_id, checkpoint_id, {}, None)
+
+
+async def _live_context(backend: UIBackend, thread_id: str) -> dict[str, Any]:
+    view = await backend.thread_view(thread_id)
+    last = view.steps[-1] if view.steps else None
+    current = set(last.nodes) if last is not None else set()
+    svg = None
+    if view.graph is not None:
+        failed = {e.node for e in view.head.errors}
+        svg = graph_svg(view.graph, current=current, next=set(view.head.next), done=view.done_nodes, failed=failed)
+    return {"view": view, "svg": svg, "poll": POLL if view.info.status == "running" else None}
+
+
+async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Response:
+    return _render(request, "thread.html", await _live_context(backend, thread_id))
+
+
+async def live_fragment(request: Request, backend: UIBackend) -> Response:
+    return _render(request, "_live.html", await _live_context(backend, request.path_params["thread_id"]))
+
+
+async def _checkpoint(
+    request: Request,
+    backend: UIBackend,
+    thread_id: str,
+    checkpoint_id: str,
+    edited: Mapping[str, str],
+    error: str | None,
+) -> Response:
+    page = await backend.checkpoint_page(thread_id, checkpoint_id)
+    fields = []
+    for name, value in page.values.items():
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+        fields.append({"name": name, "is_text": isinstance(value, str), "value": edited.get(f"field.{name}", text)})
+    choices = []
+    for other in await backend.all_thread_ids():
+        choices.append(other)
+    lineage = await backend.checkpoints_of(thread_id)
+    return _render(
+        request,
+        "checkpoint.html",
+        {"page": page, "thread_id": thread_id, "fields": fields, "error": error, "choices": choices,
+         "lineage": lineage},
+        422 if error else 200,
+    )  # fmt: skip
+
+
+async def diff_page(request: Request, backend: UIBackend) -> Response:
+    a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+    if not a or not b:
+        raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
+    diff = await backend.diff(_split_ref(a), _split_ref(b))
+    changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
+    return _render(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
+
+
+def _line_diff(before: Any, after: Any) -> list[tuple[str, str]] | None:
+    """For two texts of several lines: their lines as ``(" " | "-" | "+", line)``, unchanged runs of more than six
+    lines cut to their ends with a ``("…", "N unchanged lines")`` marker; else ``None`` (shown side by side)."""
+    if not (isinstance(before, str) and isinstance(after, str)) or ("\n" not in before and "\n" not in after):
+        return None
+    out: list[tuple[str, str]] = []
+    same: list[str] = []
+
+    def flush(last: bool) -> None:
+        if len(same) > 6:
+            head = [] if not out else same[:2]
+            tail = [] if last else same[-2:]
+            out.extend((" ", s) for s in head)
+            out.append(("…", f"{len(same) - len(head) - len(tail)} unchanged lines"))
+            out.extend((" ", s) for s in tail)
+        else:
+            out.extend((" ", s) for s in same)
+        same.clear()
+
+    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        if tag == " ":
+            same.append(text)
+            continue
+        flush(False)
+        out.append((tag, text))
+    flush(True)
+    return out
+
+
+async def inbox_page(request: Request, backend: UIBackend) -> Response:
+    return _render(request, "interrupts.html", {"items": await backend.inbox(), "errors": {}, "answers": {}})
+
+
+# -- actions -----------------------------------------------------------------------------------------------------------
+
+
+def _forbidden(request: Request) -> Response:
+    return _render(
+        request,
+        "error.html",
+        {"title": "Form expired", "message": "the form's CSRF token is missing or wrong: reload the page and retry"},
+        403,
+    )
+
+
+async def fork_action(request: Request, backend: UIBackend) -> Response:
+    form = await _form(request)
+    if not csrf.check(request, form):
+        return _forbidden(request)
+    thread_id, checkpoint_id = form.get("thread", ""), form.get("checkpoint", "")
+    page = await backend.checkpoint_page(thread_id, checkpoint_id)
+    update: dict[str, Any] = {}
+    problems = []
+    for name, current in page.values.items():
+        sent = form.get(f"field.{name}")
+        if sent is None:
+            continue
+        if isinstance(current, str):
+            value: Any = sent.replace("\r\n", "\n")
+        else:
+            try:
+                value = json.loads(sent)
+            except json.JSONDecodeError as exc:
+                problems.append(f"field {name!r} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+                continue
+        if value != current:
+            update[name] = value
+    if problems:
+        return await _checkpoint(request, backend, thread_id, checkpoint_id, form, "; ".join(problems))
+    new_id = form.get("new_thread_id", "").strip() or None
+    try:
+        made = await backend.fork_and_run(thread_id, checkpoint_id, update, new_id)
+    except (UIError, GraphckptError) as exc:
+        if isinstance(exc, ThreadNotFoundError | CheckpointNotFoundError):
+            raise
+        return await _checkpoint(request, backend, thread_id, checkpoint_id, form, str(exc))
+    return _redirect(request, f"/threads/{quote(made, safe='')}")
+
+
+async def resume_action(request: Request, backend: UIBackend) -> Response:
+    form = await _form(request)
+    if not csrf.check(request, form):
+        return _forbidden(request)
+    thread_id = form.get("thread", "")
+    await backend.resume(thread_id)
+    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
+
+
+def _answer_of(form: Mapping[str, str]) -> Any:
+    """The answer a form gives: its JSON text when filled in, else the approval choice (and comment), else text."""
+    if form.get("continue"):
+        return NO_ANSWER
+    raw = form.get("json", "").strip()
+    if raw:
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UIError(f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    choice = form.get("approved")
+    if choice in ("true", "false"):
+        comment = form.get("comment", "").strip()
+        answer: dict[str, Any] = {"approved": choice == "true"}
+        if comment:
+            answer["comment"] = comment
+        return answer
+    if "choice" in form:
+        return form["choice"]
+    if "text" in form and form["text"].strip():
+        return form["text"]
+    raise UIError("choose an answer (or write it as JSON)")
+
+
+async def answer_action(request: Request, backend: UIBackend) -> Response:
+    form = await _form(request)
+    if not csrf.check(request, form):
+        return _forbidden(request)
+    thread_id, interrupt_id = form.get("thread", ""), form.get("interrupt", "")
+    key = f"{thread_id}|{interrupt_id}"
+    try:
+        answer = _answer_of(form)
+        await backend.answer(thread_id, interrupt_id, answer)
+    except UIError as exc:
+        items = await backend.inbox()
+        ctx = {"items": items, "errors": {key: str(exc)}, "answers": {key: form}}
+        return _render(request, "interrupts.html", ctx, 422)
+    items = await backend.inbox()
+    if any(i.thread_id == thread_id for i in items):  # asked again (an invalid answer): the error is shown in place
+        return _redirect(request, f"/interrupts#t-{quote(thread_id, safe='')}")
+    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")

@@ -1,0 +1,154 @@
+"""The database and server the UI tests look at, made by real graphs in real processes.
+
+``python tests/ui_world.py build DB``     the demo's threads (done, failed, a fork) and an approval thread
+``python tests/ui_world.py serve DB PORT`` the UI on uvicorn at 127.0.0.1:PORT with the three graphs loaded
+``python tests/ui_world.py gated DB THREAD`` run the gated graph on THREAD: each node waits for its gate file
+
+Graph ids are what threads record in ``tags.graph``: the demo's ``graphckpt.cli.demo:graph``, and this module's
+``ui_world:approval_graph`` and ``ui_world:gated_graph`` (this directory is on ``sys.path`` when it runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel
+
+from graphckpt import END, START, StateGraph, append
+from graphckpt.app import App
+from graphckpt.errors import NodeError
+from graphckpt.savers.sqlite import SqliteSaver
+from nodes import approval_node
+
+DEMO = "graphckpt.cli.demo:graph"
+APPROVAL = "ui_world:approval_graph"
+GATED = "ui_world:gated_graph"
+GATED_NODES = ("fetch", "plan", "act", "report")
+GATE_TIMEOUT = 60.0
+
+
+class Deploy(BaseModel):
+    service: str
+    approved: bool | None = None
+    comment: str | None = None
+    deployed: bool = False
+
+
+def approval_graph() -> StateGraph:
+    g = StateGraph(Deploy)
+    g.add_node("approve", approval_node("Deploy {service} to production?", comment_key="comment"))
+    g.add_node("deploy", lambda s: {"deployed": bool(s.approved)})
+    g.add_edge(START, "approve")
+    g.add_edge("approve", "deploy")
+    g.add_edge("deploy", END)
+    return g
+
+
+class GatedJob(BaseModel):
+    log: Annotated[list[str], append] = []
+
+
+def gate(db: str | Path, node: str) -> Path:
+    """The file whose existence lets ``node`` of the gated graph finish."""
+    return Path(f"{db}.gate.{node}")
+
+
+def gated_graph(db: str | None = None) -> StateGraph:
+    g = StateGraph(GatedJob)
+
+    def make(name: str) -> Any:
+        async def node(state: Any) -> dict[str, Any]:
+            if db is not None:
+                deadline = time.monotonic() + GATE_TIMEOUT
+                while not gate(db, name).exists():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"gate {gate(db, name)} never opened")
+                    await asyncio.sleep(0.02)
+            return {"log": [f"{name} done"]}
+
+        node.__name__ = name
+        return node
+
+    for n in GATED_NODES:
+        g.add_node(n, make(n))
+    g.add_edge(START, GATED_NODES[0])
+    for a, b in itertools.pairwise(GATED_NODES):
+        g.add_edge(a, b)
+    g.add_edge(GATED_NODES[-1], END)
+    return g
+
+
+def demo_graph(db: Path | None = None) -> StateGraph:
+    from graphckpt.cli.commands import load_demo
+
+    demo = load_demo()
+    graph: StateGraph = demo.build_graph(demo.fault_file(db) if db is not None else None)
+    return graph
+
+
+def build(db: Path) -> None:
+    """The threads: ``demo`` (done), ``demo-failed`` (failed at check), ``batch-0..2`` (done), ``deploy-api``
+    (waiting in ``approve`` for an answer) and ``deploy-web`` (stopped before ``deploy``)."""
+    demo = load_demo_module()
+    app = demo_graph(db).compile(saver=SqliteSaver(db))
+    with app:
+        app.invoke({"request": demo.REQUEST}, thread_id="demo", tags={"graph": DEMO})
+        demo.fault_file(db).write_text("check")
+        with contextlib.suppress(NodeError):
+            app.invoke({"request": demo.REQUEST}, thread_id="demo-failed", tags={"graph": DEMO, "team": "weather"})
+        for i in range(3):
+            app.invoke({"request": f"write a function number {i}"}, thread_id=f"batch-{i}", tags={"graph": DEMO})
+    approvals = approval_graph().compile(saver=SqliteSaver(db))
+    with approvals:
+        approvals.invoke({"service": "api"}, thread_id="deploy-api", tags={"graph": APPROVAL})
+    stops = approval_graph().compile(saver=SqliteSaver(db), interrupt_before=["deploy"])
+    with stops:  # approved, then stopped before deploy: a static interrupt, nothing to answer
+        stops.invoke({"service": "web"}, thread_id="deploy-web", tags={"graph": APPROVAL})
+        stops.resume("deploy-web", True)
+
+
+def load_demo_module() -> Any:
+    from graphckpt.cli.commands import load_demo
+
+    return load_demo()
+
+
+def apps(db: str, saver: SqliteSaver) -> dict[str, App]:
+    return {
+        DEMO: demo_graph().compile(saver=saver),
+        APPROVAL: approval_graph().compile(saver=saver),
+        GATED: gated_graph().compile(saver=saver),
+    }
+
+
+def serve(db: str, port: int) -> None:
+    import uvicorn
+
+    from graphckpt.server.ui import create_ui_app
+
+    saver = SqliteSaver(db)
+    uvicorn.run(create_ui_app(saver, apps(db, saver)), host="127.0.0.1", port=port, log_level="warning")
+
+
+def run_gated(db: str, thread_id: str) -> None:
+    app = gated_graph(db).compile(saver=SqliteSaver(db))
+    with app:
+        app.invoke({"log": ["start"]}, thread_id=thread_id, tags={"graph": GATED})
+
+
+if __name__ == "__main__":
+    command, db, *rest = sys.argv[1:]
+    if command == "build":
+        build(Path(db))
+    elif command == "serve":
+        serve(db, int(rest[0]))
+    elif command == "gated":
+        run_gated(db, rest[0])
+    else:
+        raise SystemExit(f"unknown command {command!r}")
