@@ -120,14 +120,10 @@ class SubgraphNode:
             elif record.status == "done":
                 head, _ = await store.load_head(record)
                 return self._output(head.values, parent)
-            elif record.status == "interrupted":
+            else:  # interrupted, or running (the parent crashed inside it), or failed: go on from the child's head
                 answer = await self._answer(parent, ctx, store, record)
                 run = await begin.resume(
                     options, thread_id, answer, None, tags, runner, streamed=parent.streamed, extra=extra
-                )
-            else:  # running (the parent crashed inside it) or failed: continue from the child's head
-                run = await begin.resume(
-                    options, thread_id, NO_ANSWER, None, tags, runner, streamed=parent.streamed, extra=extra
                 )
             run.namespace = namespace
             try:
@@ -138,18 +134,32 @@ class SubgraphNode:
                 return self._output(run.head.values, parent)
 
     async def _answer(self, parent: Run, ctx: Context, store: ThreadStore, record: ThreadRecord) -> Any:
-        """The parent's next answer for the interrupted child (noted as handed over before it is), or the parent's
-        own interrupt carrying the child's question when there is none yet."""
+        """What resuming the child takes: nothing when no interrupt of it is open; else the parent's next answer
+        (noted as handed over, with the child interrupt it answers, before it is), or the parent's own interrupt
+        carrying the child's question when there is no answer yet.
+
+        A crash between the note and the child's recording of the answer leaves the same child interrupt open: the
+        noted answer is handed over again (never to another interrupt)."""
         task = ctx._task
         head, recorded = await store.load_head(record)
         asked = recorded.open_interrupts(head.body.tasks)
-        i = 0
-        while parent.recorded_effect(task, DELIVERED + i)[0]:
-            i += 1
+        if record.status != "interrupted" and not asked:
+            return NO_ANSWER  # running or failed: the child only needs resuming
+        # which child interrupt: its checkpoint, task and index (interrupt_before/after: the checkpoint alone)
+        which = [head.cp.checkpoint_id, asked[0][0].id, asked[0][1]] if asked else [head.cp.checkpoint_id, "", -1]
+        i, last = 0, None
+        while True:
+            noted, mark = parent.recorded_effect(task, DELIVERED + i)
+            if not noted:
+                break
+            i, last = i + 1, mark
+        if last is not None and list(last) == which:  # noted as handed over, but it never reached the child
+            i -= 1
         found, answer = parent.answer(task, i)
         if not found:
             raise NodeInterrupt(asked[0][2] if asked else None, i)
-        await parent.record_effect(task, DELIVERED + i, True)
+        if last is None or list(last) != which:
+            await parent.record_effect(task, DELIVERED + i, which)
         return answer if asked else NO_ANSWER  # interrupt_before/after in the child: it only needs resuming
 
     async def _to_parent(self, parent: Run, ctx: Context, store: ThreadStore, run: Run, command: Command) -> Command:

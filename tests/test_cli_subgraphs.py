@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from subgraph_child import build_graph
+from test_cli import make_cli, ok
 from test_cli_widths import WIDTHS, _header_and_rows, on_terminal
 
 from graphckpt.savers.sqlite import SqliteSaver
@@ -47,3 +48,14 @@ def test_threads_hides_the_child_threads(runs: Path) -> None:
     out = on_terminal(runs, 120, "threads")
     header, rows = _header_and_rows(out)
     assert sorted(row[header.index("thread")] for row in rows) == ["customer-4711", "customer-4711-retry"]
+
+
+def test_history_json_and_diff_of_a_subgraph(runs: Path) -> None:
+    cli = make_cli(runs)
+    rows = ok(cli("history", "customer-4711", "--json")).json()
+    inner = [r for r in rows if r["namespace"]]
+    assert [r["step"] for r in inner] == [0, 1, 2, 3]
+    assert {r["thread_id"] for r in inner} == {f"customer-4711|{inner[0]['namespace'][0]}"}
+    child = inner[0]["thread_id"]
+    diff = ok(cli("diff", f"{child}@{inner[0]['checkpoint_id']}", child, "--json")).json()
+    assert "i1i2i3" in str(diff)
