@@ -54,6 +54,13 @@ class CheckpointMetadata(TypedDict, total=False):
     """Model name and token usage per node, as reported by the nodes."""
     tags: dict[str, Any]
     """User tags given to ``invoke``/``resume``/``fork`` (``tags={...}``); inherited by later checkpoints of the run."""
+    audit: dict[str, Any]
+    """The step's audit record: ``calls`` (every external call: started, finished, failed or lost, with its key),
+    failed ``attempts`` (with tracebacks) and interrupt ``answers`` (see :mod:`graphckpt.audit`)."""
+    replayed_ms: dict[str, float]
+    """Per node: the part of ``durations_ms`` that is the original time of journaled calls replayed after a resume."""
+    trace: dict[str, str]
+    """With telemetry on: the trace and span id of the run that wrote the checkpoint (a resumed run links to it)."""
 
 
 class CheckpointRef(NamedTuple):

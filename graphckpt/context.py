@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from graphckpt import _hook
 from graphckpt.audit import CallInfo, call_info
 from graphckpt.errors import GraphckptError
 
@@ -126,26 +127,39 @@ class Context:
         index = self._effects
         self._effects = index + 1
         found, value = self._journal.recorded_effect(self._task, index)
-        if not found:
-            self._check_alive()
-            info = call_info(fn, args, kwargs)
-            seq = await self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
-            token = _CURRENT_EFFECT.set((self, index))
-            started = time.perf_counter()
-            try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
-            except Exception as exc:
-                if not self._abandoned:
-                    await self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
-                raise
-            finally:
-                _CURRENT_EFFECT.reset(token)
-            ms = (time.perf_counter() - started) * 1000
-            self._check_alive()
-            await self._journal.record_effect(self._task, index, value, seq=seq, ms=ms, info=info)
+        tracing = _hook.TRACING
+        if found:
+            if tracing is not None:
+                self._trace_replay(tracing, call_info(fn, args, kwargs), index, value)
+            return value
+        self._check_alive()
+        info = call_info(fn, args, kwargs)
+        seq = await self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
+        span = tracing.call_span(info, self._key(index), replayed=False) if tracing is not None else None
+        token = _CURRENT_EFFECT.set((self, index))
+        started = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            if tracing is not None:
+                tracing.end_call(span, info, None, exc)
+            if not self._abandoned:
+                await self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
+            raise
+        finally:
+            _CURRENT_EFFECT.reset(token)
+        ms = (time.perf_counter() - started) * 1000
+        if tracing is not None:
+            tracing.end_call(span, info, value, None)
+        self._check_alive()
+        await self._journal.record_effect(self._task, index, value, seq=seq, ms=ms, info=info)
         return value
+
+    def _trace_replay(self, tracing: _hook.Tracing, info: CallInfo, index: int, value: Any) -> None:
+        """A span for a call the journal answered: marked replayed, with no token attributes."""
+        tracing.end_call(tracing.call_span(info, self._key(index), replayed=True), info, value, None)
 
     def effect(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """:meth:`aeffect` for sync nodes (which run in worker threads). ``fn`` must be sync."""
@@ -158,16 +172,22 @@ class Context:
         index = self._effects
         self._effects = index + 1
         found, value = self._journal.recorded_effect(self._task, index)
+        tracing = _hook.TRACING
+        if found and tracing is not None:
+            self._trace_replay(tracing, call_info(fn, args, kwargs), index, value)
         if not found:
             self._check_alive()
             info = call_info(fn, args, kwargs)
             start = self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
             seq = asyncio.run_coroutine_threadsafe(start, loop).result()
+            span = tracing.call_span(info, self._key(index), replayed=False) if tracing is not None else None
             token = _CURRENT_EFFECT.set((self, index))
             started = time.perf_counter()
             try:
                 value = fn(*args, **kwargs)
             except Exception as exc:
+                if tracing is not None:
+                    tracing.end_call(span, info, None, exc)
                 if not self._abandoned:
                     failed = self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
                     asyncio.run_coroutine_threadsafe(failed, loop).result()
@@ -175,6 +195,8 @@ class Context:
             finally:
                 _CURRENT_EFFECT.reset(token)
             ms = (time.perf_counter() - started) * 1000
+            if tracing is not None:
+                tracing.end_call(span, info, value, None)
             if inspect.isawaitable(value):
                 raise GraphckptError(f"node {self.node!r}: ctx.effect() got an async function; use ctx.aeffect()")
             self._check_alive()

@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from graphckpt import ids
+from graphckpt import _hook, ids
 from graphckpt.audit import CallInfo, digest, failed_attempt, step_audit
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
@@ -167,6 +167,10 @@ class Run:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
         self._replayed_ms: dict[str, float] = {}
+        self._tracing: _hook.Tracing | None = None
+        self._span: Any = None
+        """With telemetry on: the run's span, and the running super-step's."""
+        self._step_span: Any = None
         """Per task: the original time of the journaled calls the running attempt replayed."""
 
     def emit(self, mode: str, payload: Any) -> None:
@@ -193,10 +197,29 @@ class Run:
         """The super-step being run (the head's step + 1)."""
         return self.head.cp.step + 1
 
-    async def steps(self) -> AsyncGenerator[Step, None]:
+    def steps(self) -> AsyncGenerator[Step, None]:
         """The loop. Yields each committed step; ends when the thread is done or paused; raises
         :class:`NodeError` (and :class:`RecursionLimitError`) on the fail path. It never runs ahead of its
-        consumer: the next step starts when the next item is asked for."""
+        consumer: the next step starts when the next item is asked for. With telemetry on, inside the run's span."""
+        return self._steps() if _hook.TRACING is None else self._traced_steps(_hook.TRACING)
+
+    async def _traced_steps(self, tracing: _hook.Tracing) -> AsyncGenerator[Step, None]:
+        tags = self.tags or {}
+        graph = str(tags.get("graph") or getattr(self.codec.state.schema, "__name__", "graph"))
+        self._tracing = tracing
+        self._span = tracing.run_span(graph, self.thread_id, self.head.cp.metadata.get("trace"))
+        try:
+            async for step in self._steps():
+                yield step
+        except GeneratorExit:
+            tracing.end(self._span)
+            raise
+        except BaseException as exc:
+            tracing.end(self._span, exc)
+            raise
+        tracing.end(self._span)
+
+    async def _steps(self) -> AsyncGenerator[Step, None]:
         if self.initial is not None:
             yield self.initial
         for n in range(self.recursion_limit + 1):
@@ -212,11 +235,21 @@ class Run:
                     f"{self.head.cp.step}; its last checkpoint is kept: resume() continues with a fresh limit"
                 )
             self.status = "running"
-            results = await self.run_frontier()  # 1. run (a pause ends the loop here)
+            if self._tracing is not None:
+                self._step_span = self._tracing.step_span(self._span, self.thread_id, self.step)
+            try:
+                results = await self.run_frontier()  # 1. run (a pause ends the loop here)
+                if results is not None:
+                    await self.commit_step(results)  # 2-4. apply, route, commit
+            except BaseException as exc:
+                if self._tracing is not None:
+                    self._tracing.end(self._step_span, exc)
+                raise
+            if self._tracing is not None:
+                self._tracing.end(self._step_span)
             if results is None:
                 self.status = "interrupted"
                 return
-            await self.commit_step(results)  # 2-4. apply, route, commit
             yield Step(self.head, results)
 
     async def drain(self) -> None:
@@ -282,7 +315,10 @@ class Run:
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
-                out = await self._call(spec, state, ctx, alone=not record, span=span)
+                if self._tracing is None:
+                    out = await self._call(spec, state, ctx, alone=not record, span=span)
+                else:
+                    out = await self._traced_call(self._tracing, spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
                 try:
@@ -315,6 +351,25 @@ class Run:
             if record:
                 self._enqueue(result)
             return result
+
+    async def _traced_call(
+        self, tracing: _hook.Tracing, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool, span: list[float]
+    ) -> Any:
+        """:meth:`_call` inside the task's span (the current span while the node runs, so its calls nest in it)."""
+        task_span = tracing.task_span(self._step_span, ctx._task, ctx.attempt, self.thread_id, self.step)
+        token = tracing.activate(task_span)
+        try:
+            out = await self._call(spec, state, ctx, alone=alone, span=span)
+        except NodeInterrupt:
+            tracing.end(task_span)
+            raise
+        except BaseException as exc:
+            tracing.end(task_span, exc)
+            raise
+        finally:
+            tracing.deactivate(token)
+        tracing.end(task_span)
+        return out
 
     async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool, span: list[float]) -> Any:
         args = (state, ctx) if spec.takes_ctx else (state,)
@@ -520,8 +575,11 @@ class Run:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)
         audit = step_audit(self.recorded, self.head.body.tasks)
+        extra: dict[str, Any] = {"audit": audit} if audit else {}
+        if self._tracing is not None:  # a run resuming from this checkpoint links to this run's trace
+            extra["trace"] = self._tracing.trace_context(self._span)
         record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags,
-                            extra={**self.extra, "audit": audit} if audit else self.extra)  # fmt: skip
+                            extra={**self.extra, **extra})  # fmt: skip
         try:
             self.head = await self.store.write_checkpoint(
                 self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,

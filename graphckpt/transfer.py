@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import typing
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,16 @@ from graphckpt.codec import Body, Codec, split_chunk
 from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.importcheck import cut
 from graphckpt.reader import RawCodec
-from graphckpt.savers.base import Blob, BlobRange, Saver, Status, StoredCheckpoint, StoredWrite, json_equal
+from graphckpt.savers.base import (
+    Blob,
+    BlobRange,
+    Saver,
+    Status,
+    StoredCheckpoint,
+    StoredWrite,
+    WriteKind,
+    json_equal,
+)
 from graphckpt.store import lineage_segments
 
 __all__ = ["export_thread", "import_thread"]
@@ -106,7 +116,7 @@ async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
 
 
 _STATUSES = ("running", "interrupted", "failed", "done", "partial")
-_WRITE_KINDS = ("result", "effect", "interrupt", "resume", "error")
+_WRITE_KINDS = typing.get_args(WriteKind)  # the audit record's kinds too: a failed thread's attempts travel with it
 _BLOB_KINDS = ("snapshot", "delta")  # an export carries a chunk as the deltas it packs
 
 

@@ -10,6 +10,7 @@ nothing here (the parent holds the server's answer back and kills meanwhile).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -18,8 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from graphckpt import END, START, StateGraph, ThreadNotFoundError, current_context
+from graphckpt.audit import describe_call
 from graphckpt.savers.sqlite import SqliteSaver
-from nodes import chat_node, tool, tool_node
+from nodes import ChatModel, chat_node, tool, tool_node
 
 
 class Agent(BaseModel):
@@ -60,8 +62,67 @@ def build_graph() -> StateGraph:
     return g
 
 
+def build_agent_graph() -> StateGraph:
+    """``plan`` (a model call), ``act`` (a model call then a tool call, in one task: after a kill inside the tool the
+    resumed task replays the model call from the journal), ``reply`` (a model call)."""
+    model = ChatModel(model="fake-model", timeout=30)
+
+    async def act(state: Agent, ctx: Any) -> dict[str, Any]:
+        answer = await model.acall(ctx, [{"role": "user", "content": f"act on {state.plan}"}])
+        run = describe_call(lambda: lookup.fn(city="Oslo"), "execute_tool lookup", arguments={"city": "Oslo"})
+        found = await ctx.aeffect(run)
+        return {"tool_results": [{"name": "lookup", "output": found, "note": answer["message"]["content"]}]}
+
+    g = StateGraph(Agent)
+    g.add_node("plan", chat_node("{request}", output_key="plan", model=model))
+    g.add_node("act", act)
+    g.add_node("reply", chat_node(lambda s: f"summarise {s.tool_results}", output_key="final", model=model))
+    g.add_edge(START, "plan")
+    g.add_edge("plan", "act")
+    g.add_edge("act", "reply")
+    g.add_edge("reply", END)
+    return g
+
+
+def span_record(span: Any) -> dict[str, Any]:
+    """A finished SDK span as JSON data (what ``AUDIT_OTEL`` writes, one line per span)."""
+    ctx, parent = span.get_span_context(), span.parent
+    return {
+        "name": span.name,
+        "trace_id": format(ctx.trace_id, "032x"),
+        "span_id": format(ctx.span_id, "016x"),
+        "parent": format(parent.span_id, "016x") if parent is not None else None,
+        "attributes": {k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()},
+        "links": [format(link.context.trace_id, "032x") for link in span.links],
+    }
+
+
+def enable_file_telemetry(path: str) -> None:
+    """Export every span to ``path`` as it ends (JSON lines, fsynced): what a process killed later has sent."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    import graphckpt.telemetry
+
+    class FileExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            with open(path, "a", encoding="utf-8") as f:
+                for span in spans:
+                    f.write(json.dumps(span_record(span)) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(FileExporter()))
+    graphckpt.telemetry.enable(tracer_provider=provider)
+
+
 def main(db: str, thread: str) -> int:
-    app = build_graph().compile(saver=SqliteSaver(db))
+    if os.environ.get("AUDIT_OTEL"):
+        enable_file_telemetry(os.environ["AUDIT_OTEL"])
+    graph = build_agent_graph() if os.environ.get("AUDIT_GRAPH") == "agent" else build_graph()
+    app = graph.compile(saver=SqliteSaver(db))
     try:
         try:
             app.get_state(thread)

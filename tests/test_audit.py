@@ -223,3 +223,26 @@ def test_prices_turn_tokens_into_cost(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"m1": {"input": "cheap"}}))
     with pytest.raises(Exception, match="model 'm1' field 'input' must be a price"):
         Prices.load(bad)
+
+
+async def test_a_failed_thread_exports_and_imports_with_its_audit_record(tmp_path: Path) -> None:
+    from graphckpt.savers.memory import MemorySaver
+    from graphckpt.transfer import export_thread, import_thread
+
+    async def node(s: S, ctx: Context) -> dict[str, Any]:
+        await ctx.aeffect(lambda: "v")
+        raise RuntimeError("boom")
+
+    g = StateGraph(S)
+    g.add_node("n", node)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(saver=MemorySaver())
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="t")
+    lines = [line async for line in export_thread(app.saver, "t")]
+    other = g.compile(saver=MemorySaver())
+    await import_thread(other.saver, lines)
+    record = await other.aaudit("t")
+    assert [(a["type"], a["message"]) for a in record["attempts"]] == [("RuntimeError", "boom")]
+    assert [c["status"] for c in record["calls"]] == ["finished"]

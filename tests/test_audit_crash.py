@@ -128,6 +128,11 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             ("execute_tool lookup", tool_key, 2, True)
         ]
 
+        shown = subprocess.run([sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        pending = json.loads(shown.stdout)["pending"]["calls"]
+        assert [(c["status"], c["key"]) for c in pending] == [("lost", tool_key)]
+
         # 2. resumed: the tool fails (the thread is failed)
         child = Proc(db, "t", {**env, "AUDIT_FAIL": "tool"})
         try:
@@ -155,6 +160,9 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             ("execute_tool lookup", "failed", tool_key),
             ("execute_tool lookup", "finished", tool_key),
         ]
+        shown = subprocess.run([sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert json.loads(shown.stdout)["schema_version"] == 1
         (attempt,) = record["attempts"]
         assert (attempt["step"], attempt["node"], attempt.get("pending")) == (2, "tools", None)
         assert "ConnectionError: weather service unreachable" in attempt["traceback"]

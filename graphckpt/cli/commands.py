@@ -261,7 +261,11 @@ async def cmd_show(args: argparse.Namespace, s: Session) -> int:
     checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
     snap = await reader.aget_state(args.thread, checkpoint)
     if args.json:
-        _print_json(records.snapshot_record(snap, raw=raw))
+        shown = records.snapshot_record(snap, raw=raw)
+        if checkpoint is None:  # the head: also the record of the step that has not committed (failed, crashed)
+            audit = await s.reader().aaudit(args.thread)
+            shown["pending"] = {k: [e for e in audit[k] if e.get("pending")] for k in ("calls", "attempts", "answers")}
+        _print_json(shown)
         return 0
     _render().print_snapshot(_render().console(), snap, raw=raw)
     return 0
