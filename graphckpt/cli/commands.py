@@ -24,6 +24,7 @@ from graphckpt import ids
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import WAITING, records
+from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.session import (
     DEFAULT_DB,
     CliError,
@@ -35,6 +36,7 @@ from graphckpt.cli.session import (
     parse_json,
 )
 from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
+
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
@@ -489,4 +491,5 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "export": cmd_export,
     "import": cmd_import,
 }
-SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo}
+SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
+                                                                   "serve": cmd_serve}  # fmt: skip
