@@ -8,6 +8,8 @@ within ``--graceful-timeout`` seconds.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import sys
 
 from graphckpt.cli.session import Database, UsageError, compile_with, load_target
@@ -67,7 +69,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
         timeout_graceful_shutdown=args.graceful_timeout,
     )  # fmt: skip
-    server = uvicorn.Server(config)
+    hub = app.state.service.hub
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            """SIGTERM / Ctrl-C: end every open stream now (each sends its last bytes and closes), then let uvicorn
+            stop accepting and wait for the connections to finish."""
+            with contextlib.suppress(RuntimeError):  # the loop is gone already
+                asyncio.get_event_loop().call_soon_threadsafe(hub.close)
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    server = Server(config)
     sys.stderr.write(f"graphckpt: serving {', '.join(apps)} from {db.display} on http://{args.host}:{args.port}\n")
     sys.stderr.flush()
     server.run()

@@ -24,7 +24,8 @@ from graphckpt.graph import StateGraph
 from graphckpt.savers.base import Saver
 from graphckpt.server import assistants, openapi, runs, threads
 from graphckpt.server.auth import Tokens
-from graphckpt.server.errors import handle_error, handle_http
+from graphckpt.errors import GraphckptError
+from graphckpt.server.errors import ApiError, handle_error, handle_http
 from graphckpt.server.http import Config
 from graphckpt.server.service import Service
 
@@ -74,7 +75,12 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=middleware,
-        exception_handlers={HTTPException: handle_http, Exception: handle_error},
+        exception_handlers={
+            ApiError: handle_error,
+            GraphckptError: handle_error,
+            HTTPException: handle_http,
+            Exception: handle_error,  # last resort (Starlette re-raises it after the 500 is sent: it is logged)
+        },
         lifespan=lifespan,
     )
     app.state.service = service
