@@ -83,3 +83,28 @@ def fanout() -> StateGraph:
     g.add_conditional_edges(START, lambda s: [Send("leaf", i) for i in range(s.width)])
     g.add_edge("leaf", END)
     return g
+
+
+class Review(BaseModel):
+    draft: str = ""
+    verdict: str = ""
+
+
+def write(state: Review) -> dict[str, Any]:
+    return {"draft": "a draft"}
+
+
+def review(state: Review, ctx: Any) -> dict[str, Any]:
+    answer = ctx.interrupt({"question": f"approve {state.draft!r}?"})
+    return {"verdict": str(answer)}
+
+
+def approval() -> StateGraph:
+    """``write`` then ``review``, which asks a person (``ctx.interrupt``) and records the answer."""
+    g = StateGraph(Review)
+    g.add_node("write", write)
+    g.add_node("review", review)
+    g.add_edge(START, "write")
+    g.add_edge("write", "review")
+    g.add_edge("review", END)
+    return g

@@ -113,6 +113,7 @@ class Service:
         sid = store_id(ns, thread_id)
         record = await self.saver.get_thread(sid)
         if record is not None:
+            self.pending.pop(sid, None)  # its first run stored it
             return record
         if sid in self.pending:
             return self.pending[sid]
@@ -143,11 +144,11 @@ class Service:
     ) -> ThreadRecord | PendingThread:
         """Merge ``metadata`` into the thread's: a new checkpoint of source ``update`` (values unchanged) whose
         ``tags.metadata`` is the merge; a running thread is 409 (the edit would take it over)."""
-        sid = store_id(ns, thread_id)
-        if sid in self.pending:
-            self.pending[sid].metadata.update(metadata)
-            return self.pending[sid]
-        record = await self.record(ns, thread_id)
+        found = await self.find(ns, thread_id)
+        if isinstance(found, PendingThread):
+            found.metadata.update(metadata)
+            return found
+        record, sid = found, found.thread_id
         if record.status == "running" or self.runs.active(sid):
             raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; patch it when it stops")
         tags = dict(record.metadata.get("tags") or {})
