@@ -125,6 +125,10 @@ async def body(request: Request, model: type[_M], max_body: int) -> _M:
         parsed = json.loads(data) if data.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "BadRequest", f"the request body is not JSON ({exc})") from None
+    try:  # a \ud800 escape decodes to a lone surrogate, which has no UTF-8 form: nothing could store or echo it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(422, "ValidationError", "the request body holds text with a lone surrogate") from None
     return validated(model, parsed, "body")
 
 

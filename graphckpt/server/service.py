@@ -21,7 +21,7 @@ from graphckpt import ids, transfer
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
-from graphckpt.errors import ThreadNotFoundError
+from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.savers.base import Saver, StoredEvent, ThreadRecord
 from graphckpt.server.auth import api_id, store_id
 from graphckpt.server.errors import ApiError
@@ -230,7 +230,10 @@ class Service:
                 value = item.get(key) if isinstance(item, dict) else None
                 if isinstance(value, str) and api_id(ns, value) is None:
                     raise ApiError(422, "ValidationError", f"line {number}: {key} {value!r} is not in this namespace")
-        stored = await transfer.import_thread(self.saver, lines)
+        try:
+            stored = await transfer.import_thread(self.saver, lines)
+        except CorruptCheckpointError as exc:  # the file is the request: refused, nothing written
+            raise ApiError(422, "CorruptCheckpointError", str(exc)) from None
         return api_id(ns, stored) or stored
 
     # -- events -------------------------------------------------------------------------------------------------------
