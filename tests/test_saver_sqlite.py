@@ -23,8 +23,8 @@ import pytest
 
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError
 from graphckpt.ids import new_id
-from graphckpt.savers.base import BlobRange
 from graphckpt.savers import _sqlite_schema
+from graphckpt.savers.base import BlobRange
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
 

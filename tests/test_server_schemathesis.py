@@ -10,12 +10,14 @@ from pathlib import Path
 
 from serving import Served
 
+CLI = "from schemathesis.cli import schemathesis; schemathesis()"
+
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Path) -> None:
     server = Served(tmp_path, ["server_graphs:counter"]).start()
     try:
         result = subprocess.run(
-            [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()", "run", f"{server.url}/openapi.json",
+            [sys.executable, "-c", CLI, "run", f"{server.url}/openapi.json",
              "--checks", "not_a_server_error,response_schema_conformance,content_type_conformance",
              "--max-examples", "8", "--seed", "7", "--exclude-path-regex", "/stream$",
              "--request-timeout", "20", "--no-color", "--phases", "examples,coverage,fuzzing"],

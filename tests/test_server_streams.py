@@ -57,7 +57,7 @@ def _cut_every(client: httpx.Client, path: str, n: int, *, after: str | None = N
         part = read_events(client, path, last_id=last, limit=n)
         assert not any(e[1] == "stream.reset" for e in part), part[:2]
         got += durable(part)
-        if part and part[-1][1] == "end" or not durable(part):
+        if (part and part[-1][1] == "end") or not durable(part):
             return got
         last = got[-1][0]
 
@@ -161,10 +161,23 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def _subscribe(client: httpx.AsyncClient, path: str, opened: list[int]) -> list[Event]:
+class Opened:
+    """Counts the streams whose response started; :attr:`all` is set when ``n`` did."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.count, self.all = n, 0, asyncio.Event()
+
+    def add(self) -> None:
+        self.count += 1
+        if self.count >= self.n:
+            self.all.set()
+
+
+async def _subscribe(client: httpx.AsyncClient, path: str, opened: Opened) -> list[Event]:
     out: list[Event] = []
     async with client.stream("GET", path) as response:
-        opened.append(response.status_code)
+        assert response.status_code == 200
+        opened.add()
         fields: dict[str, str] = {}
         async for line in response.aiter_lines():
             if line.startswith(":"):
@@ -187,13 +200,12 @@ def test_100_subscribers_each_get_every_event_once(serve: Callable[..., Served])
         limits = httpx.Limits(max_connections=200)
         async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:
             (await client.post("/threads", json={"thread_id": "many"})).raise_for_status()
-            opened: list[int] = []
+            opened = Opened(100)
             subscribers = [asyncio.create_task(_subscribe(client, "/threads/many/stream", opened)) for _ in range(100)]
-            while len(opened) < 100:
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(opened.all.wait(), 30)
             (await client.post("/threads/many/runs", json={"input": {"limit": 20}})).raise_for_status()
             results = await asyncio.wait_for(asyncio.gather(*subscribers), 60)
-            reference = await _subscribe(client, "/threads/many/stream", [])
+            reference = await _subscribe(client, "/threads/many/stream", Opened(1))
             return results, reference
 
     results, reference = asyncio.run(main())
@@ -212,10 +224,9 @@ def test_sigterm_with_50_open_streams_exits_within_the_graceful_timeout(serve: C
         limits = httpx.Limits(max_connections=100)
         async with httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as client:
             (await client.post("/threads", json={"thread_id": "open"})).raise_for_status()
-            opened: list[int] = []
+            opened = Opened(50)
             streams = [asyncio.create_task(_subscribe(client, "/threads/open/stream", opened)) for _ in range(50)]
-            while len(opened) < 50:
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(opened.all.wait(), 30)
             server.signal(15)
             return await asyncio.wait_for(asyncio.gather(*streams), 10)  # each ends cleanly: no exception
 

@@ -37,7 +37,6 @@ from graphckpt.cli.session import (
 )
 from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
 
-
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
 

@@ -115,7 +115,9 @@ def sqlite_read_events(segments: int) -> str:
     )
 
 
-_PG_NEXT: LiteralString = "(SELECT coalesce(max(e.seq) + 1, 0) FROM {events} e WHERE e.thread_id = {tid} AND e.step = {step})"
+_PG_NEXT: LiteralString = (
+    "(SELECT coalesce(max(e.seq) + 1, 0) FROM {events} e WHERE e.thread_id = {tid} AND e.step = {step})"
+)
 
 
 def _pg_insert(step: LiteralString, kind: LiteralString, payload: LiteralString) -> LiteralString:

@@ -12,9 +12,9 @@ from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
+    EventKind,
     Saver,
     Status,
-    EventKind,
     StoredCheckpoint,
     StoredEvent,
     StoredWrite,

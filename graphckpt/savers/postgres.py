@@ -471,7 +471,6 @@ class PostgresSaver(Saver):
         rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
 
-
     # -- events ------------------------------------------------------------------------------------------------------
 
     async def read_events(

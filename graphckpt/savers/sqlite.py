@@ -553,4 +553,3 @@ class SqliteSaver(Saver):
 
     async def events_version(self) -> int:
         return int((await self._fetch(SQLITE_VERSION, ()))[0][0])
-

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -20,11 +19,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from graphckpt.app import App
+from graphckpt.errors import GraphckptError
 from graphckpt.graph import StateGraph
 from graphckpt.savers.base import Saver
 from graphckpt.server import assistants, openapi, runs, threads
 from graphckpt.server.auth import Tokens
-from graphckpt.errors import GraphckptError
 from graphckpt.server.errors import ApiError, handle_error, handle_http
 from graphckpt.server.http import Config
 from graphckpt.server.service import Service
@@ -98,5 +97,3 @@ def _saver(url: str) -> Saver:
     from graphckpt.cli.session import Database
 
     return Database(url).saver(create=True)
-
-

@@ -3,6 +3,7 @@ id), and the liveness probe ``/ok``."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -13,10 +14,10 @@ from graphckpt.server.http import json_response, scope_of
 __all__ = ["routes"]
 
 
-class AssistantSearchBody(models._Body):
+class AssistantSearchBody(BaseModel):
     graph_id: str | None = None
-    limit: int = models.Field(default=10, ge=1, le=1000)
-    offset: int = models.Field(default=0, ge=0)
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
 
 
 async def ok(request: Request) -> Response:

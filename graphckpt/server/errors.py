@@ -57,7 +57,7 @@ def status_of(exc: e.GraphckptError) -> int:
     """The status for ``exc``: the first class of its MRO listed in :data:`STATUS` (500 when none is)."""
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, cast
 
 from graphckpt.savers.base import Saver
 
@@ -54,12 +54,12 @@ class Hub:
         self.closing = True
         self._changed.set()
 
-    async def wait(self, seen: int, timeout: float) -> int:
-        """Wait until the version is past ``seen`` (or ``timeout`` seconds, or shutdown); returns the version."""
+    async def wait(self, seen: int, within: float) -> int:
+        """Wait until the version is past ``seen`` (or ``within`` seconds, or shutdown); returns the version."""
         if self.version > seen or self.closing:
             return self.version
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 while self.version <= seen and not self.closing:
                     event = self._changed
                     await event.wait()
@@ -90,7 +90,7 @@ class Hub:
     async def _listen(self) -> None:
         import psycopg
 
-        dsn: str = getattr(self.saver, "dsn")
+        dsn: str = cast(Any, self.saver).dsn
         schema = getattr(self.saver, "schema", None)
         while not self.closing:
             try:

@@ -20,7 +20,10 @@ _ERROR = {
     "required": ["error", "message"],
     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
 }
-_REF = {"type": ["object", "null"], "properties": {"thread_id": {"type": "string"}, "checkpoint_id": {"type": "string"}}}
+_REF = {
+    "type": ["object", "null"],
+    "properties": {"thread_id": {"type": "string"}, "checkpoint_id": {"type": "string"}},
+}
 _THREAD = {
     "type": "object",
     "required": ["thread_id", "status", "metadata", "created_at", "updated_at"],
@@ -100,8 +103,13 @@ SPEC: dict[tuple[str, str], Entry] = {
     ("GET", "/inbox"): ("open interrupts", None, None, 200, _array(_OBJECT)),
     ("POST", "/threads/{thread_id}/runs"): ("start a background run", models.RunBody, None, 200, _RUN),
     ("GET", "/threads/{thread_id}/runs"): ("the thread's runs", None, RunsQuery, 200, _array(_RUN)),
-    ("POST", "/threads/{thread_id}/runs/stream"): ("start a run and stream it", models.RunBody, StreamQuery, 200,
-                                                   _SSE),  # fmt: skip
+    ("POST", "/threads/{thread_id}/runs/stream"): (
+        "start a run and stream it",
+        models.RunBody,
+        StreamQuery,
+        200,
+        _SSE,
+    ),
     ("POST", "/threads/{thread_id}/runs/wait"): ("start a run and wait", models.RunBody, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}"): ("one run", None, None, 200, _RUN),
     ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): ("cancel a run", None, None, 200, _RUN),

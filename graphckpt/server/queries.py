@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic_core import to_jsonable_python
 
@@ -40,8 +40,8 @@ LANGGRAPH_STATUS: dict[Status, str] = {"running": "busy", "interrupted": "interr
 
 def to_store_status(name: str) -> Status:
     """A status in either vocabulary, as graphckpt's."""
-    back = {v: k for k, v in LANGGRAPH_STATUS.items()}
-    return back.get(name, name)  # type: ignore[return-value]
+    back: dict[str, str] = {v: k for k, v in LANGGRAPH_STATUS.items()}
+    return cast(Status, back.get(name, name))
 
 
 def jsonable(value: Any) -> Any:
@@ -99,10 +99,14 @@ def state_view(ns: str, snap: Snapshot, *, values: bool = True) -> dict[str, Any
         "parent_checkpoint": _ref(ns, parent.thread_id, parent.checkpoint_id) if parent else None,
         "tasks": [
             {
-                "id": t.id, "name": t.node, "error": errors.get(t.id),
+                "id": t.id,
+                "name": t.node,
+                "error": errors.get(t.id),
                 "interrupts": [v for v, i in zip(interrupts, snap.interrupts, strict=True) if i.task_id == t.id],
-                "checkpoint": None, "state": None, "result": None,
-            }  # fmt: skip
+                "checkpoint": None,
+                "state": None,
+                "result": None,
+            }
             for t in snap.tasks
         ],
         "interrupts": interrupts,

@@ -67,7 +67,7 @@ async def create_run(request: Request) -> Response:
 
 
 async def stream_run(request: Request) -> Response:
-    _, ns, config = scope_of(request)
+    _, _, config = scope_of(request)
     b = await models.body(request, models.RunBody, config.max_body)
     run = await _submit(request, b)
     metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
@@ -79,7 +79,7 @@ async def stream_run(request: Request) -> Response:
 
 
 async def wait_run(request: Request) -> Response:
-    service, ns, config = scope_of(request)
+    service, _, config = scope_of(request)
     run = await _submit(request, await models.body(request, models.RunBody, config.max_body))
     await service.runs.join(run.run_id)
     return await _final(request, run)

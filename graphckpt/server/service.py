@@ -164,7 +164,9 @@ class Service:
         await self.runs.cancel_thread(sid)
         await self.app_of(record).adelete_thread(sid)
 
-    async def state(self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None) -> Snapshot:
+    async def state(
+        self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None
+    ) -> Snapshot:
         record = await self.record(ns, thread_id)
         return await self.app_of(record).aget_state(record.thread_id, checkpoint_id, step=step)
 
@@ -259,6 +261,5 @@ class Service:
             cursor = (batch[-1].step, batch[-1].seq)
         return cursor
 
-    async def wait_events(self, seen: int, timeout: float) -> int:
-        return await self.hub.wait(seen, timeout)
-
+    async def wait_events(self, seen: int, within: float) -> int:
+        return await self.hub.wait(seen, within)

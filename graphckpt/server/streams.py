@@ -116,7 +116,7 @@ async def event_source(
         if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
             yield ServerSentEvent(event="end", data="{}")
             return
-        await service.wait_events(seen, timeout=5.0)
+        await service.wait_events(seen, within=5.0)
 
 
 async def _render(
@@ -158,10 +158,10 @@ async def sse_response(
     first = list(preamble)
     if reset is not None:
         first.append(ServerSentEvent(event="stream.reset", data=_dump(reset)))
-    modes = set(q.stream_mode or modes or ())
+    wanted = set(q.stream_mode or modes or ())
     source = event_source(
         service, ns, thread_id, segments, cursor, last_kind=kind, kinds=set(q.kinds) if q.kinds else None,
-        values="values" in modes and not q.kinds, run_stream=run_stream, preamble=first,
+        values="values" in wanted and not q.kinds, run_stream=run_stream, preamble=first,
     )  # fmt: skip
     return EventSourceResponse(source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive)
 

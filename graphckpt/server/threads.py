@@ -150,7 +150,7 @@ async def thread_tree(request: Request) -> Response:
     by_id = {r.thread_id: r for r in threads}
     root = record
     while root.parent_thread_id in by_id:
-        root = by_id[root.parent_thread_id]  # type: ignore[index]
+        root = by_id[root.parent_thread_id]
     children: dict[str, list[ThreadRecord]] = {}
     for r in sorted(threads, key=lambda r: r.created_at):
         if r.parent_thread_id is not None:
