@@ -23,6 +23,7 @@ import pytest
 
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError
 from graphckpt.ids import new_id
+from graphckpt.savers import _sqlite_schema
 from graphckpt.savers.base import BlobRange
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
@@ -55,7 +56,7 @@ async def test_default_is_full_durability_in_wal_mode(tmp_path: Path) -> None:
         assert await _writer_pragma(saver, "journal_mode") == "wal"
     with sqlite3.connect(tmp_path / "c.db") as other:  # WAL is persistent: any connection sees it
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert other.execute("PRAGMA user_version").fetchone()[0] == len(_sqlite_schema.MIGRATIONS)
     other.close()
 
 
@@ -308,6 +309,7 @@ async def test_the_wal_preallocated_is_this_databases_after_a_chdir(tmp_path: Pa
 
 _KILLED_AFTER_COMMITS = """
 import asyncio, os, signal, sys
+from graphckpt.savers import _sqlite_schema
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import make_checkpoint
 
@@ -344,6 +346,7 @@ def test_preallocate_wal_must_be_a_byte_count(tmp_path: Path, bad: object) -> No
 
 _WORKER = """
 import asyncio, sys
+from graphckpt.savers import _sqlite_schema
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import make_checkpoint
 

@@ -286,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
         db=False,
         json=False,
     )
+    from graphckpt.cli.serve import add_parser as add_serve
+
+    add_serve(sub, common)
     return parser
 
 

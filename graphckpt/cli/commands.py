@@ -25,6 +25,7 @@ from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import WAITING, records
+from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.session import (
     DEFAULT_DB,
     CliError,
@@ -508,4 +509,5 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "export": cmd_export,
     "import": cmd_import,
 }
-SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo}
+SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
+                                                                   "serve": cmd_serve}  # fmt: skip

@@ -8,6 +8,7 @@ import psycopg
 from psycopg import sql
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
+from graphckpt.savers._events_sql import PG_EVENTS_MIGRATION
 
 
 def commit_function(store_blobs: LiteralString) -> LiteralString:
@@ -150,6 +151,8 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
                 CHECK (status IN ('running', 'interrupted', 'failed', 'done', 'partial')) NOT VALID""",
         ),
     ),
+    # The durable event log: the events table and its trigger functions (see _events_sql).
+    (4, PG_EVENTS_MIGRATION),
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -160,7 +163,8 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
     def name(table: str) -> sql.Identifier:
         return sql.Identifier(schema, table) if schema else sql.Identifier(table)
 
-    tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit")
+    tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit", "events",
+              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes")  # fmt: skip
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 
 

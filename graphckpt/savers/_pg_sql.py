@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, LiteralString
 
+from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 
 THREAD_COLS: LiteralString = (
@@ -27,6 +28,9 @@ NUL_FREE_METADATA: LiteralString = r"""(CASE
 (``compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
 second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 SQL: dict[str, LiteralString] = {
+    "read_events": PG_READ_EVENTS,
+    "event_kind": PG_EVENT_KIND,
+    "events_version": PG_VERSION,
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
     "commit": """SELECT won, head FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
@@ -36,18 +40,24 @@ SQL: dict[str, LiteralString] = {
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
         RETURNING 1)
         SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    "put_writes": """WITH u AS (
-        UPDATE {threads} SET status = coalesce(%(status)s::text, status),
-            error = CASE WHEN %(status)s::text IS NULL THEN error ELSE %(error)s::text END,
-            updated_at = CASE WHEN %(status)s::text IS NULL THEN updated_at ELSE %(now)s END
+    # The writes go in before the status changes, so their events (effect, interrupt, task failure) come before the
+    # stop's event (run.failed / run.interrupted): u waits for w's rows; o locks the thread row first.
+    "put_writes": """WITH o AS (
+        SELECT 1 FROM {threads}
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
-        RETURNING 1
+        FOR UPDATE
     ), w AS (
         INSERT INTO {writes} (thread_id, checkpoint_id, task_id, kind, idx, data)
-        SELECT %(tid)s, %(cp)s, w.* FROM u, unnest(%(w_task)s::text[], %(w_kind)s::text[], %(w_idx)s::int[],
+        SELECT %(tid)s, %(cp)s, w.* FROM o, unnest(%(w_task)s::text[], %(w_kind)s::text[], %(w_idx)s::int[],
                                                    %(w_data)s::bytea[]) AS w
-        ON CONFLICT (thread_id, checkpoint_id, task_id, kind, idx) DO UPDATE SET data = excluded.data)
-        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
+        ON CONFLICT (thread_id, checkpoint_id, task_id, kind, idx) DO UPDATE SET data = excluded.data
+        RETURNING 1
+    ), u AS (
+        UPDATE {threads} SET status = %(status)s::text, error = %(error)s::text, updated_at = %(now)s
+        WHERE %(status)s::text IS NOT NULL AND thread_id = %(tid)s AND EXISTS (SELECT 1 FROM o)
+            AND (SELECT count(*) FROM w) >= 0
+        RETURNING 1)
+        SELECT (SELECT count(*) FROM o), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
     "lock_thread": "SELECT deleted, parent_thread_id FROM {threads} WHERE thread_id = %(tid)s FOR UPDATE",
     # The highest step of a thread that the first checkpoint of any remaining fork (deleted-but-kept ones included:
     # their own forks still need their lineage) names as its parent.

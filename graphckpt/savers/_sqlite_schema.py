@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
+from graphckpt.savers._events_sql import SQLITE_EVENTS_MIGRATION
 
 _T = TypeVar("_T")
 
@@ -45,6 +46,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             idx INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))
             WITHOUT ROWID""",
     ),
+    SQLITE_EVENTS_MIGRATION,  # 2: the durable event log (events table, triggers on threads, checkpoints, writes)
 )
 
 

@@ -146,26 +146,23 @@ def put_writes(
     error: str | None,
     now: float,
 ) -> None:
-    """Store the pending write ``rows`` of the head ``checkpoint_id`` owned by ``run_id``, and set the status."""
-    if status is not None:
-        owned = conn.execute(
-            "UPDATE threads SET status = ?, error = ?, updated_at = ?"
-            " WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
-            (status, error, now, thread_id, checkpoint_id, run_id),
-        ).rowcount
-    else:
-        owned = len(
-            conn.execute(
-                "SELECT 1 FROM threads WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
-                (thread_id, checkpoint_id, run_id),
-            ).fetchall()
-        )
-    if owned != 1:
+    """Store the pending write ``rows`` of the head ``checkpoint_id`` owned by ``run_id``, then set the status (so the
+    writes' events come before the stop's)."""
+    owned = conn.execute(
+        "SELECT 1 FROM threads WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
+        (thread_id, checkpoint_id, run_id),
+    ).fetchall()
+    if len(owned) != 1:
         raise cas_failed(conn, thread_id, f"expected head {brief(checkpoint_id)!r}, owner {brief(run_id)!r}")
     conn.executemany(
         "INSERT OR REPLACE INTO writes (thread_id, checkpoint_id, task_id, kind, idx, data) VALUES (?,?,?,?,?,?)",
         rows,
     )
+    if status is not None:
+        conn.execute(
+            "UPDATE threads SET status = ?, error = ?, updated_at = ? WHERE thread_id = ?",
+            (status, error, now, thread_id),
+        )
 
 
 def delete_thread(conn: sqlite3.Connection, thread_id: str, now: float) -> None:

@@ -13,6 +13,10 @@ A saver stores three kinds of rows, all opaque to it except for the columns it m
     writes folded into it at that step (``kind="delta"``), or the deltas of a run of consecutive steps packed into one
     row (``kind="chunk"``, keyed by the first of those steps). Unchanged channels write nothing, so storage grows with
     change, not with state. A blob's bytes never change; a chunk replaces the delta rows it packs (see ``commit``).
+``events``
+    the durable event log of each thread, written by the same transactions as the rows above (see
+    :class:`StoredEvent`): what a stream replays after ``Last-Event-ID``. Savers derive the events from the rows they
+    write (a trigger on SQL backends), so no write path can forget one.
 ``writes``
     pending writes: what tasks of the super-step that starts from a checkpoint have recorded so far (results, journaled
     effects, interrupts, resume answers, errors), keyed by ``(thread_id, checkpoint_id, task_id, kind, index)``.
@@ -45,15 +49,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from graphckpt.errors import SerializationError
+from graphckpt.errors import SaverError, SerializationError
 
 __all__ = [
+    "TERMINAL_EVENTS",
     "Blob",
     "BlobKind",
     "BlobRange",
+    "EventKind",
     "Saver",
     "Status",
     "StoredCheckpoint",
+    "StoredEvent",
     "StoredWrite",
     "ThreadRecord",
     "WriteKind",
@@ -169,6 +176,56 @@ class ThreadRecord:
     """For a failed thread: a one-line description of the error."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The head checkpoint's metadata."""
+
+
+EventKind = Literal[
+    "run.started",
+    "task.finished",
+    "task.failed",
+    "effect.recorded",
+    "interrupt.raised",
+    "checkpoint",
+    "run.done",
+    "run.failed",
+    "run.interrupted",
+]
+"""What an event records, and the write that makes it (in that write's transaction):
+
+- ``run.started``: a thread created by an input (at its first step), or claimed by a run (at ``head_step + 1``);
+  payload ``{run_id}``.
+- ``task.finished``: one per node that wrote in a committed ``loop`` step (before that step's ``checkpoint`` event);
+  payload ``{node, writes (the keys), duration_ms, usage}`` from the checkpoint's metadata.
+- ``task.failed``, ``effect.recorded``, ``interrupt.raised``: a pending write of kind ``error``, ``effect`` or
+  ``interrupt`` against the head at step ``s`` (event step ``s + 1``); payload ``{task_id, index, checkpoint_id}``.
+- ``checkpoint``: a committed checkpoint; payload ``{checkpoint_id, parent_thread_id, parent_checkpoint_id, step,
+  source, status, writes}``.
+- ``run.done`` / ``run.interrupted``: a checkpoint of source ``input``, ``loop`` or ``update`` that leaves the thread
+  ``done`` / ``interrupted``, right after its ``checkpoint`` event; ``run.failed`` / ``run.interrupted``: a stop
+  recorded with pending writes (the head does not move; step ``head_step + 1``), after those writes' events. Payload
+  ``{status, error}``. These end a stream."""
+
+TERMINAL_EVENTS: frozenset[str] = frozenset({"run.done", "run.failed", "run.interrupted"})
+"""The kinds that end a run's stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One durable event. ``(thread_id, step, seq)`` is unique and, per thread, strictly increasing in the order the
+    events were written: ``step`` is the super-step the event belongs to, ``seq`` counts from 0 within it."""
+
+    thread_id: str
+    step: int
+    seq: int
+    kind: EventKind
+    payload: Mapping[str, Any]
+    """JSON object; its fields depend on ``kind`` (see :data:`EventKind`)."""
+    created_at: float
+    """Seconds since the epoch."""
+
+    @property
+    def id(self) -> str:
+        """The SSE id, ``{thread_id}:{step}:{seq}``."""
+        return f"{self.thread_id}:{self.step}:{self.seq}"
 
 
 BRIEF_MAX = 80
@@ -447,3 +504,23 @@ class Saver(abc.ABC):
     @abc.abstractmethod
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         """The pending writes recorded against a checkpoint, ordered by ``(task_id, kind, index)``."""
+
+    # -- events ------------------------------------------------------------------------------------------------------
+
+    async def read_events(
+        self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
+    ) -> list[StoredEvent]:
+        """At most ``limit`` events with ``(step, seq) > after``, ordered by ``(step, seq)``, from the lineage
+        ``segments`` (``(thread_id, first, upper)`` as :func:`graphckpt.store.lineage_segments` yields them: that
+        thread's events with ``first <= step < upper``), in one query. Backends without an event log raise
+        :class:`~graphckpt.errors.SaverError`."""
+        raise SaverError(f"{type(self).__name__} keeps no event log")
+
+    async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
+        """The kind of the stored event ``thread_id:step:seq``, or ``None`` when there is none (one indexed read)."""
+        raise SaverError(f"{type(self).__name__} keeps no event log")
+
+    async def events_version(self) -> int:
+        """A number that grows whenever any event is written to this store, by any process: what a stream polls to
+        know that it should read again (cheap: one index look-up)."""
+        raise SaverError(f"{type(self).__name__} keeps no event log")

@@ -12,9 +12,11 @@ from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
+    EventKind,
     Saver,
     Status,
     StoredCheckpoint,
+    StoredEvent,
     StoredWrite,
     ThreadRecord,
     brief,
@@ -24,6 +26,12 @@ from graphckpt.savers.base import (
 )
 
 __all__ = ["MemorySaver"]
+
+_WRITE_EVENTS: dict[str, EventKind] = {
+    "effect": "effect.recorded",
+    "interrupt": "interrupt.raised",
+    "error": "task.failed",
+}
 
 
 @dataclasses.dataclass
@@ -43,6 +51,8 @@ class MemorySaver(Saver):
         self._threads: dict[str, _Thread] = {}
         self._blobs: dict[tuple[str, str], dict[int, Blob]] = {}
         self._writes: dict[tuple[str, str], dict[tuple[str, str, int], StoredWrite]] = {}
+        self._events: dict[str, list[StoredEvent]] = {}  # per thread, in (step, seq) order
+        self._version = 0
 
     def __del__(self) -> None:  # nothing to release
         pass
@@ -105,13 +115,17 @@ class MemorySaver(Saver):
             stored_blobs[blob.step] = blob
         if checkpoint.parent_checkpoint_id is not None and checkpoint.parent_thread_id == checkpoint.thread_id:
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
+        self._checkpoint_events(checkpoint, created=expected_head is None, run_id=run_id)
 
     async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         thread = self._require(thread_id)
         if thread.record.head_checkpoint_id != expected_head or thread.record.run_id != expected_run_id:
             raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
+        changed = thread.record.run_id != run_id
         thread.record = dataclasses.replace(thread.record, run_id=run_id, status="running", updated_at=ids.now())
+        if changed:
+            self._event(thread_id, thread.record.head_step + 1, "run.started", {"run_id": run_id})
 
     async def put_writes(
         self,
@@ -131,10 +145,18 @@ class MemorySaver(Saver):
         if thread.record.head_checkpoint_id != checkpoint_id or thread.record.run_id != run_id:
             raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
         table = self._writes.setdefault((thread_id, checkpoint_id), {})
+        step = thread.by_id[checkpoint_id].step + 1 if checkpoint_id in thread.by_id else None
         for write in writes:
             table[(write.task_id, write.kind, write.index)] = write
+            if step is not None and write.kind in _WRITE_EVENTS:
+                payload = {"task_id": write.task_id, "index": write.index, "checkpoint_id": checkpoint_id}
+                self._event(thread_id, step, _WRITE_EVENTS[write.kind], payload)
         if status is not None:
+            before = thread.record.status
             thread.record = dataclasses.replace(thread.record, status=status, error=error, updated_at=ids.now())
+            if status in ("failed", "interrupted") and status != before:
+                stop: EventKind = "run.failed" if status == "failed" else "run.interrupted"
+                self._event(thread_id, thread.record.head_step + 1, stop, {"status": status, "error": error})
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
@@ -167,6 +189,7 @@ class MemorySaver(Saver):
                     del self._blobs[key]
         if needed is None:
             del self._threads[thread_id]
+            self._events.pop(thread_id, None)
             return True
         return bool(dropped)
 
@@ -243,6 +266,55 @@ class MemorySaver(Saver):
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         table = self._writes.get((thread_id, checkpoint_id), {})
         return [table[key] for key in sorted(table)]
+
+    # -- events (what the SQL savers' triggers write, see graphckpt.savers._events_sql) -----------------------------
+
+    def _event(self, thread_id: str, step: int, kind: EventKind, payload: dict[str, Any], at: float = 0.0) -> None:
+        log = self._events.setdefault(thread_id, [])
+        seq = log[-1].seq + 1 if log and log[-1].step == step else 0
+        log.append(StoredEvent(thread_id, step, seq, kind, payload, at or ids.now()))
+        self._version += 1
+
+    def _checkpoint_events(self, cp: StoredCheckpoint, *, created: bool, run_id: str) -> None:
+        meta, tid = cp.metadata, cp.thread_id
+        source = meta.get("source")
+        if created and source == "input":
+            self._event(tid, cp.step, "run.started", {"run_id": run_id})
+        if source == "loop":
+            durations, usage = dict(meta.get("durations_ms") or {}), dict(meta.get("usage") or {})
+            for node, keys in dict(meta.get("writes") or {}).items():
+                payload = {"node": node, "writes": keys, "duration_ms": durations.get(node), "usage": usage.get(node)}
+                self._event(tid, cp.step, "task.finished", payload, cp.created_at)
+        payload = {
+            "checkpoint_id": cp.checkpoint_id,
+            "parent_thread_id": cp.parent_thread_id,
+            "parent_checkpoint_id": cp.parent_checkpoint_id,
+            "step": cp.step,
+            "source": source,
+            "status": cp.status,
+            "writes": dict(meta.get("writes") or {}),
+        }
+        self._event(tid, cp.step, "checkpoint", payload, cp.created_at)
+        if cp.status in ("done", "interrupted") and source in ("input", "loop", "update"):
+            end: EventKind = "run.done" if cp.status == "done" else "run.interrupted"
+            self._event(tid, cp.step, end, {"status": cp.status, "error": None}, cp.created_at)
+
+    async def read_events(
+        self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
+    ) -> list[StoredEvent]:
+        found = [
+            e
+            for tid, first, upper in segments
+            for e in self._events.get(tid, ())
+            if first <= e.step < upper and (e.step, e.seq) > after
+        ]
+        return sorted(found, key=lambda e: (e.step, e.seq))[:limit]
+
+    async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
+        return next((e.kind for e in self._events.get(thread_id, ()) if (e.step, e.seq) == (step, seq)), None)
+
+    async def events_version(self) -> int:
+        return self._version
 
     def _live(self, thread_id: str) -> _Thread | None:
         thread = self._threads.get(thread_id)

@@ -95,6 +95,7 @@ from graphckpt.savers.base import (
     Saver,
     Status,
     StoredCheckpoint,
+    StoredEvent,
     StoredWrite,
     ThreadRecord,
     WriteKind,
@@ -469,6 +470,40 @@ class PostgresSaver(Saver):
         params = {"tid": thread_id, "cp": checkpoint_id}
         rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
+
+    # -- events ------------------------------------------------------------------------------------------------------
+
+    async def read_events(
+        self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
+    ) -> list[StoredEvent]:
+        params = {
+            "tids": [t for t, _, _ in segments],
+            "firsts": [f for _, f, _ in segments],
+            "uppers": [u for _, _, u in segments],
+            "step": after[0],
+            "seq": after[1],
+            "limit": limit,
+        }
+        rows = await self._fetch("read of events", "read_events", params)
+        return [StoredEvent(t, int(st), int(sq), k, p, float(at)) for t, st, sq, k, p, at in rows]
+
+    async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
+        params = {"tid": thread_id, "step": step, "seq": seq}
+        rows = await self._fetch("read of an event", "event_kind", params)
+        return str(rows[0][0]) if rows else None
+
+    async def events_version(self) -> int:
+        [(version,)] = await self._fetch("read of the event counter", "events_version", {})
+        return int(version)
+
+    @property
+    def dsn(self) -> str:
+        """The connection string (for a listener connection of its own: ``LISTEN graphckpt_events``)."""
+        return self._dsn
+
+    @property
+    def schema(self) -> str | None:
+        return self._schema
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:

@@ -80,6 +80,7 @@ match its header, which zeros never do. Pass ``preallocate_wal=0`` to turn it of
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import threading
@@ -92,6 +93,7 @@ from typing import Any, Literal, TypeVar
 from graphckpt import ids
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers import _sqlite_writes as tx
+from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -122,6 +124,7 @@ from graphckpt.savers.base import (
     Saver,
     Status,
     StoredCheckpoint,
+    StoredEvent,
     StoredWrite,
     ThreadRecord,
     brief,
@@ -530,3 +533,23 @@ class SqliteSaver(Saver):
             (thread_id, checkpoint_id),
         )
         return [StoredWrite(row[0], row[1], row[2], row[3]) for row in rows]
+
+    # -- events ------------------------------------------------------------------------------------------------------
+
+    async def read_events(
+        self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
+    ) -> list[StoredEvent]:
+        if not segments:
+            return []
+        params: list[Any] = [after[0], after[0], after[1]]
+        for segment in segments:
+            params += segment
+        rows = await self._fetch(sqlite_read_events(len(segments)), [*params, limit])
+        return [StoredEvent(t, st, sq, k, json.loads(p), at) for t, st, sq, k, p, at in rows]
+
+    async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
+        rows = await self._fetch(SQLITE_EVENT_KIND, (thread_id, step, seq))
+        return str(rows[0][0]) if rows else None
+
+    async def events_version(self) -> int:
+        return int((await self._fetch(SQLITE_VERSION, ()))[0][0])

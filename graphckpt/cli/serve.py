@@ -1,0 +1,86 @@
+"""``graphckpt serve MODULE:ATTR [NAME=MODULE:ATTR ...]``: the HTTP API of :mod:`graphckpt.server` under uvicorn.
+
+It binds 127.0.0.1 by default and refuses any other address unless bearer tokens are configured (``--tokens-file``
+or ``$GRAPHCKPT_TOKENS``); on SIGTERM or Ctrl-C it stops accepting connections, ends the open streams, and exits
+within ``--graceful-timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+
+from graphckpt.cli.session import Database, UsageError, compile_with, load_target
+
+__all__ = ["LOOPBACK", "add_parser", "cmd_serve"]
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        help="serve graphs over HTTP (LangGraph-compatible API, SSE streams)",
+        description="Serve the graphs MODULE:ATTR (graph id: MODULE:ATTR, or NAME with NAME=MODULE:ATTR) over an "
+        "HTTP API that the langgraph-sdk client understands, with SSE streams that resume by Last-Event-ID. "
+        "Binds 127.0.0.1 unless tokens are configured. Needs: pip install 'graphckpt[server]'.",
+        parents=[common],
+    )
+    p.add_argument("targets", nargs="+", metavar="MODULE:ATTR", help="graphs to serve (the first is the default)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8123, help="port (default 8123; 0 picks a free one)")
+    p.add_argument("--tokens-file", metavar="FILE", help="bearer tokens: one 'TOKEN NAMESPACE' per line")
+    p.add_argument("--tokens-env", metavar="NAME", default="GRAPHCKPT_TOKENS",
+                   help="environment variable with TOKEN=NAMESPACE pairs (default GRAPHCKPT_TOKENS)")  # fmt: skip
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
+    p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
+    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from graphckpt.server import Tokens, create_app
+    except ImportError:
+        sys.stderr.write("graphckpt: error: serve needs: pip install 'graphckpt[server]'\n")
+        return 1
+    try:
+        tokens = Tokens.load(args.tokens_file, args.tokens_env)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"tokens: {exc}") from None
+    if args.host not in LOOPBACK and not tokens:
+        raise UsageError(
+            f"refusing to bind {args.host!r} without tokens: anyone who can reach it could read and run every thread "
+            "(give --tokens-file FILE or $GRAPHCKPT_TOKENS, or bind 127.0.0.1)"
+        )
+    db = Database(getattr(args, "db", None))
+    saver = db.saver(create=True)
+    apps = {}
+    for target in args.targets:
+        name, sep, spec = target.partition("=")
+        if not sep:
+            name, spec = target, target
+        apps[name] = compile_with(load_target(spec), saver)
+    app = create_app(apps, saver, tokens=tokens, cors_origins=args.cors_origin, max_body=args.max_body)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
+        timeout_graceful_shutdown=args.graceful_timeout,
+    )  # fmt: skip
+    hub = app.state.service.hub
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            """SIGTERM / Ctrl-C: end every open stream now (each sends its last bytes and closes), then let uvicorn
+            stop accepting and wait for the connections to finish."""
+            with contextlib.suppress(RuntimeError):  # the loop is gone already
+                asyncio.get_event_loop().call_soon_threadsafe(hub.close)
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    server = Server(config)
+    sys.stderr.write(f"graphckpt: serving {', '.join(apps)} from {db.display} on http://{args.host}:{args.port}\n")
+    sys.stderr.flush()
+    server.run()
+    return 0

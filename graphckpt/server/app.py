@@ -1,0 +1,99 @@
+"""``create_app``: the ASGI application (Starlette) of ``graphckpt serve``, to mount under any ASGI server.
+
+The routes are a plain list, one module per resource group: :mod:`~graphckpt.server.assistants`,
+:mod:`~graphckpt.server.threads`, :mod:`~graphckpt.server.runs` (with the SSE streams of
+:mod:`~graphckpt.server.streams`). Errors cross the boundary in :mod:`~graphckpt.server.errors`. The service behind
+the handlers (:class:`~graphckpt.server.service.Service`) starts and stops with the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from graphckpt.app import App
+from graphckpt.errors import GraphckptError
+from graphckpt.graph import StateGraph
+from graphckpt.savers.base import Saver
+from graphckpt.server import assistants, openapi, runs, threads
+from graphckpt.server.auth import Tokens
+from graphckpt.server.errors import ApiError, handle_error, handle_http
+from graphckpt.server.http import Config
+from graphckpt.server.service import Service
+
+__all__ = ["create_app"]
+
+Graphs = App | StateGraph | Mapping[str, App | StateGraph]
+
+
+def create_app(
+    graphs: Graphs,
+    saver: Saver | None = None,
+    *,
+    db: str | None = None,
+    tokens: Tokens | None = None,
+    cors_origins: Sequence[str] = (),
+    max_body: int = 1 << 20,
+    keepalive: float = 15.0,
+    poll_interval: float = 0.01,
+) -> Starlette:
+    """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
+    (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
+    no authentication). CORS is off unless ``cors_origins`` lists origins."""
+    apps = _apps(graphs)
+    if saver is None:
+        saver = _saver(db) if db is not None else next(iter(apps.values())).saver
+    service = Service(apps, saver, poll_interval=poll_interval)
+    config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi.document(bool(config.tokens)))
+
+    middleware = []
+    if cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
+                                     allow_headers=["*"], expose_headers=["Content-Location", "Location"]))  # fmt: skip
+    routes = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            ApiError: handle_error,
+            GraphckptError: handle_error,
+            HTTPException: handle_http,
+            Exception: handle_error,  # last resort (Starlette re-raises it after the 500 is sent: it is logged)
+        },
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.config = config
+    return app
+
+
+def _apps(graphs: Graphs) -> dict[str, App]:
+    if isinstance(graphs, App | StateGraph):
+        graphs = {"graph": graphs}
+    return {name: g.compile() if isinstance(g, StateGraph) else g for name, g in graphs.items()}
+
+
+def _saver(url: str) -> Saver:
+    from graphckpt.cli.session import Database
+
+    return Database(url).saver(create=True)

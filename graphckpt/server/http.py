@@ -1,0 +1,33 @@
+"""What every handler shares: the service and namespace of a request, the server's limits, JSON responses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse
+
+from graphckpt.server.auth import Tokens
+from graphckpt.server.service import Service
+
+__all__ = ["Config", "json_response", "scope_of"]
+
+
+@dataclass(frozen=True)
+class Config:
+    tokens: Tokens
+    max_body: int = 1 << 20
+    """Largest request body accepted, in bytes (413 beyond)."""
+    keepalive: float = 15.0
+    """Seconds between SSE keep-alive comments."""
+
+
+def scope_of(conn: HTTPConnection) -> tuple[Service, str, Config]:
+    """The service, the caller's namespace (401 without a valid token) and the config."""
+    config: Config = conn.app.state.config
+    return conn.app.state.service, config.tokens.namespace(conn), config
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(data, status_code=status, headers=headers)

@@ -1,0 +1,107 @@
+"""``Hub``: wakes the streams when the event log grows, whoever wrote it (this process, a worker, another server).
+
+One poller per server reads the store's change counter (:meth:`Saver.events_version`: ``max(id)`` of the events,
+one index look-up) every ``poll_interval`` seconds; on PostgreSQL a ``LISTEN graphckpt_events`` connection wakes it
+at once on each commit's ``NOTIFY`` (sent by the event triggers), and the poll, slowed to ``pg_poll_interval``, is
+the fallback if that connection breaks. Streams never hold events: they wait for the version to pass the one they
+saw, then read the log from their own cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, cast
+
+from graphckpt.savers.base import Saver
+
+__all__ = ["Hub"]
+
+logger = logging.getLogger("graphckpt.server")
+
+
+class Hub:
+    def __init__(self, saver: Saver, *, poll_interval: float = 0.01, pg_poll_interval: float = 0.5) -> None:
+        self.saver = saver
+        self.poll_interval = poll_interval
+        self.pg_poll_interval = pg_poll_interval
+        self.version = 0
+        """Grows by one each time the poller sees the log change: what streams wait on."""
+        self._observed = 0
+        self.closing = False
+        self._changed = asyncio.Event()
+        self._nudge = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> None:
+        self._observed = await self.saver.events_version()
+        self._tasks.append(asyncio.create_task(self._poll(), name="graphckpt-hub-poll"))
+        if hasattr(self.saver, "dsn"):
+            self._tasks.append(asyncio.create_task(self._listen(), name="graphckpt-hub-listen"))
+
+    async def stop(self) -> None:
+        self.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    def close(self) -> None:
+        """Wake every stream for good: the server is shutting down."""
+        self.closing = True
+        self._changed.set()
+
+    async def wait(self, seen: int, within: float) -> int:
+        """Wait until the version is past ``seen`` (or ``within`` seconds, or shutdown); returns the version."""
+        if self.version > seen or self.closing:
+            return self.version
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                while self.version <= seen and not self.closing:
+                    event = self._changed
+                    await event.wait()
+        return self.version
+
+    def _publish(self, observed: int) -> None:
+        """A change of the store's counter (up, or down after a delete) moves :attr:`version` up by one."""
+        if observed != self._observed:
+            self._observed = observed
+            self.version += 1
+            event, self._changed = self._changed, asyncio.Event()
+            event.set()
+
+    async def _poll(self) -> None:
+        listening = hasattr(self.saver, "dsn")
+        while not self.closing:
+            interval = self.pg_poll_interval if listening else self.poll_interval
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._nudge.wait()
+            self._nudge.clear()
+            try:
+                self._publish(await self.saver.events_version())
+            except Exception as exc:  # the store is unreachable for a moment: streams keep their cursors
+                logger.warning("event poll failed: %s", exc)
+                await asyncio.sleep(min(1.0, interval * 10))
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        dsn: str = cast(Any, self.saver).dsn
+        schema = getattr(self.saver, "schema", None)
+        while not self.closing:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute("LISTEN graphckpt_events")
+                    self._nudge.set()  # catch up on what was written before LISTEN
+                    async for note in conn.notifies():
+                        if schema is None or note.payload == schema:
+                            self._nudge.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("LISTEN graphckpt_events failed (polling meanwhile): %s", exc)
+                await asyncio.sleep(1.0)

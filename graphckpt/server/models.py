@@ -1,0 +1,155 @@
+"""Request bodies and query strings as pydantic models, and how a handler reads them.
+
+:func:`body` reads at most ``max_body`` bytes (413 beyond), parses JSON (400 when it is not) and validates it
+(422 naming the first wrong field: ``body.limit: Input should be greater than 0``). :func:`query` does the same for
+query parameters. Field names follow the LangGraph Agent Server API where it has one (``metadata``, ``limit``,
+``offset``, ``before``, ``input``, ``command.resume``, ``multitask_strategy``, ``if_not_exists``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+
+from graphckpt.server.errors import ApiError
+
+__all__ = [
+    "AnswerBody",
+    "CheckpointBody",
+    "ForkBody",
+    "HistoryBody",
+    "RunBody",
+    "RunCommand",
+    "ThreadBody",
+    "ThreadPatchBody",
+    "ThreadSearchBody",
+    "body",
+    "query",
+]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+ThreadStatusName = Literal["idle", "busy", "interrupted", "error", "running", "done", "failed"]
+"""Both vocabularies: LangGraph's (``idle``, ``busy``, ``interrupted``, ``error``) and graphckpt's."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ThreadBody(_Body):
+    thread_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^[^/\s]+$")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    graph_id: str | None = None
+
+
+class ThreadPatchBody(_Body):
+    metadata: dict[str, Any]
+
+
+class ThreadSearchBody(_Body):
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    status: ThreadStatusName | None = None
+    graph_id: str | None = None
+    parent_thread_id: str | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+
+
+class CheckpointRefBody(_Body):
+    checkpoint_id: str | None = None
+    thread_id: str | None = None
+
+
+class CheckpointBody(_Body):
+    checkpoint: CheckpointRefBody
+
+
+class HistoryBody(_Body):
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: str | CheckpointRefBody | None = None
+    metadata: dict[str, Any] | None = None
+
+    def before_id(self) -> str | None:
+        return self.before.checkpoint_id if isinstance(self.before, CheckpointRefBody) else self.before
+
+
+class ForkBody(_Body):
+    checkpoint_id: str | None = None
+    step: int | None = Field(default=None, ge=0)
+    values: dict[str, Any] | None = None
+    """The update applied through the reducers (LangGraph's ``update_state`` calls it ``values``)."""
+    as_node: str | None = None
+    new_thread_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^[^/\s]+$")
+    goto: str | list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class RunCommand(_Body):
+    resume: Any = None
+
+
+class RunBody(_Body):
+    assistant_id: str | None = None
+    input: dict[str, Any] | None = None
+    command: RunCommand | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] | None = None
+    multitask_strategy: Literal["reject", "enqueue"] = "reject"
+    if_not_exists: Literal["reject", "create"] = "create"
+    on_disconnect: Literal["cancel", "continue"] = "continue"
+    recursion_limit: int | None = Field(default=None, ge=1)
+
+
+class AnswerBody(_Body):
+    answer: Any = None
+    """What ``ctx.interrupt`` returns (or ``{interrupt_id: answer}`` for several)."""
+    assistant_id: str | None = None
+
+
+async def body(request: Request, model: type[_M], max_body: int) -> _M:
+    """The request's JSON body as ``model`` (an empty body is ``{}``)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body:
+        raise ApiError(413, "PayloadTooLarge", f"the request body is larger than {max_body} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > max_body:
+            raise ApiError(413, "PayloadTooLarge", f"the request body is larger than {max_body} bytes")
+    try:
+        parsed = json.loads(data) if data.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "BadRequest", f"the request body is not JSON ({exc})") from None
+    try:  # a \ud800 escape decodes to a lone surrogate, which has no UTF-8 form: nothing could store or echo it
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(422, "ValidationError", "the request body holds text with a lone surrogate") from None
+    return validated(model, parsed, "body")
+
+
+def query(request: Request, model: type[_M], *, lists: tuple[str, ...] = ()) -> _M:
+    """The query string as ``model``; parameters named in ``lists`` may repeat (or be comma-separated)."""
+    params: dict[str, Any] = {}
+    for key in request.query_params:
+        values = request.query_params.getlist(key)
+        if key in lists:
+            params[key] = [v for item in values for v in item.split(",") if v]
+        else:
+            params[key] = values[-1]
+    return validated(model, params, "query")
+
+
+def validated(model: type[_M], data: Any, where: str) -> _M:
+    if where == "body" and not isinstance(data, dict):
+        raise ApiError(422, "ValidationError", "the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        raise ApiError(422, "ValidationError", f"{where}.{path}: {first['msg']}") from None

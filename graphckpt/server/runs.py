@@ -1,0 +1,163 @@
+"""Run routes: create (background, streamed, or waited for), list, get, cancel, join, join stream; the thread
+stream; the answer endpoint of the inbox. Runs go through the service's :class:`~graphckpt.server.executor.RunExecutor`;
+streams come from the durable event log (:mod:`graphckpt.server.streams`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from graphckpt.errors import ThreadNotFoundError
+from graphckpt.records import NO_ANSWER
+from graphckpt.server import models, queries
+from graphckpt.server.auth import store_id
+from graphckpt.server.errors import ApiError
+from graphckpt.server.executor import RunInfo, RunRequest
+from graphckpt.server.http import json_response, scope_of
+from graphckpt.server.service import PendingThread, user_metadata
+from graphckpt.server.streams import sse_response, thread_stream
+
+__all__ = ["routes"]
+
+
+class RunsQuery(BaseModel):
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+
+
+async def _submit(request: Request, b: models.RunBody, *, resume: bool = False, answer: object = NO_ANSWER) -> RunInfo:
+    service, ns, _ = scope_of(request)
+    thread_id = request.path_params["thread_id"]
+    try:
+        found = await service.find(ns, thread_id)
+    except ThreadNotFoundError:
+        if b.if_not_exists == "reject":
+            raise
+        found = await service.create_thread(ns, thread_id, {}, b.assistant_id, exist_ok=True)
+    if isinstance(found, PendingThread):
+        graph, metadata, start = found.graph_id, found.metadata, (-1, -1)
+    else:
+        graph, metadata = service.graph_of(found), user_metadata(found)
+        start = await service.cursor_now(await service.segments(ns, thread_id), found.head_step)
+    if b.assistant_id is not None:
+        service.app(b.assistant_id)
+        graph = b.assistant_id
+    if b.command is not None:
+        resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
+    run = RunRequest(store_id(ns, thread_id), graph, input=b.input, resume=resume, answer=answer, metadata=metadata,
+                     recursion_limit=b.recursion_limit)  # fmt: skip
+    return await service.runs.submit(run, multitask=b.multitask_strategy, start=start, metadata=b.metadata)
+
+
+def _run(request: Request) -> RunInfo:
+    service, ns, _ = scope_of(request)
+    run = service.runs.get(request.path_params["run_id"])
+    if run is None or run.request.thread_id != store_id(ns, request.path_params["thread_id"]):
+        raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} in this thread")
+    return run
+
+
+async def create_run(request: Request) -> Response:
+    _, ns, config = scope_of(request)
+    run = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    return json_response(queries.run_view(ns, run), headers=_locations(request, run))
+
+
+async def stream_run(request: Request) -> Response:
+    _, _, config = scope_of(request)
+    b = await models.body(request, models.RunBody, config.max_body)
+    run = await _submit(request, b)
+    metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
+    modes = [b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode
+    return await sse_response(
+        request, request.path_params["thread_id"], default=run.start, run_stream=True, preamble=[metadata],
+        headers=_locations(request, run), modes=modes,
+    )  # fmt: skip
+
+
+async def wait_run(request: Request) -> Response:
+    service, _, config = scope_of(request)
+    run = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    await service.runs.join(run.run_id)
+    return await _final(request, run)
+
+
+async def _final(request: Request, run: RunInfo) -> Response:
+    """What a waited-for run returns: the thread's state values (LangGraph's shape), or the run's error."""
+    service, ns, _ = scope_of(request)
+    if run.status == "error" and await service.saver.get_thread(run.request.thread_id) is None:
+        return json_response({"error": "RunError", "message": run.error or "the run failed"}, 422)
+    snap = await service.state(ns, request.path_params["thread_id"])
+    return json_response(queries.state_view(ns, snap)["values"], headers=_locations(request, run))
+
+
+def _locations(request: Request, run: RunInfo) -> dict[str, str]:
+    base = f"/threads/{request.path_params['thread_id']}/runs/{run.run_id}"
+    return {"Content-Location": base, "Location": f"{base}/stream"}
+
+
+async def list_runs(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    q = models.query(request, RunsQuery)
+    thread_id = request.path_params["thread_id"]
+    await service.find(ns, thread_id)
+    runs = service.runs.list(store_id(ns, thread_id))[q.offset : q.offset + q.limit]
+    return json_response([queries.run_view(ns, r) for r in runs])
+
+
+async def get_run(request: Request) -> Response:
+    _, ns, _ = scope_of(request)
+    return json_response(queries.run_view(ns, _run(request)))
+
+
+async def cancel_run(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    run = await service.runs.cancel(_run(request).run_id)
+    return json_response(queries.run_view(ns, run))
+
+
+async def join_run(request: Request) -> Response:
+    service, _, _ = scope_of(request)
+    run = await service.runs.join(_run(request).run_id)
+    return await _final(request, run)
+
+
+async def join_stream(request: Request) -> Response:
+    """A run's stream again: after ``Last-Event-ID``, else from the run's start. A run this process does not know
+    (it restarted since) is followed as the thread's stream from ``Last-Event-ID``."""
+    service, ns, _ = scope_of(request)
+    run = service.runs.get(request.path_params["run_id"])
+    thread_id = request.path_params["thread_id"]
+    if run is not None and run.request.thread_id == store_id(ns, thread_id):
+        return await sse_response(request, thread_id, default=run.start, run_stream=True)
+    await service.find(ns, thread_id)
+    if not (request.headers.get("last-event-id") or request.query_params.get("after")):
+        raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow "
+                                        "the thread from an event)")  # fmt: skip
+    return await sse_response(request, thread_id)
+
+
+async def answer(request: Request) -> Response:
+    """Answer a thread's open interrupt(s): a run resuming it with ``answer`` (202)."""
+    _, ns, config = scope_of(request)
+    b = await models.body(request, models.AnswerBody, config.max_body)
+    run = await _submit(request, models.RunBody(assistant_id=b.assistant_id, if_not_exists="reject"), resume=True,
+                        answer=b.answer)  # fmt: skip
+    return json_response(queries.run_view(ns, run), 202, headers=_locations(request, run))
+
+
+routes = [
+    Route("/threads/{thread_id}/runs", create_run, methods=["POST"]),
+    Route("/threads/{thread_id}/runs", list_runs, methods=["GET"]),
+    Route("/threads/{thread_id}/runs/stream", stream_run, methods=["POST"]),
+    Route("/threads/{thread_id}/runs/wait", wait_run, methods=["POST"]),
+    Route("/threads/{thread_id}/runs/{run_id}", get_run, methods=["GET"]),
+    Route("/threads/{thread_id}/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
+    Route("/threads/{thread_id}/runs/{run_id}/join", join_run, methods=["GET"]),
+    Route("/threads/{thread_id}/runs/{run_id}/stream", join_stream, methods=["GET"]),
+    Route("/threads/{thread_id}/stream", thread_stream, methods=["GET"]),
+    Route("/threads/{thread_id}/answer", answer, methods=["POST"]),
+]

@@ -1,0 +1,222 @@
+"""Thread routes: create, get, search, patch, delete; state, history, fork, diff, branch tree; export, import;
+the inbox of open interrupts. Each handler parses, calls one :class:`~graphckpt.server.service.Service` method and
+renders it with :mod:`graphckpt.server.queries`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from graphckpt.savers.base import ThreadRecord, metadata_matches
+from graphckpt.server import models, queries
+from graphckpt.server.auth import api_id
+from graphckpt.server.http import json_response, scope_of
+from graphckpt.server.service import PendingThread, user_metadata
+
+__all__ = ["routes"]
+
+
+class StateQuery(BaseModel):
+    step: int | None = Field(default=None, ge=0)
+
+
+class HistoryQuery(BaseModel):
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: str | None = None
+
+
+class DiffQuery(BaseModel):
+    other: str = Field(min_length=1)
+    """The other thread (``b``)."""
+    a: str | None = None
+    """A checkpoint of this thread (its head by default)."""
+    b: str | None = None
+    """A checkpoint of ``other`` (its head by default)."""
+
+
+def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
+    service = request.app.state.service
+    return thread.graph_id if isinstance(thread, PendingThread) else service.graph_of(thread)
+
+
+async def create_thread(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.ThreadBody, config.max_body)
+    thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=b.if_exists == "do_nothing")
+    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+
+
+async def get_thread(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    thread = await service.find(ns, request.path_params["thread_id"])
+    values = None
+    if isinstance(thread, ThreadRecord):
+        values = queries.state_view(ns, await service.state(ns, request.path_params["thread_id"]))["values"]
+    return json_response(queries.thread_view(ns, thread, _graph(request, thread), values))
+
+
+async def search_threads(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.ThreadSearchBody, config.max_body)
+    status = queries.to_store_status(b.status) if b.status else None
+    found = []
+    for record in await service.threads(ns):
+        if status is not None and record.status != status:
+            continue
+        if b.graph_id is not None and service.graph_of(record) != b.graph_id:
+            continue
+        if b.parent_thread_id is not None and (
+            record.parent_thread_id is None or api_id(ns, record.parent_thread_id) != b.parent_thread_id
+        ):
+            continue
+        if b.metadata and not metadata_matches(user_metadata(record), b.metadata):
+            continue
+        found.append(record)
+    page = found[b.offset : b.offset + b.limit]
+    return json_response([queries.thread_view(ns, r, service.graph_of(r)) for r in page])
+
+
+async def patch_thread(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.ThreadPatchBody, config.max_body)
+    thread = await service.patch_metadata(ns, request.path_params["thread_id"], b.metadata)
+    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+
+
+async def delete_thread(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    await service.delete_thread(ns, request.path_params["thread_id"])
+    return Response(status_code=204)
+
+
+async def get_state(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    q = models.query(request, StateQuery)
+    checkpoint_id = request.path_params.get("checkpoint_id")
+    snap = await service.state(ns, request.path_params["thread_id"], checkpoint_id, q.step)
+    return json_response(queries.state_view(ns, snap))
+
+
+async def post_state_checkpoint(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.CheckpointBody, config.max_body)
+    snap = await service.state(ns, request.path_params["thread_id"], b.checkpoint.checkpoint_id)
+    return json_response(queries.state_view(ns, snap))
+
+
+async def get_history(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    q = models.query(request, HistoryQuery)
+    snaps = await service.history(ns, request.path_params["thread_id"], limit=q.limit, before=q.before, filter=None)
+    return json_response([queries.state_view(ns, s) for s in snaps])
+
+
+async def post_history(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.HistoryBody, config.max_body)
+    snaps = await service.history(
+        ns, request.path_params["thread_id"], limit=b.limit, before=b.before_id(), filter=b.metadata
+    )
+    return json_response([queries.state_view(ns, s) for s in snaps])
+
+
+async def fork_thread(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.ForkBody, config.max_body)
+    snap = await service.fork(
+        ns, request.path_params["thread_id"], checkpoint_id=b.checkpoint_id, step=b.step, update=b.values,
+        new_thread_id=b.new_thread_id, goto=b.goto, as_node=b.as_node, metadata=b.metadata,
+    )  # fmt: skip
+    new_id = api_id(ns, snap.thread_id) or snap.thread_id
+    record = await service.record(ns, new_id)
+    body = queries.thread_view(ns, record, service.graph_of(record))
+    body["state"] = queries.state_view(ns, snap)
+    return json_response(body, 201, {"Location": f"/threads/{new_id}"})
+
+
+async def diff_threads(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    q = models.query(request, DiffQuery)
+    diff = await service.diff(ns, (request.path_params["thread_id"], q.a), (q.other, q.b))
+    return json_response(queries.diff_view(ns, diff))
+
+
+async def thread_tree(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    record = await service.record(ns, request.path_params["thread_id"])
+    threads = await service.threads(ns)
+    by_id = {r.thread_id: r for r in threads}
+    root = record
+    while root.parent_thread_id in by_id:
+        root = by_id[root.parent_thread_id]
+    children: dict[str, list[ThreadRecord]] = {}
+    for r in sorted(threads, key=lambda r: r.created_at):
+        if r.parent_thread_id is not None:
+            children.setdefault(r.parent_thread_id, []).append(r)
+    return json_response(queries.tree_view(ns, root, children))
+
+
+async def export_thread(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    record = await service.record(ns, request.path_params["thread_id"])
+    lines = [line async for line in service.export(ns, record)]  # read whole first: errors become a status code
+
+    async def body() -> object:
+        for line in lines:
+            yield line if line.endswith("\n") else line + "\n"
+
+    return StreamingResponse(body(), media_type="application/x-ndjson")  # type: ignore[arg-type]
+
+
+async def import_thread(request: Request) -> Response:
+    service, ns, config = scope_of(request)
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > config.max_body:
+            return json_response(
+                {"error": "PayloadTooLarge", "message": f"the export is larger than {config.max_body} bytes"}, 413
+            )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return json_response({"error": "ValidationError", "message": "the export is not UTF-8 text"}, 422)
+    thread_id = await service.import_(ns, [line for line in text.splitlines() if line.strip()])
+    record = await service.record(ns, thread_id)
+    return json_response(queries.thread_view(ns, record, service.graph_of(record)), 201)
+
+
+async def inbox(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    items = []
+    for record, snap in await service.inbox(ns):
+        items.append(
+            {
+                "thread": queries.thread_view(ns, record, service.graph_of(record)),
+                "checkpoint_id": snap.checkpoint_id,
+                "interrupts": [queries.interrupt_view(i) for i in snap.interrupts],
+            }
+        )
+    return json_response(items)
+
+
+routes = [
+    Route("/threads", create_thread, methods=["POST"]),
+    Route("/threads/search", search_threads, methods=["POST"]),
+    Route("/threads/import", import_thread, methods=["POST"]),
+    Route("/threads/{thread_id}", get_thread, methods=["GET"]),
+    Route("/threads/{thread_id}", patch_thread, methods=["PATCH"]),
+    Route("/threads/{thread_id}", delete_thread, methods=["DELETE"]),
+    Route("/threads/{thread_id}/state", get_state, methods=["GET"]),
+    Route("/threads/{thread_id}/state/checkpoint", post_state_checkpoint, methods=["POST"]),
+    Route("/threads/{thread_id}/state/{checkpoint_id}", get_state, methods=["GET"]),
+    Route("/threads/{thread_id}/history", get_history, methods=["GET"]),
+    Route("/threads/{thread_id}/history", post_history, methods=["POST"]),
+    Route("/threads/{thread_id}/fork", fork_thread, methods=["POST"]),
+    Route("/threads/{thread_id}/diff", diff_threads, methods=["GET"]),
+    Route("/threads/{thread_id}/tree", thread_tree, methods=["GET"]),
+    Route("/threads/{thread_id}/export", export_thread, methods=["GET"]),
+    Route("/inbox", inbox, methods=["GET"]),
+]
