@@ -50,10 +50,12 @@ __all__ = [
     "SEPARATOR",
     "SubEvent",
     "SubgraphNode",
+    "app_for",
     "child_thread_id",
     "delete_with_subgraphs",
     "link_of",
     "store_for",
+    "subgraph_heads",
     "subgraph_threads",
     "with_subgraphs",
 ]
@@ -240,16 +242,40 @@ async def delete_with_subgraphs(saver: Saver, thread_id: str) -> None:
     await saver.delete_thread(thread_id)
 
 
-def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
-    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
-    ``namespace``; ``None`` when ``app`` has no such subgraph."""
-    saver = app.saver
+async def subgraph_heads(
+    app: App, snap: Snapshot, get_state: Callable[..., Awaitable[Snapshot]]
+) -> dict[str, Snapshot]:
+    """The heads (with their own subgraphs) of the child threads that ``snap``'s frontier's subgraph tasks have
+    started, by task id: ``get_state(child_id, subgraphs=True)`` for each."""
+    level = app_for(app, snap.namespace)
+    if level is None:
+        return {}
+    heads: dict[str, Snapshot] = {}
+    for task in snap.tasks:
+        spec = level.graph.nodes.get(task.node)
+        if spec is None or not isinstance(spec.fn, SubgraphNode):
+            continue
+        child = child_thread_id(snap.thread_id, task.node, task.id)
+        if await app.saver.get_thread(child) is not None:
+            heads[task.id] = await get_state(child, subgraphs=True)
+    return heads
+
+
+def app_for(app: App, namespace: Sequence[str]) -> App | None:
+    """The app whose graph runs the threads at ``namespace`` under ``app``'s (``None``: no such subgraph)."""
     for entry in namespace:
         spec = app.graph.nodes.get(str(entry).split(":", 1)[0])
         if spec is None or not isinstance(spec.fn, SubgraphNode):
             return None
         app = spec.fn.app
-    return ThreadStore(saver, app.codec)
+    return app
+
+
+def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
+    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
+    ``namespace``; ``None`` when ``app`` has no such subgraph."""
+    level = app_for(app, namespace)
+    return ThreadStore(app.saver, level.codec) if level is not None else None
 
 
 async def with_subgraphs(

@@ -115,6 +115,11 @@ async def test_interrupt_inside_surfaces_to_parent(saver: Any) -> None:
     [intr] = snap.interrupts
     assert (intr.node, intr.payload) == ("sub", "ok?")
     assert (await app.athread("t")).status == "interrupted"
+    state = await app.aget_state("t", subgraphs=True)  # LangGraph's get_state(config, subgraphs=True)
+    inner = state.subgraphs[state.tasks[0].id]
+    assert inner.next == ("c2",) and inner.values["log"] == ["a", "c1"] and inner.namespace
+    assert [i.payload for i in inner.interrupts] == ["ok?"] and inner.status == "interrupted"
+    assert (await app.aget_state("t")).subgraphs == {}
     with pytest.raises(Exception, match="waiting for an answer"):
         await app.aresume("t")
     snap = await app.aresume("t", Command(resume="yes"))
