@@ -28,7 +28,15 @@ from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
 from graphckpt.streams import EPHEMERAL, STREAM_MODES, StreamMode, ahead_by_one, chunks
-from graphckpt.subgraph import SEPARATOR, SubgraphNode, delete_with_subgraphs, link_of, store_for, with_subgraphs
+from graphckpt.subgraph import (
+    SEPARATOR,
+    SubgraphNode,
+    delete_with_subgraphs,
+    link_of,
+    store_for,
+    subgraph_heads,
+    with_subgraphs,
+)
 from graphckpt.sync import InlineRunner, SyncFacade
 from graphckpt.views import as_dict, thread_info
 
@@ -164,12 +172,17 @@ class App(SyncFacade):
     # -- reading ---------------------------------------------------------------------------------------------------
 
     async def aget_state(
-        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
+        self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None, subgraphs: bool = False
     ) -> Snapshot:
         """The head of ``thread_id`` (with its current status, open interrupts and errors), or any checkpoint of
         its lineage by id or by step (read-only time travel): one indexed read for the checkpoint. A subgraph's
-        child thread (``Snapshot.namespace`` names it) is read with that subgraph's schema."""
-        return await (await self._store_of(thread_id)).state(thread_id, checkpoint_id, step)
+        child thread (``Snapshot.namespace`` names it) is read with that subgraph's schema. ``subgraphs=True``
+        fills :attr:`Snapshot.subgraphs` (at any depth) with the heads of the child threads its frontier's subgraph
+        tasks have started."""
+        snap = await (await self._store_of(thread_id)).state(thread_id, checkpoint_id, step)
+        if subgraphs:
+            snap.subgraphs = await subgraph_heads(self, snap, self.aget_state)
+        return snap
 
     async def _store_of(self, thread_id: str) -> ThreadStore:
         """The store that reads ``thread_id``: this graph's, or a subgraph's for a child thread."""

@@ -124,7 +124,7 @@ class Snapshot:
     snapshot returned by the sync ``App.fork`` reads its values from the saver on their first access (see there).
     """
 
-    __slots__ = ("_cp", "_frontier", "_frontier_loader", "_values", "_values_loader", "errors", "status")
+    __slots__ = ("_cp", "_frontier", "_frontier_loader", "_values", "_values_loader", "errors", "status", "subgraphs")
 
     status: Status
     """The thread's status if this is the head; for older checkpoints, the status it had when it was the head."""
@@ -146,6 +146,9 @@ class Snapshot:
         self._values_loader = values
         self._frontier: tuple[tuple[Task, ...], tuple[Interrupt, ...], int] | None = None
         self._values: Any = _UNLOADED
+        self.subgraphs: dict[str, Snapshot] = {}
+        """With ``get_state(..., subgraphs=True)``: for each task of the frontier that is running a subgraph (or
+        stopped inside one), the head of its child thread, by task id (LangGraph's ``tasks[i].state``)."""
 
     @property
     def thread_id(self) -> str:

@@ -12,7 +12,7 @@ import contextvars
 import inspect
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from graphckpt import _hook
@@ -39,10 +39,12 @@ class NodeInterrupt(BaseException):
     """Raised by ``ctx.interrupt`` to stop the node. A ``BaseException`` so that ``except Exception`` in node code
     does not swallow it; the engine catches it and marks the thread ``interrupted``."""
 
-    def __init__(self, payload: Any, index: int) -> None:
+    def __init__(self, payload: Any, index: int, others: Sequence[tuple[int, Any]] = ()) -> None:
         super().__init__(payload)
         self.payload = payload
         self.index = index
+        self.others = others
+        """More interrupts open at once in the same task, ``(index, payload)`` (a subgraph's several questions)."""
 
 
 class Journal(Protocol):

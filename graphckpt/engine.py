@@ -112,10 +112,9 @@ class _Failed:
 @dataclass(slots=True)
 class _Interrupted:
     task: Task
-    payload: Any
-    index: int
-    data: bytes
-    """``payload`` encoded: checked storable when the node raised, stored as is with the stop."""
+    asked: list[tuple[int, Any, bytes]]
+    """``(index, payload, payload encoded)`` of each open interrupt of the task (one, but for a subgraph's task):
+    the payload checked storable when the node raised, stored as is with the stop."""
 
 
 Outcome = TaskResult | _Failed | _Interrupted
@@ -321,16 +320,15 @@ class Run:
                     out = await self._traced_call(self._tracing, spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
-                try:
-                    data = self.codec.serde.dumps(intr.payload)  # recorded with the stop: refuse it here, naming it
-                except SerializationError as exc:
-                    return _Failed(
-                        task,
-                        SerializationError(
-                            f"node {spec.name!r}: the payload of ctx.interrupt #{intr.index} cannot be stored: {exc}"
-                        ),
-                    )
-                return _Interrupted(task, intr.payload, intr.index, data)
+                asked = []
+                for index, payload in [(intr.index, intr.payload), *intr.others]:
+                    try:
+                        data = self.codec.serde.dumps(payload)  # recorded with the stop: refuse it here, naming it
+                    except SerializationError as exc:
+                        why = f"node {spec.name!r}: the payload of ctx.interrupt #{index} cannot be stored: {exc}"
+                        return _Failed(task, SerializationError(why))
+                    asked.append((index, payload, data))
+                return _Interrupted(task, asked)
             except (InvalidUpdateError, SerializationError) as exc:
                 return _Failed(task, exc, attempt)
             except (ThreadConflictError, SaverError):
@@ -535,8 +533,9 @@ class Run:
         stopped = {p.task.id for p in paused}
         writes = self._finished_writes(outcomes, stopped)
         for p in paused:
-            writes.append(StoredWrite(p.task.id, "interrupt", p.index, p.data))
-            self.recorded.interrupts[(p.task.id, p.index)] = p.payload
+            for index, payload, data in p.asked:
+                writes.append(StoredWrite(p.task.id, "interrupt", index, data))
+                self.recorded.interrupts[(p.task.id, index)] = payload
         await self.store.record_writes(self.head.cp, writes, run_id=self.run_id, status="interrupted")
         self._keep_finished(outcomes, stopped)
         logger.info("thread %r step %d interrupted", self.thread_id, self.step)

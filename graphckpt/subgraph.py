@@ -14,13 +14,13 @@ thread carries ``metadata["subgraph"]`` (:data:`LINK`: the parent's thread, chec
 namespace), which hides it from ``App.threads`` and lets history, ``get_state`` and ``diff`` find and decode it.
 
 **The parent task's own journal** (its pending writes) holds what must survive the parent's crash: effect
-:data:`PARENT_COMMAND` is a ``Command(graph=Command.PARENT)`` a child node returned, and effect ``DELIVERED + i``
-notes that the parent's answer ``i`` was handed to the child (so a re-run never hands it twice).
+:data:`PARENT_COMMAND` is a ``Command(graph=Command.PARENT)`` a child node returned, and effect ``ASKED + j`` names the
+child interrupt the parent's interrupt ``j`` stands for (so an answer reaches that one, and only once).
 
-**Interrupts.** A child stopped by an interrupt stops the parent task with an interrupt of the parent (the child's
-payload; the parent's index ``i`` counts the child's interrupts): the parent thread is ``interrupted``; answering it
-(``resume(parent, answer)`` / ``Command(resume=...)``) re-runs the parent task, which hands the answer to the child
-and resumes it from inside. Several interrupts open in the child at once surface one after the other.
+**Interrupts.** A child stopped by interrupts stops the parent task with as many interrupts of the parent (the
+child's payloads): the parent thread is ``interrupted``; once they are answered (``resume(parent, answer)`` /
+``Command(resume={id: answer, ...})``) the parent task runs again, hands the answers to the child and resumes it
+from inside.
 """
 
 from __future__ import annotations
@@ -44,16 +44,18 @@ if TYPE_CHECKING:
     from graphckpt.savers.base import Saver, ThreadRecord
 
 __all__ = [
-    "DELIVERED",
+    "ASKED",
     "LINK",
     "PARENT_COMMAND",
     "SEPARATOR",
     "SubEvent",
     "SubgraphNode",
+    "app_for",
     "child_thread_id",
     "delete_with_subgraphs",
     "link_of",
     "store_for",
+    "subgraph_heads",
     "subgraph_threads",
     "with_subgraphs",
 ]
@@ -64,8 +66,9 @@ LINK = "subgraph"
 """The metadata key of a child thread's checkpoints: ``{"thread_id", "checkpoint_id", "task_id", "node", "ns"}``."""
 PARENT_COMMAND = 0
 """Effect index, in the parent task's journal, of a ``Command(graph=Command.PARENT)`` returned inside the child."""
-DELIVERED = 1
-"""Effect index ``DELIVERED + i``, in the parent task's journal: the parent's answer ``i`` was handed to the child."""
+ASKED = 1
+"""Effect index ``ASKED + j``, in the parent task's journal: the child interrupt the parent's interrupt ``j`` stands
+for (``[child checkpoint id, child task id, index]``)."""
 
 
 def child_thread_id(parent_thread_id: str, node: str, task_id: str) -> str:
@@ -134,33 +137,39 @@ class SubgraphNode:
                 return self._output(run.head.values, parent)
 
     async def _answer(self, parent: Run, ctx: Context, store: ThreadStore, record: ThreadRecord) -> Any:
-        """What resuming the child takes: nothing when no interrupt of it is open; else the parent's next answer
-        (noted as handed over, with the child interrupt it answers, before it is), or the parent's own interrupt
-        carrying the child's question when there is no answer yet.
+        """What resuming the child takes: nothing when no interrupt of it is open; else the parent's answers to the
+        parent interrupts that stand for the child's open ones (``{child interrupt id: answer}``), or, while one of
+        them has no answer yet, the parent's interrupts carrying the child's questions (all at once).
 
-        A crash between the note and the child's recording of the answer leaves the same child interrupt open: the
-        noted answer is handed over again (never to another interrupt)."""
+        Parent interrupt ``j`` stands for the child interrupt noted in effect ``ASKED + j`` (its checkpoint, task
+        and index; noted before the parent asks), so the same child question keeps its parent interrupt across
+        re-runs, a new one gets a new index, and an answer reaches exactly the child interrupt it was given for. An
+        answer the child has recorded closes its interrupt there: a re-run never hands it over twice."""
         task = ctx._task
         head, recorded = await store.load_head(record)
         asked = recorded.open_interrupts(head.body.tasks)
         if record.status != "interrupted" and not asked:
             return NO_ANSWER  # running or failed: the child only needs resuming
-        # which child interrupt: its checkpoint, task and index (interrupt_before/after: the checkpoint alone)
-        which = [head.cp.checkpoint_id, asked[0][0].id, asked[0][1]] if asked else [head.cp.checkpoint_id, "", -1]
-        i, last = 0, None
-        while True:
-            noted, mark = parent.recorded_effect(task, DELIVERED + i)
-            if not noted:
-                break
-            i, last = i + 1, mark
-        if last is not None and list(last) == which:  # noted as handed over, but it never reached the child
-            i -= 1
-        found, answer = parent.answer(task, i)
-        if not found:
-            raise NodeInterrupt(asked[0][2] if asked else None, i)
-        if last is None or list(last) != which:
-            await parent.record_effect(task, DELIVERED + i, which)
-        return answer if asked else NO_ANSWER  # interrupt_before/after in the child: it only needs resuming
+        cp = head.cp.checkpoint_id
+        # interrupt_before/after in the child: the checkpoint alone names it, and resuming needs no answer
+        questions = [([cp, t.id, i], f"{t.id}:{i}", p) for t, i, p in asked] or [([cp, "", -1], "", None)]
+        noted: list[Any] = []
+        while (found := parent.recorded_effect(task, ASKED + len(noted)))[0]:
+            noted.append(list(found[1]))
+        mine: list[tuple[int, str, Any]] = []
+        for which, child_id, payload in questions:
+            if which not in noted:
+                noted.append(which)
+                await parent.record_effect(task, ASKED + len(noted) - 1, which)
+            mine.append((noted.index(which), child_id, payload))
+        answers = {child_id: parent.answer(task, j) for j, child_id, _ in mine}
+        waiting = [(j, payload) for j, child_id, payload in mine if not answers[child_id][0]]
+        if waiting:
+            (first, question), *others = waiting
+            raise NodeInterrupt(question, first, others)
+        if not asked:
+            return NO_ANSWER
+        return {child_id: value for child_id, (_, value) in answers.items()}
 
     async def _to_parent(self, parent: Run, ctx: Context, store: ThreadStore, run: Run, command: Command) -> Command:
         """Journal the command in the parent task (so a crash after this returns it again), then end the child."""
@@ -233,16 +242,40 @@ async def delete_with_subgraphs(saver: Saver, thread_id: str) -> None:
     await saver.delete_thread(thread_id)
 
 
-def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
-    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
-    ``namespace``; ``None`` when ``app`` has no such subgraph."""
-    saver = app.saver
+async def subgraph_heads(
+    app: App, snap: Snapshot, get_state: Callable[..., Awaitable[Snapshot]]
+) -> dict[str, Snapshot]:
+    """The heads (with their own subgraphs) of the child threads that ``snap``'s frontier's subgraph tasks have
+    started, by task id: ``get_state(child_id, subgraphs=True)`` for each."""
+    level = app_for(app, snap.namespace)
+    if level is None:
+        return {}
+    heads: dict[str, Snapshot] = {}
+    for task in snap.tasks:
+        spec = level.graph.nodes.get(task.node)
+        if spec is None or not isinstance(spec.fn, SubgraphNode):
+            continue
+        child = child_thread_id(snap.thread_id, task.node, task.id)
+        if await app.saver.get_thread(child) is not None:
+            heads[task.id] = await get_state(child, subgraphs=True)
+    return heads
+
+
+def app_for(app: App, namespace: Sequence[str]) -> App | None:
+    """The app whose graph runs the threads at ``namespace`` under ``app``'s (``None``: no such subgraph)."""
     for entry in namespace:
         spec = app.graph.nodes.get(str(entry).split(":", 1)[0])
         if spec is None or not isinstance(spec.fn, SubgraphNode):
             return None
         app = spec.fn.app
-    return ThreadStore(saver, app.codec)
+    return app
+
+
+def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
+    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
+    ``namespace``; ``None`` when ``app`` has no such subgraph."""
+    level = app_for(app, namespace)
+    return ThreadStore(app.saver, level.codec) if level is not None else None
 
 
 async def with_subgraphs(

@@ -144,7 +144,7 @@ class SyncFacade:
                     resume: bool = False, answer: Any = NO_ANSWER,
                     subgraphs: bool = False) -> AsyncIterator[Any]: ...  # fmt: skip
         async def aget_state(self, thread_id: str, checkpoint_id: str | None = None, *,
-                             step: int | None = None) -> Snapshot: ...  # fmt: skip
+                             step: int | None = None, subgraphs: bool = False) -> Snapshot: ...  # fmt: skip
         async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
                            filter: Mapping[str, Any] | None = None,
                            subgraphs: bool = False) -> list[Snapshot]: ...  # fmt: skip
@@ -188,9 +188,10 @@ class SyncFacade:
                             resume=resume, answer=answer, subgraphs=subgraphs)  # fmt: skip
         return self._sync_iter(agen)
 
-    def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None) -> Snapshot:
+    def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
+                  subgraphs: bool = False) -> Snapshot:  # fmt: skip
         """Sync :meth:`aget_state`."""
-        return self._sync(self.aget_state(thread_id, checkpoint_id, step=step))
+        return self._sync(self.aget_state(thread_id, checkpoint_id, step=step, subgraphs=subgraphs))
 
     def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
                 filter: Mapping[str, Any] | None = None, subgraphs: bool = False) -> list[Snapshot]:  # fmt: skip

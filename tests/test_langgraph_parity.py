@@ -821,9 +821,8 @@ def test_interrupts_inside_subgraphs_run_by_send_tasks() -> None:
 
 
 def test_two_parallel_interrupts_inside_one_subgraph() -> None:
-    """Two nodes of one subgraph ask in the same step. LangGraph shows both questions at once; graphckpt shows one
-    parent interrupt at a time (a deliberate difference: a subgraph task is one task of the parent), so it takes two
-    resumes where LangGraph takes one. The values, checkpoints and node calls are the same."""
+    """Two nodes of one subgraph ask in the same step: both questions surface in the parent at once, one resume
+    (by ids) answers both."""
     inner = Spec(
         fields={"log": (list, "add")},
         nodes={"p": lambda s: {"log": [ask("p")]}, "q": lambda s: {"log": [ask("q")]}},

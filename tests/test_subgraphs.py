@@ -115,6 +115,11 @@ async def test_interrupt_inside_surfaces_to_parent(saver: Any) -> None:
     [intr] = snap.interrupts
     assert (intr.node, intr.payload) == ("sub", "ok?")
     assert (await app.athread("t")).status == "interrupted"
+    state = await app.aget_state("t", subgraphs=True)  # LangGraph's get_state(config, subgraphs=True)
+    inner = state.subgraphs[state.tasks[0].id]
+    assert inner.next == ("c2",) and inner.values["log"] == ["a", "c1"] and inner.namespace
+    assert [i.payload for i in inner.interrupts] == ["ok?"] and inner.status == "interrupted"
+    assert (await app.aget_state("t")).subgraphs == {}
     with pytest.raises(Exception, match="waiting for an answer"):
         await app.aresume("t")
     snap = await app.aresume("t", Command(resume="yes"))
@@ -143,6 +148,33 @@ async def test_two_interrupts_in_one_child_node(saver: Any) -> None:
     assert [i.payload for i in snap.interrupts] == ["second?"] and snap.status == "interrupted"
     snap = await app.aresume("t", "two")
     assert snap.status == "done" and snap.values["log"] == ["one", "two"]
+
+
+async def test_parallel_interrupts_in_a_child_surface_together(saver: Any) -> None:
+    calls: dict[str, int] = {}
+
+    def asker(name: str) -> Any:
+        def node(s: Inner) -> dict[str, Any]:
+            calls[name] = calls.get(name, 0) + 1
+            return {"log": [f"{name}={interrupt(name + '?')}"]}
+
+        return node
+
+    inner = StateGraph(Inner).add_node("p", asker("p")).add_node("q", asker("q"))
+    inner.add_edge(START, "p").add_edge(START, "q")
+    app = StateGraph(Outer).add_node("sub", inner.compile()).add_edge(START, "sub").compile(saver)
+    snap = await app.ainvoke({"log": []}, thread_id="t")
+    assert sorted(i.payload for i in snap.interrupts) == ["p?", "q?"]
+    by_question = {i.payload: i.id for i in snap.interrupts}
+    snap = await app.aresume("t", {by_question["q?"]: "Q"})  # one of two: the subgraph waits for the other
+    assert snap.status == "interrupted" and [i.payload for i in snap.interrupts] == ["p?"]
+    assert calls == {"p": 1, "q": 1}
+    snap = await app.aresume("t", {snap.interrupts[0].id: "P"})
+    assert snap.status == "done" and snap.values["log"] == ["p=P", "q=Q"]
+    assert calls == {"p": 2, "q": 2}
+    again = await app.ainvoke({"log": []}, thread_id="u")  # the same, answered at once
+    snap = await app.aresume("u", {i.id: i.payload.upper() for i in again.interrupts})
+    assert snap.values["log"] == ["p=P?", "q=Q?"]
 
 
 async def test_failure_inside_resumes_inside(saver: Any) -> None:
