@@ -25,12 +25,10 @@ it inherits. A :class:`Prices` table turns tokens into cost.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import math
 import os
-import socket
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -123,6 +121,9 @@ def digest(value: Any) -> str:
 
 def answered_by() -> str:
     """Who answers an interrupt from this process: ``user@host`` (``tags={"user": ...}`` on ``resume`` wins)."""
+    import getpass  # here: only an answer needs them
+    import socket
+
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphckpt import ids
+from graphckpt.audit import step_audit
 from graphckpt.checkpoint import Snapshot, Task
 from graphckpt.codec import Body, Codec
 from graphckpt.compiled import CompiledGraph, RouteError
 from graphckpt.control import START, Send
 from graphckpt.errors import InvalidUpdateError, ThreadConflictError
-from graphckpt.records import Head, StepRecord, TaskResult
+from graphckpt.records import Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint
 from graphckpt.store import ThreadStore, partial_thread_error
 from graphckpt.views import make_snapshot
@@ -133,7 +134,7 @@ async def update_state(
     record = await store.thread(thread_id)
     if record.status == "partial":
         raise partial_thread_error(record, "take an update")
-    head, _ = await store.load_head(record)
+    head, recorded = await store.load_head(record)
     validated = state.validate_update(update, node=as_node or "update")
     values, writes = state.apply(head.values, [validated], sources=[as_node or "update"])
     cid = ids.new_id()
@@ -145,12 +146,20 @@ async def update_state(
     status, interrupts = graph.frontier_status(tasks)
     step = StepRecord("update", values, writes, tasks, barriers, status, interrupts,
                       tags=tags if tags is not None else head.cp.metadata.get("tags"),
-                      wrote={as_node or "update": list(validated)})  # fmt: skip
+                      wrote={as_node or "update": list(validated)},
+                      extra=_kept_audit(recorded, head.body.tasks))  # fmt: skip
     run_id = ids.new_id()
     new = await store.write_checkpoint(
         head, step, run_id=run_id, checkpoint_id=cid, expected_head=record.head_checkpoint_id, claim=record
     )
     return store.snapshot(new, status, None)
+
+
+def _kept_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any]:
+    """The old head's uncommitted audit record (a failed step's attempts, its calls), kept in the edit's checkpoint:
+    the edit drops the pending writes, not what they tell."""
+    audit = step_audit(recorded, tasks)
+    return {"audit": audit} if audit else {}
 
 
 def _check_as_node(graph: CompiledGraph, as_node: str | None, goto: Goto | None) -> None:

@@ -85,10 +85,9 @@ class Tracer:
         if previous is not None:
             links.append(Link(previous, {"graphckpt.link": "resumes"}))
             attributes[RESUMES] = format(previous.trace_id, "032x")
-        return self.tracer.start_span(
-            SPAN_RUN.format(graph=graph), context=otel_context.Context(), kind=SpanKind.INTERNAL,
-            attributes=attributes, links=links,
-        )  # fmt: skip
+        # a child of the caller's current span, if any (an HTTP request handling the run); else a new trace
+        return self.tracer.start_span(SPAN_RUN.format(graph=graph), kind=SpanKind.INTERNAL, attributes=attributes,
+                                      links=links)  # fmt: skip
 
     def step_span(self, parent: Any, thread_id: str, step: int) -> Any:
         return self.tracer.start_span(

@@ -246,3 +246,19 @@ async def test_a_failed_thread_exports_and_imports_with_its_audit_record(tmp_pat
     record = await other.aaudit("t")
     assert [(a["type"], a["message"]) for a in record["attempts"]] == [("RuntimeError", "boom")]
     assert [c["status"] for c in record["calls"]] == ["finished"]
+
+
+async def test_an_edit_of_a_failed_thread_keeps_its_failed_attempts(saver: Any) -> None:
+    def boom(s: S) -> dict[str, Any]:
+        raise ValueError("bad input")
+
+    g = StateGraph(S)
+    g.add_node("n", boom)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(saver=saver)
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="t")
+    edited = await app.aupdate_state("t", {"log": ["fixed by hand"]})
+    assert [a["message"] for a in edited.metadata["audit"]["attempts"]] == ["bad input"]
+    assert [a["message"] for a in (await app.aaudit("t"))["attempts"]] == ["bad input"]
