@@ -122,18 +122,34 @@ async def event_source(
 async def _render(
     service: Service, ns: str, thread_id: str, e: StoredEvent, kinds: set[str] | None, values: bool
 ) -> ServerSentEvent | None:
-    eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
     if values:
         if e.kind != "checkpoint":
             return None
-        snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
-        return ServerSentEvent(id=eid, event="values", data=_dump(queries.state_view(ns, snap)["values"]))
+        key = (ns, e.thread_id, e.step, e.seq, "values")
+        data = service.rendered.get(key)
+        if data is None:
+            snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
+            data = _remember(service, key, _dump(queries.state_view(ns, snap)["values"]))
+        return ServerSentEvent(id=f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}", event="values", data=data)
     if kinds is not None and e.kind not in kinds:
         return None
-    payload = dict(e.payload)
-    if payload.get("parent_thread_id"):
-        payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
-    return ServerSentEvent(id=eid, event=e.kind, data=_dump(payload))
+    key = (ns, e.thread_id, e.step, e.seq, "")
+    data = service.rendered.get(key)
+    if data is None:
+        payload = dict(e.payload)
+        if payload.get("parent_thread_id"):
+            payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
+        data = _remember(service, key, _dump(payload))
+    return ServerSentEvent(id=f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}", event=e.kind, data=data)
+
+
+def _remember(service: Service, key: tuple[str, str, int, int, str], data: str) -> str:
+    """Keep the ``data`` of a recently sent event (an event never changes): subscribers of one thread encode each
+    once."""
+    service.rendered[key] = data
+    while len(service.rendered) > 1024:
+        del service.rendered[next(iter(service.rendered))]
+    return data
 
 
 def _dump(data: Any) -> str:
