@@ -44,14 +44,16 @@ def create_app(
     max_body: int = 1 << 20,
     keepalive: float = 15.0,
     poll_interval: float = 0.01,
+    recover: bool = True,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins."""
+    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: at start-up, resume the
+    threads a crash left ``running`` (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
-    service = Service(apps, saver, poll_interval=poll_interval)
+    service = Service(apps, saver, poll_interval=poll_interval, recover=recover)
     config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
 
     @contextlib.asynccontextmanager

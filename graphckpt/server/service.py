@@ -60,7 +60,9 @@ def user_metadata(record: ThreadRecord) -> dict[str, Any]:
 class Service:
     """The graphs ``apps`` (id -> app, all on ``saver``); the first is the default for threads that name none."""
 
-    def __init__(self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01) -> None:
+    def __init__(
+        self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True
+    ) -> None:
         if not apps:
             raise ValueError("serve at least one graph")
         self.saver = saver
@@ -68,12 +70,12 @@ class Service:
         self.default_graph = next(iter(self.apps))
         self.pending: dict[str, PendingThread] = {}
         self._reads: dict[Any, list[StoredEvent]] = {}
-        self.rendered: dict[tuple[str, str, int, int, str], str] = {}
-        """SSE ``data`` of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
+        self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}
+        """SSE encodings of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
         self.hub = Hub(saver, poll_interval=poll_interval)
         from graphckpt.server.executor import InProcessRuns
 
-        self.runs = InProcessRuns(self)
+        self.runs = InProcessRuns(self, recover=recover)
 
     async def start(self) -> None:
         await self.saver.setup()
