@@ -311,3 +311,36 @@ def _ok(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/ok", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_cors_is_off_unless_configured() -> None:
+    from server_graphs import counter
+    from starlette.testclient import TestClient
+
+    from graphckpt.savers.memory import MemorySaver
+
+    origin = {"Origin": "http://ui.example"}
+    with TestClient(create_app(counter(), MemorySaver())) as client:
+        assert "access-control-allow-origin" not in client.get("/ok", headers=origin).headers
+    with TestClient(create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"])) as client:
+        assert client.get("/ok", headers=origin).headers["access-control-allow-origin"] == "http://ui.example"
+        assert "access-control-allow-origin" not in client.get("/ok", headers={"Origin": "http://evil"}).headers
+
+
+def test_tokens_from_a_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphckpt.server.auth import Tokens, api_id, store_id
+
+    path = tmp_path / "tokens"
+    path.write_text(TOKENS)
+    monkeypatch.setenv("SERVE_TOKENS", "t3=gamma, t4=delta")
+    tokens = Tokens.load(path, "SERVE_TOKENS")
+    assert dict(tokens.namespaces) == {"token-a": "alpha", "token-b": "beta", "t3": "gamma", "t4": "delta"}
+    path.write_text("lonely\n")
+    with pytest.raises(ValueError, match="line 1: expected 'TOKEN NAMESPACE'"):
+        Tokens.load(path)
+    monkeypatch.setenv("SERVE_TOKENS", "t=a/b")
+    with pytest.raises(ValueError, match="without '/'"):
+        Tokens.load(None, "SERVE_TOKENS")
+    assert not Tokens.load(None, "UNSET_VARIABLE_FOR_TEST")
+    assert store_id("alpha", "x") == "alpha/x" and api_id("alpha", "alpha/x") == "x"
+    assert api_id("alpha", "beta/x") is None and api_id("", "beta/x") == "beta/x"
