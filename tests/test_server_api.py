@@ -272,3 +272,75 @@ def test_the_official_langgraph_sdk_client(serve: Callable[..., Served]) -> None
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_readme_serve_and_curl_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's two commands: serve the demo graph, then watch a run with ``curl -N`` (on a free port)."""
+    import os
+    import re
+    import shlex
+
+    from serving import TESTS, free_port
+
+    readme = (TESTS.parent / "README.md").read_text()
+    section = readme.split("## HTTP API and SSE streams", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None
+    serve_line, curl_line = [line.split("  #")[0].strip() for line in block.group(1).strip().splitlines()]
+    port = free_port()
+    argv = shlex.split(serve_line)
+    assert argv[:2] == ["graphckpt", "serve"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHCKPT_", "OPENAI_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "graphckpt", *argv[1:], "--port", str(port)], cwd=tmp_path,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: _ok(port), 30, what="the demo server")
+        curl = curl_line.replace("localhost:8123", f"127.0.0.1:{port}")
+        out = subprocess.run(curl, shell=True, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "event: run.done" in out.stdout and out.stdout.rstrip().endswith("data: {}")
+        assert "id: t1:4:1" in out.stdout  # the fourth step's task, by its durable id
+        assert (tmp_path / "graphckpt.db").exists()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _ok(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/ok", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_cors_is_off_unless_configured() -> None:
+    from server_graphs import counter
+    from starlette.testclient import TestClient
+
+    from graphckpt.savers.memory import MemorySaver
+
+    origin = {"Origin": "http://ui.example"}
+    with TestClient(create_app(counter(), MemorySaver())) as client:
+        assert "access-control-allow-origin" not in client.get("/ok", headers=origin).headers
+    with TestClient(create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"])) as client:
+        assert client.get("/ok", headers=origin).headers["access-control-allow-origin"] == "http://ui.example"
+        assert "access-control-allow-origin" not in client.get("/ok", headers={"Origin": "http://evil"}).headers
+
+
+def test_tokens_from_a_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphckpt.server.auth import Tokens, api_id, store_id
+
+    path = tmp_path / "tokens"
+    path.write_text(TOKENS)
+    monkeypatch.setenv("SERVE_TOKENS", "t3=gamma, t4=delta")
+    tokens = Tokens.load(path, "SERVE_TOKENS")
+    assert dict(tokens.namespaces) == {"token-a": "alpha", "token-b": "beta", "t3": "gamma", "t4": "delta"}
+    path.write_text("lonely\n")
+    with pytest.raises(ValueError, match="line 1: expected 'TOKEN NAMESPACE'"):
+        Tokens.load(path)
+    monkeypatch.setenv("SERVE_TOKENS", "t=a/b")
+    with pytest.raises(ValueError, match="without '/'"):
+        Tokens.load(None, "SERVE_TOKENS")
+    assert not Tokens.load(None, "UNSET_VARIABLE_FOR_TEST")
+    assert store_id("alpha", "x") == "alpha/x" and api_id("alpha", "alpha/x") == "x"
+    assert api_id("alpha", "beta/x") is None and api_id("", "beta/x") == "beta/x"

@@ -267,3 +267,39 @@ def test_sigkill_mid_run_then_restart_continues_with_the_identical_tail(
 def test_resource_limit_is_high_enough_for_the_stream_tests() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert soft >= 256
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_run_by_another_process_streams_live(
+    serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """The stream wakes on the store, not on this server's own runs: a fork resumed by ``graphckpt resume`` in
+    another process streams live (SQLite: the change counter; PostgreSQL: LISTEN/NOTIFY)."""
+    import subprocess
+    import sys
+    import threading
+
+    db = str(tmp_path / "shared.db")
+    if store == "postgres":
+        schema = request.getfixturevalue("pg_schema_name")
+        db = f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+    server = serve(["server_graphs:counter"], db=db)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _run(client, "o", {"input": {"limit": 3}})
+        client.post("/threads/o/fork", json={"step": 1, "new_thread_id": "of", "values": {"limit": 6}})
+        seen = durable(read_events(client, "/threads/of/stream", limit=5))  # the source's events, then the fork's
+        assert seen[-1][0] == "of:2:0"
+
+        def resume() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "graphckpt", "--db", db, "resume", "of"], env=server.env,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+
+        done: list[subprocess.CompletedProcess[str]] = []
+        other = threading.Thread(target=lambda: done.append(resume()))
+        other.start()
+        tail = read_events(client, "/threads/of/stream", last_id=seen[-1][0])
+        other.join(60)
+        assert done and done[0].returncode == 0, done and done[0].stderr
+        assert tail[-1][1] == "end" and durable(tail)[-1][1] == "run.done"
+        assert [k for _, k, _ in durable(tail)].count("task.finished") == 5
+        assert client.get("/threads/of/state").json()["values"]["n"] == 6

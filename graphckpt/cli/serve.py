@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
+    p.add_argument("--no-recover", dest="recover", action="store_false",
+                   help="do not resume, at start-up, the threads a crash left running")  # fmt: skip
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -64,7 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not sep:
             name, spec = target, target
         apps[name] = compile_with(load_target(spec), saver)
-    app = create_app(apps, saver, tokens=tokens, cors_origins=args.cors_origin, max_body=args.max_body)
+    app = create_app(apps, saver, tokens=tokens, cors_origins=args.cors_origin, max_body=args.max_body,
+                     recover=args.recover)  # fmt: skip
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
         timeout_graceful_shutdown=args.graceful_timeout,

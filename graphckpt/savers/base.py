@@ -192,7 +192,7 @@ EventKind = Literal[
 """What an event records, and the write that makes it (in that write's transaction):
 
 - ``run.started``: a thread created by an input (at its first step), or claimed by a run (at ``head_step + 1``);
-  payload ``{run_id}``.
+  payload ``{run_id}``: the engine's claim of the thread (``ThreadRecord.run_id``), not a server's run id.
 - ``task.finished``: one per node that wrote in a committed ``loop`` step (before that step's ``checkpoint`` event);
   payload ``{node, writes (the keys), duration_ms, usage}`` from the checkpoint's metadata.
 - ``task.failed``, ``effect.recorded``, ``interrupt.raised``: a pending write of kind ``error``, ``effect`` or

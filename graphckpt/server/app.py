@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -20,7 +21,6 @@ from starlette.routing import Route
 
 from graphckpt.app import App
 from graphckpt.errors import GraphckptError
-from graphckpt.graph import StateGraph
 from graphckpt.savers.base import Saver
 from graphckpt.server import assistants, openapi, runs, threads
 from graphckpt.server.auth import Tokens
@@ -28,13 +28,14 @@ from graphckpt.server.errors import ApiError, handle_error, handle_http
 from graphckpt.server.http import Config
 from graphckpt.server.service import Service
 
-__all__ = ["create_app"]
+if TYPE_CHECKING:
+    from graphckpt.graph import StateGraph
 
-Graphs = App | StateGraph | Mapping[str, App | StateGraph]
+__all__ = ["create_app"]
 
 
 def create_app(
-    graphs: Graphs,
+    graphs: App | StateGraph | Mapping[str, App | StateGraph],
     saver: Saver | None = None,
     *,
     db: str | None = None,
@@ -43,14 +44,16 @@ def create_app(
     max_body: int = 1 << 20,
     keepalive: float = 15.0,
     poll_interval: float = 0.01,
+    recover: bool = True,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins."""
+    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: at start-up, resume the
+    threads a crash left ``running`` (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
-    service = Service(apps, saver, poll_interval=poll_interval)
+    service = Service(apps, saver, poll_interval=poll_interval, recover=recover)
     config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
 
     @contextlib.asynccontextmanager
@@ -87,10 +90,12 @@ def create_app(
     return app
 
 
-def _apps(graphs: Graphs) -> dict[str, App]:
-    if isinstance(graphs, App | StateGraph):
+def _apps(graphs: Any) -> dict[str, App]:
+    """``graphs`` as id -> app: a single graph or app is ``"graph"``; a graph (anything with ``compile``) is
+    compiled (the server sits above the builder and does not import it)."""
+    if not isinstance(graphs, Mapping):
         graphs = {"graph": graphs}
-    return {name: g.compile() if isinstance(g, StateGraph) else g for name, g in graphs.items()}
+    return {name: g if isinstance(g, App) else g.compile() for name, g in graphs.items()}
 
 
 def _saver(url: str) -> Saver:

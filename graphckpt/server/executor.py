@@ -98,15 +98,20 @@ class RunExecutor(Protocol):
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, *, recover: bool = True) -> None:
         self.service = service
+        self.recover = recover
         self._runs: dict[str, RunInfo] = {}
         self._queues: dict[str, list[RunInfo]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
 
     async def start(self) -> None:
-        """Resume the threads a crash left ``running`` (their last checkpoint came from a run: ``input``/``loop``)."""
+        """Resume the threads a crash left ``running`` (their last checkpoint came from a run: ``input``/``loop``).
+        Without leases this cannot tell a crashed run from one another process is running right now: serve with
+        ``recover=False`` (``--no-recover``) when other processes run the same store's threads."""
+        if not self.recover:
+            return
         for record in await self.service.saver.list_threads(status="running"):
             graph = self.service.graph_of(record)
             if record.metadata.get("source") not in ("input", "loop"):

@@ -32,6 +32,9 @@ __all__ = ["PendingThread", "Service", "user_metadata"]
 
 logger = logging.getLogger("graphckpt.server")
 
+READ_CACHE = 512
+"""How many recent event reads :meth:`Service.events` remembers (each at most 256 events)."""
+
 NO_END = 2**62
 """An upper step bound past any real one (a lineage walk's open end)."""
 
@@ -57,17 +60,22 @@ def user_metadata(record: ThreadRecord) -> dict[str, Any]:
 class Service:
     """The graphs ``apps`` (id -> app, all on ``saver``); the first is the default for threads that name none."""
 
-    def __init__(self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01) -> None:
+    def __init__(
+        self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True
+    ) -> None:
         if not apps:
             raise ValueError("serve at least one graph")
         self.saver = saver
         self.apps = {name: app if app.saver is saver else app.with_saver(saver) for name, app in apps.items()}
         self.default_graph = next(iter(self.apps))
         self.pending: dict[str, PendingThread] = {}
+        self._reads: dict[Any, list[StoredEvent]] = {}
+        self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}
+        """SSE encodings of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
         self.hub = Hub(saver, poll_interval=poll_interval)
         from graphckpt.server.executor import InProcessRuns
 
-        self.runs = InProcessRuns(self)
+        self.runs = InProcessRuns(self, recover=recover)
 
     async def start(self) -> None:
         await self.saver.setup()
@@ -252,7 +260,17 @@ class Service:
     async def events(
         self, segments: Sequence[tuple[str, int, int]], after: tuple[int, int], limit: int = 256
     ) -> list[StoredEvent]:
-        return await self.saver.read_events(segments, after=after, limit=limit)
+        """The events after ``after`` in ``segments``. Streams at one position share one read per wake-up: a read
+        is remembered with the hub's version, and a read after the version moved is a new one (an event committed
+        after the hub saw the counter moves it again), so a remembered answer is never staler than a fresh one."""
+        key = (tuple(segments), after, limit, self.hub.version)
+        found = self._reads.get(key)
+        if found is None:
+            found = await self.saver.read_events(segments, after=after, limit=limit)
+            self._reads[key] = found
+            while len(self._reads) > READ_CACHE:
+                del self._reads[next(iter(self._reads))]
+        return found
 
     async def cursor_now(self, segments: Sequence[tuple[str, int, int]], head_step: int) -> tuple[int, int]:
         """The cursor after the last event of the lineage (those of a thread's head step or later are read)."""

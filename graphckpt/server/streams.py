@@ -94,8 +94,9 @@ async def event_source(
     values: bool = False,
     run_stream: bool = False,
     preamble: Sequence[ServerSentEvent] = (),
-) -> AsyncIterator[ServerSentEvent]:
-    """The stream itself: owns only ``cursor`` (and the kind of the event there)."""
+) -> AsyncIterator[ServerSentEvent | bytes]:
+    """The stream itself: owns only ``cursor`` (and the kind of the event there). Each read's events go out as one
+    write (their encodings are shared by the thread's subscribers)."""
     for item in preamble:
         yield item
     sid = store_id(ns, thread_id)
@@ -103,37 +104,52 @@ async def event_source(
     while not hub.closing:
         seen = hub.version
         batch = await service.events(segments, cursor)
+        chunk = bytearray()
         for event in batch:
             cursor, last_kind = (event.step, event.seq), event.kind
-            rendered = await _render(service, ns, thread_id, event, kinds, values)
-            if rendered is not None:
-                yield rendered
+            encoded = await _render(service, ns, thread_id, event, kinds, values)
+            if encoded is not None:
+                chunk += encoded
             if run_stream and event.kind in TERMINAL_EVENTS:
-                yield ServerSentEvent(event="end", data="{}")
+                yield bytes(chunk) + END
                 return
+        if chunk:
+            yield bytes(chunk)
         if batch:
             continue
         if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
-            yield ServerSentEvent(event="end", data="{}")
+            yield END
             return
         await service.wait_events(seen, within=5.0)
 
 
+END = ServerSentEvent(event="end", data="{}").encode()
+"""The last thing a stream sends (no id): its run or thread has finished."""
+
+
 async def _render(
     service: Service, ns: str, thread_id: str, e: StoredEvent, kinds: set[str] | None, values: bool
-) -> ServerSentEvent | None:
+) -> bytes | None:
+    """The SSE encoding of ``e`` for this stream's filters, or ``None`` when they leave it out."""
+    if (values and e.kind != "checkpoint") or (not values and kinds is not None and e.kind not in kinds):
+        return None
+    key = (ns, e.thread_id, e.step, e.seq, "values" if values else "")
+    encoded = service.rendered.get(key)
+    if encoded is not None:
+        return encoded
     eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
     if values:
-        if e.kind != "checkpoint":
-            return None
         snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
-        return ServerSentEvent(id=eid, event="values", data=_dump(queries.state_view(ns, snap)["values"]))
-    if kinds is not None and e.kind not in kinds:
-        return None
-    payload = dict(e.payload)
-    if payload.get("parent_thread_id"):
-        payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
-    return ServerSentEvent(id=eid, event=e.kind, data=_dump(payload))
+        encoded = ServerSentEvent(id=eid, event="values", data=_dump(queries.state_view(ns, snap)["values"])).encode()
+    else:
+        payload = dict(e.payload)
+        if payload.get("parent_thread_id"):
+            payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
+        encoded = ServerSentEvent(id=eid, event=e.kind, data=_dump(payload)).encode()
+    service.rendered[key] = encoded
+    while len(service.rendered) > 1024:  # an event never changes: subscribers of one thread encode it once
+        del service.rendered[next(iter(service.rendered))]
+    return encoded
 
 
 def _dump(data: Any) -> str:

@@ -1,0 +1,192 @@
+"""Benchmarks of ``graphckpt serve`` (issue 15): commit-to-event latency, and events per second to 100 subscribers.
+
+    python bench/server.py                 # SQLite and PostgreSQL, writes its section of bench/RESULTS.md
+    python bench/server.py --savers sqlite --steps 100 --out /tmp/server.md
+
+The server runs as ``graphckpt serve bench.server_graph:graph`` in a subprocess on a free loopback port (SQLite
+file, or a fresh PostgreSQL schema). Latency: one subscriber follows a thread over SSE while a run of ``--steps``
+steps commits; for each ``checkpoint`` event, receive time minus the checkpoint's ``created_at`` (taken just before
+its commit; same machine clock), so it holds the commit, the event trigger, the wake-up (SQLite: the change-counter
+poll, every 10 ms; PostgreSQL: LISTEN/NOTIFY) and the SSE hop. Fan-out: 100 subscribers on one thread while a run
+commits; events delivered to all of them divided by the time from the run's start to the last delivery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+BEGIN, END_MARK = "<!-- server benchmarks (bench/server.py) -->", "<!-- /server benchmarks -->"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, db: str, workdir: Path) -> None:
+        self.port = _free_port()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+        argv = [sys.executable, "-m", "graphckpt", "--db", db, "serve", "bench.server_graph:graph",
+                "--port", str(self.port)]  # fmt: skip
+        self.proc = subprocess.Popen(argv, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+async def _follow(
+    client: httpx.AsyncClient, path: str, started: asyncio.Event | None = None
+) -> list[tuple[str, str, float]]:
+    """(event, data, receive time) of each event of the stream until it ends."""
+    out: list[tuple[str, str, float]] = []
+    async with client.stream("GET", path) as response:
+        if started is not None:
+            started.set()
+        fields: dict[str, str] = {}
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(":")
+                fields[name] = value.removeprefix(" ")
+            elif fields:
+                out.append((fields.get("event", ""), fields.get("data", ""), time.time()))
+                fields = {}
+    return out
+
+
+async def latency(url: str, steps: int) -> list[float]:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        (await client.post("/threads", json={"thread_id": "lat"})).raise_for_status()
+        started = asyncio.Event()
+        follower = asyncio.create_task(_follow(client, "/threads/lat/stream", started))
+        await started.wait()
+        (await client.post("/threads/lat/runs", json={"input": {"limit": steps}})).raise_for_status()
+        events = await follower
+        history = (await client.get("/threads/lat/history", params={"limit": steps + 1})).json()
+    created = {
+        h["checkpoint"]["checkpoint_id"]: dt.datetime.fromisoformat(h["created_at"]).timestamp() for h in history
+    }
+    found = []
+    for kind, data, received in events:
+        if kind == "checkpoint":
+            checkpoint_id = re.search(r'"checkpoint_id":"([^"]+)"', data)
+            if checkpoint_id and checkpoint_id.group(1) in created:
+                found.append((received - created[checkpoint_id.group(1)]) * 1000)
+    return found
+
+
+async def fanout(url: str, steps: int, subscribers: int) -> tuple[float, int]:
+    limits = httpx.Limits(max_connections=subscribers + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        (await client.post("/threads", json={"thread_id": "fan"})).raise_for_status()
+        opened = [asyncio.Event() for _ in range(subscribers)]
+        tasks = [asyncio.create_task(_follow(client, "/threads/fan/stream", e)) for e in opened]
+        await asyncio.gather(*(e.wait() for e in opened))
+        start = time.time()
+        (await client.post("/threads/fan/runs", json={"input": {"limit": steps}})).raise_for_status()
+        results = await asyncio.gather(*tasks)
+    delivered = sum(len([e for e in r if e[0] != "end"]) for r in results)
+    last = max(r[-1][2] for r in results)
+    return delivered / (last - start), delivered
+
+
+def _drop(schema: str) -> None:
+    drop = f"DROP SCHEMA IF EXISTS {schema} CASCADE"
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "test", "-qc", drop], check=True, capture_output=True)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--savers", default="sqlite,postgres")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--subscribers", type=int, default=100)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
+    args = parser.parse_args()
+    rows = []
+    for saver in args.savers.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            schema = f"bench_server_{os.getpid()}"
+            db = str(Path(tmp) / "serve.db") if saver == "sqlite" else f"{PG}?schema={schema}"
+            for measure in ("latency", "fanout"):
+                if saver == "postgres":
+                    _drop(schema)
+                elif Path(db).exists():
+                    Path(db).unlink()
+                server = Server(db, Path(tmp))
+                try:
+                    if measure == "latency":
+                        ms = asyncio.run(latency(server.url, args.steps))
+                        row = (saver, f"commit-to-event latency, {len(ms)} checkpoints, ms",
+                               f"p50 {statistics.median(ms):.2f} / p99 {_pct(ms, 0.99):.2f}")  # fmt: skip
+                    else:
+                        rate, delivered = asyncio.run(fanout(server.url, args.steps, args.subscribers))
+                        row = (saver, f"events/s to {args.subscribers} subscribers ({delivered} delivered)",
+                               f"{rate:,.0f}")  # fmt: skip
+                finally:
+                    server.stop()
+                rows.append(row)
+                print(" | ".join(row), flush=True)
+            if saver == "postgres":
+                _drop(schema)
+    section = "\n".join([
+        BEGIN, "", "## Server (issue 15)", "",
+        f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}; machine: {platform.platform()}, "
+        f"nproc {os.cpu_count()}; command: `python bench/server.py --steps {args.steps}`",
+        "- latency: receive time of each `checkpoint` SSE event minus the checkpoint's `created_at` (commit, event "
+        "trigger, wake-up: SQLite polls a change counter every 10 ms, PostgreSQL LISTEN/NOTIFY; SSE over loopback)",
+        "",
+        "| saver | measure | result |", "|---|---|---|",
+        *(f"| {s} | {m} | {r} |" for s, m, r in rows), "", END_MARK,
+    ])  # fmt: skip
+    out = Path(args.out)
+    text = out.read_text() if out.exists() else ""
+    if BEGIN in text and END_MARK in text:
+        text = text[: text.index(BEGIN)] + section + text[text.index(END_MARK) + len(END_MARK) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
