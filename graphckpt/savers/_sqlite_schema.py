@@ -45,6 +45,14 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             idx INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))
             WITHOUT ROWID""",
     ),
+    (  # 2: leases (issue 14): who runs each thread, until when, and how many claims it has had
+        "ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE threads ADD COLUMN lease_worker TEXT",
+        "ALTER TABLE threads ADD COLUMN lease_host TEXT",
+        "ALTER TABLE threads ADD COLUMN lease_pid INTEGER",
+        "ALTER TABLE threads ADD COLUMN heartbeat_at REAL",
+        "ALTER TABLE threads ADD COLUMN lease_until REAL",
+    ),
 )
 
 
