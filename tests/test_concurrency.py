@@ -243,8 +243,11 @@ async def test_resumer_sees_writes_recorded_before_its_claim(tmp_path: Path) -> 
     async def claim_after_a_journaled(*args: Any, **kwargs: Any) -> int:
         b_read.set()  # B has read the thread, its head and the head's pending writes
         await a_journaled.wait()
-        while (record := await saver_b.get_thread("t")) is None or record.status != "crashed":
-            await asyncio.sleep(0.01)  # noqa: ASYNC110 - A's lease expires in the store: a zombie now (no heartbeat)
+        while True:  # until A's lease expired: A is a zombie now (alive, with no heartbeat)
+            record = await saver_b.get_thread("t")
+            if record is not None and record.status == "crashed":
+                break
+            await asyncio.sleep(0.01)
         return await real_claim(*args, **kwargs)
 
     async def no_heartbeat(*args: Any, **kwargs: Any) -> None:
