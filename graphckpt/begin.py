@@ -26,7 +26,7 @@ __all__ = ["RunOptions", "check_limit", "resume", "start"]
 class RunOptions:
     """What every run of one app shares: its compiled graph, store, node runner and default step limit."""
 
-    __slots__ = ("graph", "recursion_limit", "store")
+    __slots__ = ("graph", "recursion_limit", "store")  # the lease length is the store's
 
     def __init__(self, graph: CompiledGraph, store: ThreadStore, recursion_limit: int) -> None:
         self.graph, self.store, self.recursion_limit = graph, store, recursion_limit
@@ -43,11 +43,14 @@ class RunOptions:
         initial: Step | None = None,
         streamed: bool = False,
         extra: Mapping[str, Any] | None = None,
+        lease_until: float | None = None,
     ) -> Run:
+        lease = None if lease_until is None else self.store.heartbeat(head.cp.thread_id, run_id, lease_until)
         return Run(
             self.graph, self.store, head=head, recorded=recorded, run_id=run_id,
             recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
             tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed, extra=extra,
+            lease=lease,
         )  # fmt: skip
 
 
@@ -108,13 +111,15 @@ async def start(
     step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
                       wrote={"input": list(update)}, extra=extra or {})  # fmt: skip
     run_id = ids.new_id()
+    until = store.lease_until()
     head = await store.write_checkpoint(
         base, step, run_id=run_id, checkpoint_id=checkpoint_id,
         expected_head=None if record is None else record.head_checkpoint_id,
         claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready
+        lease_until=until,
     )  # fmt: skip
     return options.run(head, Recorded(), run_id, recursion_limit, tags, runner, initial=Step(head, [begin]),
-                       streamed=streamed, extra=extra)  # fmt: skip
+                       streamed=streamed, extra=extra, lease_until=until)  # fmt: skip
 
 
 async def resume(
@@ -164,7 +169,8 @@ async def resume(
     answered = {"at": ids.now(), "by": who}
     writes += [StoredWrite(task.id, "answered", index, store.codec.serde.dumps(answered)) for task, index, _ in answers]
     run_id = ids.new_id()
-    await store.claim(record, run_id=run_id)
+    until = store.lease_until()
+    await store.claim(record, run_id=run_id, lease_until=until)  # refused while a live process holds the thread
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
     # our read and the claim; from the claim on nobody else can write against this head: read them again.
     recorded = await store.recorded(head.cp, head.body.tasks)
@@ -174,7 +180,8 @@ async def resume(
             recorded.answers[(task.id, index)] = value
             recorded.answered[(task.id, index)] = answered
     recorded.errors.clear()
-    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra)
+    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra,
+                       lease_until=until)  # fmt: skip
 
 
 def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[tuple[Task, int, Any]]:

@@ -67,6 +67,8 @@ class Journal(Protocol):
                             info: CallInfo | None = None) -> None: ...  # fmt: skip
     async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
+    def lease_fresh(self) -> bool: ...
+    async def check_lease(self) -> None: ...
 
 
 class Context:
@@ -135,6 +137,8 @@ class Context:
                 self._trace_replay(tracing, call_info(fn, args, kwargs), index, value)
             return value
         self._check_alive()
+        if not self._journal.lease_fresh():  # paused past a heartbeat: still ours? (else LeaseLostError)
+            await self._journal.check_lease()
         info = call_info(fn, args, kwargs)
         seq = await self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
         span = tracing.call_span(info, self._key(index), replayed=False) if tracing is not None else None
@@ -179,6 +183,8 @@ class Context:
             self._trace_replay(tracing, call_info(fn, args, kwargs), index, value)
         if not found:
             self._check_alive()
+            if not self._journal.lease_fresh():  # paused past a heartbeat: still ours? (else LeaseLostError)
+                asyncio.run_coroutine_threadsafe(self._journal.check_lease(), loop).result()
             info = call_info(fn, args, kwargs)
             start = self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
             seq = asyncio.run_coroutine_threadsafe(start, loop).result()

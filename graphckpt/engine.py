@@ -54,6 +54,7 @@ from graphckpt.store import NO_RESULT, ThreadStore
 if TYPE_CHECKING:
     from graphckpt.compiled import CompiledGraph
     from graphckpt.graph import NodeSpec
+    from graphckpt.lease import Heartbeat
 
 __all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "debug_event", "node_failure"]
 
@@ -141,8 +142,12 @@ class Run:
         initial: Step | None = None,
         streamed: bool = False,
         extra: Mapping[str, Any] | None = None,
+        lease: Heartbeat | None = None,
     ) -> None:
         self.graph, self.store, self.codec = graph, store, store.codec
+        self.lease = lease
+        """The run's lease on the thread, renewed in the background while the run iterates (see
+        :mod:`graphckpt.lease`); ``None`` for a run that holds none (one that ends at once)."""
         self.head, self.recorded, self.run_id = head, recorded, run_id
         self.recursion_limit = recursion_limit
         self.tags = tags
@@ -199,8 +204,9 @@ class Run:
     def steps(self) -> AsyncGenerator[Step, None]:
         """The loop. Yields each committed step; ends when the thread is done or paused; raises
         :class:`NodeError` (and :class:`RecursionLimitError`) on the fail path. It never runs ahead of its
-        consumer: the next step starts when the next item is asked for. With telemetry on, inside the run's span."""
-        return self._steps() if _hook.TRACING is None else self._traced_steps(_hook.TRACING)
+        consumer: the next step starts when the next item is asked for. With telemetry on, inside the run's span.
+        The run holds its lease meanwhile (heartbeats on a timer); a stop that leaves the thread running releases it."""
+        return self._leased_steps() if _hook.TRACING is None else self._traced_steps(_hook.TRACING)
 
     async def _traced_steps(self, tracing: _hook.Tracing) -> AsyncGenerator[Step, None]:
         tags = self.tags or {}
@@ -208,7 +214,7 @@ class Run:
         self._tracing = tracing
         self._span = tracing.run_span(graph, self.thread_id, self.head.cp.metadata.get("trace"))
         try:
-            async for step in self._steps():
+            async for step in self._leased_steps():
                 yield step
         except GeneratorExit:
             tracing.end(self._span)
@@ -217,6 +223,16 @@ class Run:
             tracing.end(self._span, exc)
             raise
         tracing.end(self._span)
+
+    async def _leased_steps(self) -> AsyncGenerator[Step, None]:
+        if self.lease is not None:
+            self.lease.start()
+        try:
+            async for step in self._steps():
+                yield step
+        finally:
+            if self.lease is not None:  # a stop that leaves the thread running (signal, limit, error) releases it
+                await self.lease.stop(release=self.status not in ("done", "interrupted", "failed"))
 
     async def _steps(self) -> AsyncGenerator[Step, None]:
         if self.initial is not None:
@@ -234,6 +250,8 @@ class Run:
                     f"{self.head.cp.step}; its last checkpoint is kept: resume() continues with a fresh limit"
                 )
             self.status = "running"
+            if self.lease is not None:
+                await self.lease.check()  # taken over while this process was paused: stop before any node runs
             if self._tracing is not None:
                 self._step_span = self._tracing.step_span(self._span, self.thread_id, self.step)
             try:
@@ -471,6 +489,13 @@ class Run:
         data = self.codec.serde.dumps(entry)
         await self.store.record_writes(self.head.cp, [StoredWrite(task_id, "attempt", seq, data)], run_id=self.run_id)
 
+    def lease_fresh(self) -> bool:
+        return self.lease is None or self.lease.fresh()
+
+    async def check_lease(self) -> None:
+        if self.lease is not None:
+            await self.lease.check()
+
     def answer(self, task: Task, index: int) -> tuple[bool, Any]:
         key = (task.id, index)
         return (True, self.recorded.answers[key]) if key in self.recorded.answers else (False, None)
@@ -524,6 +549,7 @@ class Run:
         # on resume (a reducer refused that result when the step was folded)
         writes.append(StoredWrite(task.id, "result", 0, NO_RESULT))
         await self.store.record_writes(self.head.cp, writes, run_id=self.run_id, status="failed", error=str(error))
+        self.status = "failed"
         self._keep_finished(outcomes, {task.id})
         logger.info("thread %r step %d failed", self.thread_id, self.step)
         raise node_failure(exc, thread_id=self.thread_id, node=task.node, step=self.step) from exc

@@ -162,7 +162,8 @@ def test_run_then_read_everything(cli: Any) -> None:
         ("t1", "done", 3, "cli_graph:app")
     ]
     assert set(threads[0]) == {
-        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error", "spend"
+        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error",
+        "lease", "spend",
     }  # fmt: skip
     assert threads[0]["spend"]["total"]["tokens"] == 400 and threads[0]["spend"]["own"]["tokens"] == 400
 

@@ -54,7 +54,14 @@ __all__ = [
     "threads_table",
 ]
 
-_STATUS_STYLE = {"done": "green", "running": "yellow", "interrupted": "cyan", "failed": "bold red", "partial": "dim"}
+_STATUS_STYLE = {
+    "done": "green",
+    "running": "yellow",
+    "interrupted": "cyan",
+    "failed": "bold red",
+    "crashed": "bold magenta",
+    "partial": "dim",
+}
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -195,6 +202,12 @@ def _fitted_table(columns: list[_Column], width: int | None, styles: Sequence[st
 # -- threads -----------------------------------------------------------------------------------------------------------
 
 
+def _owner(info: ThreadInfo) -> str:
+    """``pid@host`` of the process holding the thread (``-`` for none); a crashed thread's is the dead one's."""
+    lease = info.lease
+    return "-" if lease is None else f"{lease.owner.pid}@{lease.owner.host}"
+
+
 def fmt_cost(cost: Any) -> str:
     if not isinstance(cost, int | float) or isinstance(cost, bool):
         return "-"
@@ -215,8 +228,8 @@ def threads_table(
     """``graphckpt threads``: one row per thread, most recently updated first. With ``spends`` (per thread, see
     :func:`graphckpt.audit.spend`), the thread's total tokens (its lineage's, with calls lost to crashes) and, with a
     price table, their cost. When the table is wider than ``width`` (the console's), it gives up, in this order until
-    it fits: ``cost``, ``tokens``, ``graph``, ``forked from``, the date's year and seconds, ``error`` (``--json`` has
-    everything). ``thread``, ``status`` and ``step`` are never cut."""
+    it fits: ``cost``, ``owner``, ``tokens``, ``graph``, ``forked from``, the date's year and seconds, ``error``
+    (``--json`` has everything). ``thread``, ``status`` and ``step`` are never cut."""
     short = abbreviations(i.forked_from.checkpoint_id for i in infos if i.forked_from is not None)
 
     def forked(info: ThreadInfo) -> str:
@@ -227,6 +240,11 @@ def threads_table(
         _Column("thread", [escape(i.thread_id) for i in infos], no_wrap=True),
         _Column("status", [_status(i.status) for i in infos], no_wrap=True),
         _Column("step", [str(i.step) for i in infos], no_wrap=True, justify="right"),
+        *(
+            [_Column("owner", [escape(_owner(i)) for i in infos], no_wrap=True, drop=6)]
+            if any(i.lease is not None for i in infos)
+            else []
+        ),
         _Column(
             "updated",
             [_local_time(i.updated_at) for i in infos],
@@ -242,7 +260,7 @@ def threads_table(
         columns.insert(3, _Column("tokens", cells, no_wrap=True, justify="right", drop=5))
         costs = [(spends.get(i.thread_id) or {}).get("total", {}).get("cost") for i in infos]
         if any(c is not None for c in costs):
-            columns.insert(4, _Column("cost", [fmt_cost(c) for c in costs], no_wrap=True, justify="right", drop=6))
+            columns.insert(4, _Column("cost", [fmt_cost(c) for c in costs], no_wrap=True, justify="right", drop=7))
     return _fitted_table(columns, width)
 
 
