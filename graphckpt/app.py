@@ -21,6 +21,7 @@ from graphckpt.audit import Prices, thread_audit, thread_spend
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
+from graphckpt.control import Command
 from graphckpt.diff import Diff, diff_values
 from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
@@ -110,7 +111,13 @@ class App(SyncFacade):
     ) -> Snapshot:
         """Start a run on ``thread_id`` (a new thread, or one that is ``done``: multi-turn) with ``input`` applied
         through the reducers, and run it until it is done, interrupted or failed. Returns the head snapshot.
-        Raises :class:`NodeError` when a node fails (the thread is ``failed``; call :meth:`aresume`)."""
+        Raises :class:`NodeError` when a node fails (the thread is ``failed``; call :meth:`aresume`).
+
+        ``input`` may be ``Command(resume=answer)`` (LangGraph's spelling): then it is :meth:`aresume` with that
+        answer, not a new input."""
+        if isinstance(input, Command):
+            return await self.aresume(_resumed_thread(input, thread_id), input, recursion_limit=recursion_limit,
+                                      tags=tags)  # fmt: skip
         run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner)
         await run.drain()
         return self.store.snapshot(run.head, run.status, run.recorded)
@@ -170,6 +177,8 @@ class App(SyncFacade):
         unknown = [m for m in modes if m not in STREAM_MODES]
         if unknown or not modes:
             raise ValueError(f"stream mode must be one of {', '.join(STREAM_MODES)} (or a list of them), not {mode!r}")
+        if isinstance(input, Command):  # LangGraph's stream(Command(resume=answer), config)
+            resume, answer, thread_id = True, input, _resumed_thread(input, thread_id)
         if resume:
             if thread_id is None:
                 raise ValueError("astream(resume=True) needs thread_id")
@@ -365,6 +374,18 @@ class App(SyncFacade):
     def to_mermaid(self) -> str:
         """The graph as mermaid text."""
         return self.graph.to_mermaid()
+
+
+def _resumed_thread(command: Command, thread_id: str | None) -> str:
+    """The thread a ``Command`` given as input resumes; only ``Command(resume=...)`` is an input."""
+    if command.resume is None or command.update is not None or command.goto:
+        raise ValueError(
+            "as the input of invoke/stream, only Command(resume=answer) is accepted (it answers the thread's open "
+            "interrupt); use update_state(...) or fork(..., goto=...) to change a thread's state or route"
+        )
+    if thread_id is None:
+        raise ValueError("invoke(Command(resume=...)) needs the thread_id of the interrupted thread")
+    return thread_id
 
 
 def _input_annotations(graph: CompiledGraph) -> list[Any]:

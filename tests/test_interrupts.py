@@ -152,3 +152,23 @@ async def test_answer_without_open_interrupt_is_refused(saver: Saver) -> None:
     with pytest.raises(ThreadStateError, match="not waiting for an answer"):
         await app.aresume("x", "yes")
     assert (await app.aget_state("x")).status == "interrupted"
+
+
+async def test_command_resume_as_the_input_resumes(saver: Saver) -> None:
+    """LangGraph's ``invoke(Command(resume=answer), config)`` / ``stream(Command(resume=...), config)``: the answer
+    to the open interrupt, not a new input."""
+    from graphckpt import Command, interrupt
+
+    def ask(s: S) -> dict[str, Any]:
+        return {"log": [interrupt("name?")]}
+
+    app = StateGraph(S).add_node("ask", ask).add_edge(START, "ask").compile(saver)
+    assert (await app.ainvoke({}, thread_id="t")).status == "interrupted"
+    snap = await app.ainvoke(Command(resume="Ada"), thread_id="t")
+    assert snap.status == "done" and snap.values.log == ["Ada"]
+    await app.ainvoke({}, thread_id="u")
+    assert [c async for c in app.astream(Command(resume="Bo"), thread_id="u")] == [{"ask": {"log": ["Bo"]}}]
+    with pytest.raises(ValueError, match=r"only Command\(resume=answer\)"):
+        await app.ainvoke(Command(goto="ask"), thread_id="t")
+    with pytest.raises(ValueError, match="needs the thread_id"):
+        await app.ainvoke(Command(resume="x"))
