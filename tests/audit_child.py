@@ -118,7 +118,17 @@ def enable_file_telemetry(path: str) -> None:
     graphckpt.telemetry.enable(tracer_provider=provider)
 
 
+def wait_unleased(app: Any, thread_id: str) -> None:
+    """Until no live process holds the thread: a killed child's lease (0.5 s here) expires, then it is crashed."""
+    deadline = time.monotonic() + 30
+    while (info := app.thread(thread_id)).status == "running" and info.lease is not None:
+        if time.monotonic() > deadline:
+            sys.exit(f"thread {thread_id!r} is still held by {info.lease.owner}")
+        time.sleep(0.02)
+
+
 def main(db: str, thread: str) -> int:
+    os.environ.setdefault("GRAPHCKPT_LEASE_SECONDS", "0.5")  # a killed child's thread is crashed that soon
     if os.environ.get("AUDIT_OTEL"):
         enable_file_telemetry(os.environ["AUDIT_OTEL"])
     graph = build_agent_graph() if os.environ.get("AUDIT_GRAPH") == "agent" else build_graph()
@@ -126,6 +136,7 @@ def main(db: str, thread: str) -> int:
     try:
         try:
             app.get_state(thread)
+            wait_unleased(app, thread)
             stream = app.stream(None, thread_id=thread, mode="checkpoints", resume=True)
         except ThreadNotFoundError:
             stream = app.stream({}, thread_id=thread, mode="checkpoints")
