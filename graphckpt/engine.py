@@ -171,9 +171,8 @@ class Run:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_timer: asyncio.TimerHandle | None = None
         self._replayed_ms: dict[str, float] = {}
-        self._tracing: _hook.Tracing | None = None
+        self._tracing: _hook.Tracing | None = None  # with telemetry on: the tracer, the run's and the step's span
         self._span: Any = None
-        """With telemetry on: the run's span, and the running super-step's."""
         self._step_span: Any = None
         """Per task: the original time of the journaled calls the running attempt replayed."""
 
