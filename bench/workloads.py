@@ -137,6 +137,10 @@ def _child(engine: ModuleType, store: Store, steps: int, *extra: str) -> list[st
     ]
 
 
+W5_LEASE = 0.2
+"""Seconds: the lease of W5's killed run (see :func:`w5_crash_resume`)."""
+
+
 def w5_crash_resume(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str, graph: str = "messages") -> Figures:
     """W5: SIGKILL a run mid-way, then time a fresh process from spawn to its first resumed super-step."""
     steps, kill_at = sizes.w5_steps, sizes.w5_kill_at
@@ -148,7 +152,9 @@ def w5_crash_resume(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str,
         reference.close()
 
     pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*pythonpath, REPO])}
+    # graphckpt's killed run holds a lease on the thread until it expires: a short one, waited out before the resume
+    # is spawned (its expiry is a wall-clock time, so after the wait the thread is crashed, hence resumable)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*pythonpath, REPO]), "GRAPHCKPT_LEASE_SECONDS": str(W5_LEASE)}
     killed = subprocess.run(
         _child(engine, store, steps, "--graph", graph, "--kill-at", str(kill_at)),
         env=env,
@@ -157,6 +163,7 @@ def w5_crash_resume(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str,
         timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, f"W5 first run was not killed: rc={killed.returncode} {killed.stderr}"
+    time.sleep(W5_LEASE * 1.5)
 
     marker = os.path.join(tmpdir, f"w5-marker-{os.getpid()}-{time.monotonic_ns()}")
     cmd = _child(engine, store, steps, "--graph", graph, "--resume", "--marker", marker)

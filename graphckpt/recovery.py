@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt import ids
 from graphckpt.errors import GraphckptError, ThreadConflictError
 from graphckpt.savers.base import Lease
+from graphckpt.subgraph import link_of
 
 if TYPE_CHECKING:
     from graphckpt.app import App
@@ -62,6 +63,8 @@ async def crashed(app: App) -> list[CrashedThread]:
     now = ids.now()
     for record in await app.saver.list_threads(status="crashed"):
         if record.lease is None:  # pragma: no cover - crashed implies an expired lease
+            continue
+        if link_of(record.metadata) is not None:  # a subgraph's child thread: its parent's recovery continues it
             continue
         head = await app.store.state(record.thread_id)
         tokens = 0
