@@ -92,6 +92,7 @@ from typing import Any, Literal, TypeVar
 from graphckpt import ids
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers import _sqlite_writes as tx
+from graphckpt.savers._sqlite_runs import SqliteRuns
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -138,7 +139,7 @@ _T = TypeVar("_T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-class SqliteSaver(Saver):
+class SqliteSaver(SqliteRuns, Saver):
     """Checkpoints in one SQLite file (WAL mode), shared safely by several processes.
 
     ``path``: the database file (created if missing; its directory must exist), or ``":memory:"`` for a private
