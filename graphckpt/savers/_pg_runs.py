@@ -52,7 +52,7 @@ RUN_SQL: dict[str, LiteralString] = {
             ended_at = CASE WHEN %(status)s = 'queued' THEN NULL ELSE %(now)s END,
             fence = CASE WHEN %(status)s = 'queued' THEN NULL ELSE fence END,
             lease_until = CASE WHEN %(status)s = 'queued' THEN NULL ELSE lease_until END
-        WHERE run_id = %(run)s AND status = 'running' AND fence = %(fence)s""",
+        WHERE run_id = %(run)s AND status = 'running' AND fence = %(fence)s RETURNING 1""",
     # Only a queued run is cancelled.
     "cancel_run": "UPDATE {runs} SET status = 'cancelled', ended_at = %(now)s WHERE run_id = %(run)s "
     "AND status = 'queued' RETURNING 1",
