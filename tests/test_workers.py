@@ -101,7 +101,8 @@ def test_workers_run_every_submitted_thread_once_through_kills_and_a_rolling_res
             fleet.start_worker()
         rng = random.Random(14)
         for _ in range(2):  # SIGKILL a worker mid-run, then start a replacement
-            wait_for(lambda: fleet.calls().total() >= (kills + 1) * 12, 60, "workers to make progress")
+            target = (kills + 1) * 12
+            wait_for(lambda t=target: fleet.calls().total() >= t, 60, "workers to make progress")  # type: ignore[misc]
             victim = rng.choice([w for w in fleet.workers if w.poll() is None])
             victim.kill()
             victim.communicate()
