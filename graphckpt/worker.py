@@ -8,7 +8,7 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   the engine's heartbeat task, never on the super-step's path.
 - **Graceful stop**: :meth:`Worker.stop` (what SIGTERM and Ctrl-C call) only sets a flag. Each running run stops after
   its current step commits, its lease is released and the run goes back to the queue; nothing new is claimed.
-- **Recovery** (the automatic strategy): the sweeper, at start and every half lease, re-queues runs whose worker
+- **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
   itself: a claim runs what it queued.
 """
@@ -33,11 +33,15 @@ __all__ = ["Worker"]
 
 logger = logging.getLogger("graphckpt")
 
+SWEEP_EVERY = 1.0
+"""The sweeper runs at least this often (seconds; every half lease when that is shorter): a dead worker's run is
+re-queued at most this long after its lease expired (one cheap statement when nothing expired)."""
+
 
 class Worker:
     """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
     database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
-    it; the sweeper runs every half lease."""
+    it; the sweeper runs every :data:`SWEEP_EVERY` seconds."""
 
     def __init__(self, apps: Mapping[str, App], *, concurrency: int = 1, poll: float = 1.0) -> None:
         if not apps:
@@ -70,7 +74,7 @@ class Worker:
             while not self.stopping:
                 if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
                     await self.queue.requeue_expired(ids.now())
-                    next_sweep = ids.now() + self.lease_seconds / 2
+                    next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
                 if len(self._running) >= self.concurrency:
                     await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
                     continue
