@@ -45,10 +45,13 @@ from graphckpt.errors import (
 )
 from graphckpt.graph import StateGraph
 from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
+from graphckpt.recovery import CrashedThread, RecoveryResult
 from graphckpt.retry import RetryPolicy, default_retry_on
 from graphckpt.savers.base import Lease, Owner, Saver
 from graphckpt.savers.memory import MemorySaver
+from graphckpt.savers.queue import RunRecord, RunStatus
 from graphckpt.state import append, merge
+from graphckpt.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -60,6 +63,7 @@ __all__ = [
     "Command",
     "Context",
     "CorruptCheckpointError",
+    "CrashedThread",
     "Diff",
     "END",
     "FieldChange",
@@ -79,9 +83,12 @@ __all__ = [
     "NodeUsage",
     "Owner",
     "REMOVE_ALL_MESSAGES",
+    "RecoveryResult",
     "RecursionLimitError",
     "RemoveMessage",
     "RetryPolicy",
+    "RunRecord",
+    "RunStatus",
     "START",
     "Saver",
     "SaverError",
@@ -101,6 +108,7 @@ __all__ = [
     "ThreadInfo",
     "ThreadNotFoundError",
     "ThreadStateError",
+    "Worker",
     "add_messages",
     "append",
     "current_context",

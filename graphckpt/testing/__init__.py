@@ -20,6 +20,7 @@ from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
 from graphckpt.testing._leases import LeaseCases
+from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
 from graphckpt.testing._writes import BlobAndWriteCases
@@ -28,6 +29,13 @@ __all__ = ["SaverConformance", "make_checkpoint"]
 
 
 class SaverConformance(
-    ReadCases, FilterCases, BlobAndWriteCases, CommitCases, ForkAndDeleteCases, HostileValueCases, LeaseCases
+    ReadCases,
+    FilterCases,
+    BlobAndWriteCases,
+    CommitCases,
+    ForkAndDeleteCases,
+    HostileValueCases,
+    LeaseCases,
+    QueueCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""
