@@ -29,6 +29,7 @@ from graphckpt.errors import (
     GraphSetupError,
     InvalidNodeUpdateError,
     InvalidUpdateError,
+    LeaseLostError,
     NodeError,
     NodeSerializationError,
     NodeTimeoutError,
@@ -37,6 +38,7 @@ from graphckpt.errors import (
     SerializationError,
     StoreNotSetUpError,
     SyncCallError,
+    ThreadBusyError,
     ThreadConflictError,
     ThreadNotFoundError,
     ThreadStateError,
@@ -44,7 +46,7 @@ from graphckpt.errors import (
 from graphckpt.graph import StateGraph
 from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
 from graphckpt.retry import RetryPolicy, default_retry_on
-from graphckpt.savers.base import Saver
+from graphckpt.savers.base import Lease, Owner, Saver
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.state import append, merge
 
@@ -67,12 +69,15 @@ __all__ = [
     "Interrupt",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
+    "Lease",
+    "LeaseLostError",
     "MemorySaver",
     "MessagesState",
     "NodeError",
     "NodeSerializationError",
     "NodeTimeoutError",
     "NodeUsage",
+    "Owner",
     "REMOVE_ALL_MESSAGES",
     "RecursionLimitError",
     "RemoveMessage",
@@ -91,6 +96,7 @@ __all__ = [
     "SyncCallError",
     "Task",
     "TaskError",
+    "ThreadBusyError",
     "ThreadConflictError",
     "ThreadInfo",
     "ThreadNotFoundError",

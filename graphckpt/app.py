@@ -10,18 +10,20 @@ checkpoints are read and written by the :class:`~graphckpt.store.ThreadStore`; f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from graphckpt import begin
+from graphckpt import begin, recovery
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Diff, diff_values
 from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
+from graphckpt.recovery import CrashedThread, RecoveryResult
 from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
 from graphckpt.serde import Serializer, types_in
@@ -38,7 +40,15 @@ CheckpointSpec = Snapshot | CheckpointRef | tuple[str, str | None]
 class App(SyncFacade):
     """A compiled graph bound to a saver. Create it with :meth:`StateGraph.compile`."""
 
-    def __init__(self, graph: CompiledGraph, saver: Saver | None, *, recursion_limit: int, snapshot_every: int) -> None:
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        saver: Saver | None,
+        *,
+        recursion_limit: int,
+        snapshot_every: int,
+        lease_seconds: float | None = None,
+    ) -> None:
         self.graph = graph
         self.saver: Saver = saver if saver is not None else MemorySaver()
         self.recursion_limit = recursion_limit
@@ -49,10 +59,15 @@ class App(SyncFacade):
         self.codec = Codec(
             graph.state, serde, version=graph.version, snapshot_every=snapshot_every, migrations=graph.migrations
         )
-        self.store = ThreadStore(self.saver, self.codec)
+        self.store = ThreadStore(self.saver, self.codec, lease_seconds=lease_seconds)
         self._options = begin.RunOptions(graph, self.store, recursion_limit)
         self._init_sync()
         self._runner = InlineRunner(self._node_ms)
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long this app's runs hold a thread without a heartbeat (see ``compile(lease_seconds=)``)."""
+        return self.store.lease_seconds
 
     @property
     def interrupt_before(self) -> frozenset[str]:
@@ -64,7 +79,10 @@ class App(SyncFacade):
 
     def with_saver(self, saver: Saver) -> App:
         """The same compiled graph and options, bound to another saver."""
-        return App(self.graph, saver, recursion_limit=self.recursion_limit, snapshot_every=self.codec.snapshot_every)
+        return App(
+            self.graph, saver, recursion_limit=self.recursion_limit, snapshot_every=self.codec.snapshot_every,
+            lease_seconds=self.store.lease_seconds,
+        )  # fmt: skip
 
     # -- running ----------------------------------------------------------------------------------------------------
 
@@ -136,9 +154,11 @@ class App(SyncFacade):
         else:
             run = await begin.start(self._options, input, thread_id, recursion_limit, tags, self._runner, streamed=True)
         wanted: set[str] = set(modes)
-        async for item in ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"}):
-            for chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
-                yield chunk if isinstance(mode, str) else (chunk_mode, chunk)
+        # closed with this stream (not when collected): a stream left midway stops its run and releases its lease
+        async with contextlib.aclosing(ahead_by_one(run, ephemeral=wanted & {"custom", "tasks"})) as items:
+            async for item in items:
+                for chunk_mode, chunk in chunks(item, wanted, self.graph, self.store):
+                    yield chunk if isinstance(mode, str) else (chunk_mode, chunk)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -164,6 +184,16 @@ class App(SyncFacade):
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Every thread, most recently updated first; only those with ``status`` when given."""
         return [thread_info(r) for r in await self.saver.list_threads(status=status)]
+
+    async def acrashed(self) -> list[CrashedThread]:
+        """The crashed threads (``running``, lease expired: their process died), each with what a person needs to
+        decide whether to continue it (confirm-first recovery; see :mod:`graphckpt.recovery`)."""
+        return await recovery.crashed(self)
+
+    async def arecover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]:
+        """Continue the chosen crashed threads from their last checkpoint, one after the other; a thread another
+        process took first is skipped with its reason (see :func:`graphckpt.recovery.recover`)."""
+        return await recovery.recover(self, thread_ids)
 
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record; :class:`ThreadNotFoundError` if there is none."""

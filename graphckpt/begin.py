@@ -25,7 +25,7 @@ __all__ = ["RunOptions", "check_limit", "resume", "start"]
 class RunOptions:
     """What every run of one app shares: its compiled graph, store, node runner and default step limit."""
 
-    __slots__ = ("graph", "recursion_limit", "store")
+    __slots__ = ("graph", "recursion_limit", "store")  # the lease length is the store's
 
     def __init__(self, graph: CompiledGraph, store: ThreadStore, recursion_limit: int) -> None:
         self.graph, self.store, self.recursion_limit = graph, store, recursion_limit
@@ -41,11 +41,13 @@ class RunOptions:
         *,
         initial: Step | None = None,
         streamed: bool = False,
+        lease_until: float | None = None,
     ) -> Run:
+        lease = None if lease_until is None else self.store.heartbeat(head.cp.thread_id, run_id, lease_until)
         return Run(
             self.graph, self.store, head=head, recorded=recorded, run_id=run_id,
             recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
-            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed,
+            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed, lease=lease,
         )  # fmt: skip
 
 
@@ -101,13 +103,15 @@ async def start(
     step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
                       wrote={"input": list(update)})  # fmt: skip
     run_id = ids.new_id()
+    until = store.lease_until()
     head = await store.write_checkpoint(
         base, step, run_id=run_id, checkpoint_id=checkpoint_id,
         expected_head=None if record is None else record.head_checkpoint_id,
         claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready
+        lease_until=until,
     )  # fmt: skip
     return options.run(head, Recorded(), run_id, recursion_limit, tags, runner, initial=Step(head, [begin]),
-                       streamed=streamed)  # fmt: skip
+                       streamed=streamed, lease_until=until)  # fmt: skip
 
 
 async def resume(
@@ -151,7 +155,8 @@ async def resume(
     # an answer that cannot be stored is refused before the claim, which would mark the thread running
     writes = [StoredWrite(task.id, "resume", index, store.codec.serde.dumps(value)) for task, index, value in answers]
     run_id = ids.new_id()
-    await store.claim(record, run_id=run_id)
+    until = store.lease_until()
+    await store.claim(record, run_id=run_id, lease_until=until)  # refused while a live process holds the thread
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
     # our read and the claim; from the claim on nobody else can write against this head: read them again.
     recorded = await store.recorded(head.cp, head.body.tasks)
@@ -160,7 +165,7 @@ async def resume(
         for task, index, value in answers:
             recorded.answers[(task.id, index)] = value
     recorded.errors.clear()
-    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed)
+    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, lease_until=until)
 
 
 def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[tuple[Task, int, Any]]:

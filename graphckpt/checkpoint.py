@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypedDict
 
-from graphckpt.savers.base import Status, StoredCheckpoint
+from graphckpt.savers.base import Lease, Status, StoredCheckpoint
 
 __all__ = [
     "CheckpointMetadata",
@@ -233,3 +233,6 @@ class ThreadInfo:
     forked_from: CheckpointRef | None = None
     error: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    lease: Lease | None = None
+    """Who runs the thread (worker id, host, pid, heartbeat, expiry, epoch): live for a ``running`` thread, expired
+    for a ``crashed`` one; ``None`` when no process holds it (a fresh fork, a run stopped gracefully)."""

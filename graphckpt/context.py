@@ -56,6 +56,8 @@ class Journal(Protocol):
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def record_effect(self, task: Task, index: int, value: Any) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
+    def lease_fresh(self) -> bool: ...
+    async def check_lease(self) -> None: ...
 
 
 class Context:
@@ -111,6 +113,8 @@ class Context:
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
+            if not self._journal.lease_fresh():  # paused past a heartbeat: still ours? (else LeaseLostError)
+                await self._journal.check_lease()
             token = _CURRENT_EFFECT.set((self, index))
             try:
                 value = fn(*args, **kwargs)
@@ -135,6 +139,8 @@ class Context:
         found, value = self._journal.recorded_effect(self._task, index)
         if not found:
             self._check_alive()
+            if not self._journal.lease_fresh():  # paused past a heartbeat: still ours? (else LeaseLostError)
+                asyncio.run_coroutine_threadsafe(self._journal.check_lease(), loop).result()
             token = _CURRENT_EFFECT.set((self, index))
             try:
                 value = fn(*args, **kwargs)

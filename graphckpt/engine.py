@@ -52,6 +52,7 @@ from graphckpt.store import NO_RESULT, ThreadStore
 if TYPE_CHECKING:
     from graphckpt.compiled import CompiledGraph
     from graphckpt.graph import NodeSpec
+    from graphckpt.lease import Heartbeat
 
 __all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "node_failure"]
 
@@ -138,8 +139,12 @@ class Run:
         runner: NodeRunner | None = None,
         initial: Step | None = None,
         streamed: bool = False,
+        lease: Heartbeat | None = None,
     ) -> None:
         self.graph, self.store, self.codec = graph, store, store.codec
+        self.lease = lease
+        """The run's lease on the thread, renewed in the background while the run iterates (see
+        :mod:`graphckpt.lease`); ``None`` for a run that holds none (one that ends at once)."""
         self.head, self.recorded, self.run_id = head, recorded, run_id
         self.recursion_limit = recursion_limit
         self.tags = tags
@@ -180,6 +185,16 @@ class Run:
         """The loop. Yields each committed step; ends when the thread is done or paused; raises
         :class:`NodeError` (and :class:`RecursionLimitError`) on the fail path. It never runs ahead of its
         consumer: the next step starts when the next item is asked for."""
+        if self.lease is not None:
+            self.lease.start()
+        try:
+            async for step in self._steps():
+                yield step
+        finally:
+            if self.lease is not None:  # a stop that leaves the thread running (signal, limit, error) releases it
+                await self.lease.stop(release=self.status not in ("done", "interrupted", "failed"))
+
+    async def _steps(self) -> AsyncGenerator[Step, None]:
         if self.initial is not None:
             yield self.initial
         for n in range(self.recursion_limit + 1):
@@ -195,6 +210,8 @@ class Run:
                     f"{self.head.cp.step}; its last checkpoint is kept: resume() continues with a fresh limit"
                 )
             self.status = "running"
+            if self.lease is not None:
+                await self.lease.check()  # taken over while this process was paused: stop before any node runs
             results = await self.run_frontier()  # 1. run (a pause ends the loop here)
             if results is None:
                 self.status = "interrupted"
@@ -335,6 +352,13 @@ class Run:
         await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "effect", index, data)], run_id=self.run_id)
         self.recorded.effects[(task.id, index)] = value
 
+    def lease_fresh(self) -> bool:
+        return self.lease is None or self.lease.fresh()
+
+    async def check_lease(self) -> None:
+        if self.lease is not None:
+            await self.lease.check()
+
     def answer(self, task: Task, index: int) -> tuple[bool, Any]:
         key = (task.id, index)
         return (True, self.recorded.answers[key]) if key in self.recorded.answers else (False, None)
@@ -384,6 +408,7 @@ class Run:
         # on resume (a reducer refused that result when the step was folded)
         writes.append(StoredWrite(task.id, "result", 0, NO_RESULT))
         await self.store.record_writes(self.head.cp, writes, run_id=self.run_id, status="failed", error=str(error))
+        self.status = "failed"
         self._keep_finished(outcomes, {task.id})
         logger.info("thread %r step %d failed", self.thread_id, self.step)
         raise node_failure(exc, thread_id=self.thread_id, node=task.node, step=self.step) from exc

@@ -10,6 +10,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── CheckpointNotFoundError(LookupError) no such checkpoint in that thread
     ├── ThreadNotFoundError(LookupError)     no such thread
     ├── ThreadConflictError                  another writer moved the thread head first
+    │   ├── ThreadBusyError                  a live process holds the thread's lease (names host, pid, worker)
+    │   └── LeaseLostError                   this process's lease was taken over: it writes nothing more
     ├── ThreadStateError                     the thread's status does not allow the call (invoke on a failed thread)
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
     ├── NodeError                            a node failed a run (thread, node, step); the original is ``__cause__``
@@ -33,6 +35,7 @@ __all__ = [
     "GraphckptWarning",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
+    "LeaseLostError",
     "NodeError",
     "NodeSerializationError",
     "NodeTimeoutError",
@@ -41,6 +44,7 @@ __all__ = [
     "SerializationError",
     "StoreNotSetUpError",
     "SyncCallError",
+    "ThreadBusyError",
     "ThreadConflictError",
     "ThreadNotFoundError",
     "ThreadStateError",
@@ -92,6 +96,25 @@ class ThreadNotFoundError(GraphckptError, LookupError):
 
 class ThreadConflictError(GraphckptError):
     """Another writer moved the thread's head (or claimed the thread) first. Nothing of ours was committed."""
+
+
+class _LeaseError(ThreadConflictError):
+    def __init__(self, message: str, *, thread_id: str, lease: object = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.lease = lease
+        """The :class:`~graphckpt.savers.base.Lease` of the process that holds the thread, when one does."""
+
+
+class ThreadBusyError(_LeaseError):
+    """The thread is held by a live process (its lease has not expired): a second ``resume``, or a ``submit`` with
+    ``multitask="reject"``, is refused. The message names the owner (worker id, host, pid) and its heartbeat's age."""
+
+
+class LeaseLostError(_LeaseError):
+    """This process's lease on the thread was taken over (it was paused or cut off past its lease, and another
+    process resumed the thread): its write was refused and the run stops before any further node or effect runs.
+    The message names the new owner."""
 
 
 class ThreadStateError(GraphckptError):

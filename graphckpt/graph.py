@@ -306,6 +306,7 @@ class StateGraph:
         interrupt_after: Iterable[str] | str = (),
         recursion_limit: int = DEFAULT_RECURSION_LIMIT,
         snapshot_every: int = 1000,
+        lease_seconds: float | None = None,
     ) -> App:
         """Validate, freeze and return the runnable :class:`~graphckpt.app.App`. The app runs a copy of the graph
         as it is now: adding nodes or edges to this builder afterwards does not change it.
@@ -315,6 +316,9 @@ class StateGraph:
         bounds the node super-steps of one run (default :data:`DEFAULT_RECURSION_LIMIT`; graphckpt has no
         ``__start__`` step, so a limit of n runs n node steps where LangGraph runs n - 1). ``snapshot_every`` is N of
         the storage rule: a reducer channel stores a full snapshot every N versions and deltas in between.
+        ``lease_seconds``: how long a run's lease on its thread lasts without a heartbeat (renewed every third of
+        it; default ``$GRAPHCKPT_LEASE_SECONDS``, else 30): a thread whose process died shows as ``crashed`` that
+        long after its last heartbeat.
         """
         self.validate()
         interrupt_before = self._interrupt_nodes(interrupt_before, "interrupt_before")
@@ -325,7 +329,9 @@ class StateGraph:
         if recursion_limit < 1 or snapshot_every < 1:
             raise GraphSetupError("recursion_limit and snapshot_every must be at least 1")
         graph = self._freeze(frozenset(interrupt_before), frozenset(interrupt_after))
-        return App(graph, saver, recursion_limit=recursion_limit, snapshot_every=snapshot_every)
+        return App(
+            graph, saver, recursion_limit=recursion_limit, snapshot_every=snapshot_every, lease_seconds=lease_seconds
+        )
 
     def _interrupt_nodes(self, names: Iterable[str] | str, what: str) -> tuple[str, ...]:
         if names == ALL_NODES:

@@ -4,7 +4,8 @@ Reading: a thread's record, its loaded head and pending writes, any checkpoint o
 pages, all through one lineage walk (:func:`lineage_segments`). Writing: :meth:`ThreadStore.write_checkpoint` is the
 one recipe that turns a :class:`~graphckpt.records.StepRecord` into a checkpoint (changed channels, body, metadata) and
 moves the head by compare-and-set; :meth:`~ThreadStore.record_writes` records pending writes; :meth:`~ThreadStore.claim`
-takes a thread over. The engine, the app, forks, the raw reader and export all go through it.
+takes a thread over, with a lease (see :mod:`graphckpt.lease`) when a run will follow. The engine, the app, forks,
+the raw reader and export all go through it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
-from graphckpt import ids
+from graphckpt import ids, lease
 from graphckpt.checkpoint import Interrupt, NodeUsage, Snapshot, Task, TaskError
 from graphckpt.codec import Body, Codec
 from graphckpt.control import Send
@@ -42,9 +43,19 @@ def lineage_segments(lineage: Sequence[tuple[str, int]], upper: int) -> Iterator
 class ThreadStore:
     """Checkpoints of threads in ``saver``, encoded by ``codec``."""
 
-    def __init__(self, saver: Saver, codec: Codec) -> None:
+    def __init__(self, saver: Saver, codec: Codec, *, lease_seconds: float | None = None) -> None:
         self.saver = saver
         self.codec = codec
+        self.lease_seconds = lease.lease_seconds(lease_seconds)
+        """How long a run's lease lasts without a heartbeat (see :func:`graphckpt.lease.lease_seconds`)."""
+
+    def lease_until(self) -> float:
+        """The expiry of a lease taken now."""
+        return ids.now() + self.lease_seconds
+
+    def heartbeat(self, thread_id: str, run_id: str, until: float) -> lease.Heartbeat:
+        """The heartbeat of a lease that run ``run_id`` took until ``until`` (started by the run)."""
+        return lease.Heartbeat(self.saver, thread_id, run_id, self.lease_seconds, until)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -218,12 +229,14 @@ class ThreadStore:
         fork_into: str | None = None,
         expected_head: str | None,
         claim: ThreadRecord | None = None,
+        lease_until: float | None = None,
     ) -> Head:
         """The one checkpoint recipe: the step after ``base`` (its changed channels, body and metadata), committed
         with ``expected_head`` as the head's compare-and-set. ``fork_into`` starts a new thread of that id whose
         first checkpoint has ``base`` as parent. ``claim`` (the thread's record) takes the thread over first, once
         the checkpoint is built: a value that cannot be stored raises :class:`SerializationError` before anything
-        is written. Returns the new head."""
+        is written. With ``lease_until`` the thread (created or claimed) is leased to this process until then.
+        Returns the new head."""
         codec, step = self.codec, base.cp.step + 1
         checkpoint_id = checkpoint_id or ids.new_id()
         thread_id = fork_into or base.cp.thread_id
@@ -245,15 +258,20 @@ class ThreadStore:
             metadata, encoded, blobs,
         )  # fmt: skip
         if claim is not None:
-            await self.claim(claim, run_id=run_id)
-        await self.saver.commit(cp, expected_head=expected_head, run_id=run_id)
+            await self.claim(claim, run_id=run_id, lease_until=lease_until)
+        owner = lease.owner() if lease_until is not None and claim is None else None
+        await self.saver.commit(cp, expected_head=expected_head, run_id=run_id, owner=owner, lease_until=lease_until)
         return Head(cp, body, record.values, loose or {})
 
-    async def claim(self, record: ThreadRecord, *, run_id: str) -> None:
-        """Take the thread over for ``run_id``, from the head and run that ``record`` shows."""
-        await self.saver.claim(
-            record.thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id, run_id=run_id
-        )
+    async def claim(self, record: ThreadRecord, *, run_id: str, lease_until: float | None = None) -> int:
+        """Take the thread over for ``run_id``, from the head and run that ``record`` shows; leased to this process
+        until ``lease_until`` when given. Refused with :class:`~graphckpt.errors.ThreadBusyError` while another
+        process holds a live lease. Returns the new epoch."""
+        owner = lease.owner() if lease_until is not None else None
+        return await self.saver.claim(
+            record.thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id, run_id=run_id,
+            owner=owner, lease_until=lease_until,
+        )  # fmt: skip
 
     async def record_writes(
         self,

@@ -5,7 +5,8 @@ the ephemeral events it emits in between, and each committed step rendered in th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any, Literal
 
 from graphckpt.compiled import CompiledGraph
@@ -42,7 +43,7 @@ def chunks(
 _DONE: Any = object()
 
 
-async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step | tuple[str, Any]]:
+async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncGenerator[Step | tuple[str, Any], None]:
     """``run``'s committed steps, the run going on in a task of its own at most one step ahead of this iterator's
     reader: the next step runs while the reader handles this one, and the one after waits until the reader takes
     it. Events of the ``ephemeral`` modes the run emits meanwhile come in between, in the order they happened.
@@ -55,10 +56,11 @@ async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncIterator[Step |
 
     async def produce() -> None:
         try:
-            async for step in run.steps():
-                taken.clear()
-                queue.put_nowait(step)
-                await taken.wait()  # the reader took it: run the next step
+            async with contextlib.aclosing(run.steps()) as steps:  # closed when cancelled: it releases the lease
+                async for step in steps:
+                    taken.clear()
+                    queue.put_nowait(step)
+                    await taken.wait()  # the reader took it: run the next step
         except BaseException as exc:
             queue.put_nowait(exc)
             raise

@@ -21,7 +21,7 @@ import inspect
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphckpt.engine import timed
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from graphckpt.diff import Diff
     from graphckpt.fork import Goto, LoadLater
     from graphckpt.graph import NodeSpec
+    from graphckpt.recovery import CrashedThread, RecoveryResult
     from graphckpt.savers.base import BlobRange, Saver, Status, StoredCheckpoint
 
 __all__ = ["INLINE_MAX_MS", "SYNC_FACADE", "InlineRunner", "Portal", "SyncFacade", "note_sync_call"]
@@ -155,6 +156,8 @@ class SyncFacade:
         async def adiff(self, a: Any, b: Any) -> Diff: ...
         async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
         async def athread(self, thread_id: str) -> ThreadInfo: ...
+        async def acrashed(self) -> list[CrashedThread]: ...
+        async def arecover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]: ...
         async def adelete_thread(self, thread_id: str) -> None: ...
         async def aclose(self) -> None: ...
 
@@ -219,6 +222,14 @@ class SyncFacade:
     def thread(self, thread_id: str) -> ThreadInfo:
         """Sync :meth:`athread`."""
         return self._sync(self.athread(thread_id))
+
+    def crashed(self) -> list[CrashedThread]:
+        """Sync :meth:`acrashed`."""
+        return self._sync(self.acrashed())
+
+    def recover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]:
+        """Sync :meth:`arecover`."""
+        return self._sync(self.arecover(thread_ids))
 
     def delete_thread(self, thread_id: str) -> None:
         """Sync :meth:`adelete_thread`."""

@@ -63,6 +63,7 @@ def thread_info(r: ThreadRecord) -> ThreadInfo:
         else None,
         error=r.error,
         metadata=r.metadata,
+        lease=r.lease,
     )
 
 

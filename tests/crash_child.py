@@ -52,9 +52,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel
 
 from graphckpt import END, START, Context, StateGraph, ThreadConflictError, ThreadNotFoundError, append
+from graphckpt.lease import LEASE_ENV
 from graphckpt.savers.base import Saver, StoredCheckpoint, StoredWrite
 
 EXIT_CONFLICT = 3
+CHILD_LEASE = "0.5"
+"""The lease length of the children (seconds): a killed child's thread is crashed, so resumable, that soon."""
 
 
 class CrashState(BaseModel):
@@ -164,9 +167,11 @@ def _make_sqlite(path: str) -> Saver:
 
         _kill_in_txn = False
 
-        async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        async def commit(
+            self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str, **kw: Any
+        ) -> None:
             self._kill_in_txn = HOOKS.kind == "commit" and checkpoint.step == HOOKS.n + 1
-            await super().commit(checkpoint, expected_head=expected_head, run_id=run_id)
+            await super().commit(checkpoint, expected_head=expected_head, run_id=run_id, **kw)
 
         async def _write(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
             if not self._kill_in_txn:
@@ -247,10 +252,12 @@ def _make_postgres(dsn: str, schema: str | None) -> Saver:
 
         _kill_kind: str | None = None
 
-        async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+        async def commit(
+            self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str, **kw: Any
+        ) -> None:
             hit = HOOKS.kind in ("commit", "commit_synced") and checkpoint.step == HOOKS.n + 1
             self._kill_kind = HOOKS.kind if hit else None
-            await super().commit(checkpoint, expected_head=expected_head, run_id=run_id)
+            await super().commit(checkpoint, expected_head=expected_head, run_id=run_id, **kw)
 
         @contextlib.asynccontextmanager
         async def _connection(self) -> AsyncIterator[Any]:
@@ -283,7 +290,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, LEASE_ENV: CHILD_LEASE, **(env or {})},
         )
 
         def pump() -> None:
@@ -388,6 +395,7 @@ def run_crash(args: argparse.Namespace) -> int:
     app = graph.compile(saver=make_saver(args.backend, args.db, args.schema), recursion_limit=args.steps + 10)
     try:
         if _exists(app, args.thread):
+            _wait_unleased(app, args.thread)
             stream = app.stream(None, thread_id=args.thread, mode="checkpoints", resume=True)
         else:
             stream = app.stream({"n": 0}, thread_id=args.thread, mode="checkpoints")
@@ -407,11 +415,21 @@ def _exists(app: Any, thread_id: str) -> bool:
     return True
 
 
+def _wait_unleased(app: Any, thread_id: str) -> None:
+    """Until no live process holds the thread: a killed child's lease expires within :data:`CHILD_LEASE`."""
+    deadline = time.monotonic() + 30
+    while (info := app.thread(thread_id)).status == "running" and info.lease is not None:
+        if time.monotonic() > deadline:
+            sys.exit(f"thread {thread_id!r} is still held by {info.lease.owner}")
+        time.sleep(0.02)
+
+
 def run_race(args: argparse.Namespace) -> int:
     graph = build_graph(steps=args.steps, side=args.side, async_node=args.async_node, delay=args.delay)
     app = graph.compile(saver=make_saver(args.backend, args.db, args.schema), recursion_limit=args.steps + 10)
     try:
         _exists(app, args.thread)  # open the saver (connections, migrations) before the barrier
+        _wait_unleased(app, args.thread)  # the killed owner's lease expired: both racers may take it over
         _wait_barrier()
         try:
             snap = app.resume(args.thread)

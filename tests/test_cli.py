@@ -162,7 +162,8 @@ def test_run_then_read_everything(cli: Any) -> None:
         ("t1", "done", 3, "cli_graph:app")
     ]
     assert set(threads[0]) == {
-        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error"
+        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error",
+        "lease",
     }  # fmt: skip
 
     history = ok(cli("history", "t1", "--json")).json()

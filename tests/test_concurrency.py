@@ -1,7 +1,8 @@
 """Concurrency tests (DESIGN.md invariant 3) with real processes, against SQLite and PostgreSQL.
 
 - Two processes resume the same crashed thread at once (both are released by the parent from one barrier, after
-  their savers are open): exactly one finishes the thread, the other gets ``ThreadConflictError``; nothing is lost
+  their savers are open, and the crashed run's lease has expired): exactly one finishes the thread, the other gets
+  ``ThreadConflictError`` (``ThreadBusyError``, naming the winner); nothing is lost
   (the chain is complete and every step used one result of its effect).
 - Twenty threads driven by four processes (five concurrent runs each) on one SQLite file: every checkpoint of every
   thread is there afterwards and the file passes ``PRAGMA integrity_check``.
@@ -27,7 +28,7 @@ from crash_child import EXIT_CONFLICT, Child, CrashState, build_graph
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from graphckpt import END, START, Context, StateGraph, ThreadConflictError
+from graphckpt import END, START, Context, LeaseLostError, StateGraph
 from graphckpt.app import App
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.savers.sqlite import SqliteSaver
@@ -81,7 +82,7 @@ def _race_round(backend: str, db: str, schema: str | None, app: App, side: Path,
         first.stop()
     _settle(backend, name)
     crashed = app.get_state(thread_id)
-    assert (crashed.status, crashed.step) == ("running", 3)
+    assert (crashed.status, crashed.step) in {("running", 3), ("crashed", 3)}  # crashed once its lease expired
 
     racers = [
         Child("race", *_db_args(backend, db, schema, f"gc_racer_{i}"), *common, "--delay", str(RACE_DELAY), stdin=True)
@@ -208,8 +209,9 @@ def test_sqlite_twenty_threads_four_processes(tmp_path: Path) -> None:
 
 
 async def test_resumer_sees_writes_recorded_before_its_claim(tmp_path: Path) -> None:
-    """A second resumer reads the head and its pending writes, then the first owner (still alive) journals an effect,
-    then the second claims: its claim succeeds (head and owner unchanged) and it must not run that effect again.
+    """A second resumer reads the head and its pending writes, then the first owner (still alive, but past its lease:
+    a zombie) journals an effect, then the second claims: its claim succeeds (head and owner unchanged, lease
+    expired) and it must not run that effect again; the zombie's next write gets LeaseLostError.
 
     Deterministic, in one process: two apps with their own savers on one SQLite file (as two processes would), the
     interleaving forced with events. Before the fix in ``App._resume`` (writes read again after the claim) the
@@ -238,13 +240,24 @@ async def test_resumer_sees_writes_recorded_before_its_claim(tmp_path: Path) -> 
     saver_b = SqliteSaver(db)
     real_claim = saver_b.claim
 
-    async def claim_after_a_journaled(*args: Any, **kwargs: Any) -> None:
+    async def claim_after_a_journaled(*args: Any, **kwargs: Any) -> int:
         b_read.set()  # B has read the thread, its head and the head's pending writes
         await a_journaled.wait()
-        await real_claim(*args, **kwargs)
+        while True:  # until A's lease expired: A is a zombie now (alive, with no heartbeat)
+            record = await saver_b.get_thread("t")
+            if record is not None and record.status == "crashed":
+                break
+            await asyncio.sleep(0.01)
+        return await real_claim(*args, **kwargs)
 
+    async def no_heartbeat(*args: Any, **kwargs: Any) -> None:
+        pass  # A stands for a process paused past its lease: its lease expires while it runs
+
+    saver_a = SqliteSaver(db)
+    saver_a.heartbeat = no_heartbeat  # type: ignore[method-assign]
     saver_b.claim = claim_after_a_journaled  # type: ignore[method-assign]
-    async with graph("a").compile(saver=SqliteSaver(db)) as app_a, graph("b").compile(saver=saver_b) as app_b:
+    app_a = graph("a").compile(saver=saver_a, lease_seconds=0.2)
+    async with app_a, graph("b").compile(saver=saver_b) as app_b:
         run_a = asyncio.ensure_future(app_a.ainvoke({}, thread_id="t"))
         try:
             async with asyncio.timeout(30):
@@ -254,7 +267,7 @@ async def test_resumer_sees_writes_recorded_before_its_claim(tmp_path: Path) -> 
                 go_a.set()
                 snap = await run_b
                 a_hold.set()
-                with pytest.raises(ThreadConflictError):
+                with pytest.raises(LeaseLostError, match="was taken over by"):
                     await run_a
         finally:
             a_hold.set()

@@ -211,7 +211,8 @@ async def test_commit_is_one_server_side_compare_and_set(pg_dsn: str, pg_schema:
         commit = sql.Identifier(pg_schema, "graphckpt_commit")
         call = sql.SQL(
             "SELECT won, head FROM {}('t', {}, 't', {}, 1, 0.5, 'running', '{{}}', '\\x00', 1.0, {}, {}, "
-            "ARRAY['t'], ARRAY['x'], ARRAY[1]::bigint[], ARRAY[0]::smallint[], ARRAY['\\x01'::bytea])"
+            "ARRAY['t'], ARRAY['x'], ARRAY[1]::bigint[], ARRAY[0]::smallint[], ARRAY['\\x01'::bytea], "
+            "NULL, NULL, NULL, NULL)"
         )
         wrong_head = call.format(commit, "c1", first.checkpoint_id, "r", "nope")
         wrong_run = call.format(commit, "c1", first.checkpoint_id, "other", first.checkpoint_id)

@@ -23,7 +23,7 @@ import pytest
 
 from graphckpt.errors import SaverError, SerializationError, ThreadConflictError
 from graphckpt.ids import new_id
-from graphckpt.savers import _sqlite_schema
+from graphckpt.savers._sqlite_schema import MIGRATIONS
 from graphckpt.savers.base import BlobRange
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import SaverConformance, make_checkpoint
@@ -56,7 +56,7 @@ async def test_default_is_full_durability_in_wal_mode(tmp_path: Path) -> None:
         assert await _writer_pragma(saver, "journal_mode") == "wal"
     with sqlite3.connect(tmp_path / "c.db") as other:  # WAL is persistent: any connection sees it
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert other.execute("PRAGMA user_version").fetchone()[0] == len(_sqlite_schema.MIGRATIONS)
+        assert other.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     other.close()
 
 

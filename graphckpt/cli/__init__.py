@@ -78,6 +78,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def nonempty(text: str) -> str:
     """An argparse type: an id that is not empty (an empty ``--thread`` used to mean a new random id, an empty
     ``--checkpoint`` the head)."""
@@ -134,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     def running(p: Any) -> None:
         p.add_argument("--recursion-limit", type=positive_int, metavar="N", help="max super-steps of this run (>= 1)")
         p.add_argument("-q", "--quiet", action="store_true", help="no per-step progress on stderr")
+        p.add_argument(
+            "--lease-seconds",
+            type=positive_float,
+            metavar="S",
+            help="how long this process holds the thread without a heartbeat (default $GRAPHCKPT_LEASE_SECONDS or 30)",
+        )
 
     p = command(
         "run",
@@ -248,6 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command(
+        "recover",
+        "continue crashed threads",
+        "Continue the crashed threads (running, but their process died: the lease expired) from their last "
+        "checkpoint. With --yes all of them (automatic recovery, once); on a terminal it describes each (graph, "
+        "last step, what it was running, tokens so far, how long ago) and asks first; elsewhere it needs --yes.",
+        json=False,
+    )
+    p.add_argument("-y", "--yes", action="store_true", help="continue every crashed thread without asking")
+    p.add_argument("--graph", metavar="MODULE:ATTR", help="the graph code (default: the one recorded in each thread)")
 
     p = command(
         "export",

@@ -24,6 +24,7 @@ from graphckpt import ids
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import WAITING, records
+from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.session import (
     DEFAULT_DB,
@@ -35,7 +36,15 @@ from graphckpt.cli.session import (
     parse_assignments,
     parse_json,
 )
-from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
+from graphckpt.errors import (
+    CheckpointNotFoundError,
+    GraphckptError,
+    LeaseLostError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
+from graphckpt.lease import LEASE_ENV
+from graphckpt.savers.base import thread_busy
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
@@ -59,6 +68,12 @@ def _payload_text(payload: Any) -> str:
     return json.dumps(records.to_jsonable(payload), ensure_ascii=False)
 
 
+def _lease_option(args: argparse.Namespace) -> None:
+    """``--lease-seconds``: the lease length of every app this process builds (as ``$GRAPHCKPT_LEASE_SECONDS``)."""
+    if getattr(args, "lease_seconds", None) is not None:
+        os.environ[LEASE_ENV] = repr(args.lease_seconds)
+
+
 def _resume_hint(thread_id: str, extra: str = "") -> str:
     """``graphckpt resume ID`` with ``ID`` quoted for the shell."""
     return f"graphckpt resume {shlex.quote(thread_id)}{extra}"
@@ -79,9 +94,12 @@ def _render() -> Any:
 async def cmd_run(args: argparse.Namespace, s: Session) -> int:
     """Start a thread of graph ``MODULE:ATTR`` with ``--input`` and run it to the end (or an interrupt)."""
     update = parse_json(args.input, "--input")
+    _lease_option(args)
     app = s.app(args.target, create=True)
     thread_id = args.thread or ids.new_id()
     record = await app.saver.get_thread(thread_id)
+    if record is not None and record.status == "running" and record.lease is not None:
+        raise CliError(str(thread_busy(thread_id, record.lease, ids.now())))
     if record is not None and record.status != "done":
         answer = " --answer JSON" if record.status == "interrupted" else ""
         raise CliError(f"thread {thread_id!r} is {record.status}; continue it with `{_resume_hint(thread_id, answer)}`")
@@ -105,6 +123,7 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
 async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     """Continue a thread from its head (after a crash, a failure or an interrupt)."""
     answer = parse_json(args.answer, "--answer") if args.answer is not None else None
+    _lease_option(args)
     app, ref = await s.app_for(args.thread, args.graph, action="resume")
     head = await app.aget_state(args.thread)
     asks = [i for i in head.interrupts if i.when == "inside"]
@@ -144,6 +163,8 @@ async def _drive(
                     display.checkpoint(snap)
                 if stop.is_set():
                     break
+    except (ThreadBusyError, LeaseLostError) as exc:
+        raise CliError(str(exc)) from exc  # another process runs the thread: nothing to fix or resume here
     except GraphckptError as exc:
         record = await app.saver.get_thread(thread_id)
         if record is not None and record.status in ("failed", "running"):
@@ -489,6 +510,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "delete": cmd_delete,
     "export": cmd_export,
     "import": cmd_import,
+    "recover": cmd_recover,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
                                                                    "serve": cmd_serve}  # fmt: skip

@@ -189,7 +189,30 @@ def thread_record(info: ThreadInfo) -> dict[str, Any]:
         "forked_from": ref_text(info.forked_from),
         "graph": graph_of(metadata_of(info)),
         "error": info.error,
+        "lease": lease_record(info),
     }
+
+
+def lease_record(info: ThreadInfo) -> dict[str, Any] | None:
+    """Who holds the thread (``threads --json``): owner, epoch, heartbeat and expiry (ISO times), or ``None``."""
+    lease = info.lease
+    if lease is None:
+        return None
+    return {
+        "worker_id": lease.owner.worker_id,
+        "host": lease.owner.host,
+        "pid": lease.owner.pid,
+        "epoch": lease.epoch,
+        "heartbeat_at": _iso(lease.heartbeat_at),
+        "lease_until": _iso(lease.lease_until),
+    }
+
+
+def _iso(seconds: float) -> str | None:
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def step_record(snap: Snapshot) -> dict[str, Any]:

@@ -51,7 +51,13 @@ __all__ = [
     "threads_table",
 ]
 
-_STATUS_STYLE = {"done": "green", "running": "yellow", "interrupted": "cyan", "failed": "bold red"}
+_STATUS_STYLE = {
+    "done": "green",
+    "running": "yellow",
+    "interrupted": "cyan",
+    "failed": "bold red",
+    "crashed": "bold magenta",
+}
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -192,6 +198,12 @@ def _fitted_table(columns: list[_Column], width: int | None, styles: Sequence[st
 # -- threads -----------------------------------------------------------------------------------------------------------
 
 
+def _owner(info: ThreadInfo) -> str:
+    """``pid@host`` of the process holding the thread (``-`` for none); a crashed thread's is the dead one's."""
+    lease = info.lease
+    return "-" if lease is None else f"{lease.owner.pid}@{lease.owner.host}"
+
+
 def threads_table(infos: Sequence[ThreadInfo], width: int | None = None) -> Table:
     """``graphckpt threads``: one row per thread, most recently updated first. When the table is wider than
     ``width`` (the console's), it gives up, in this order until it fits: ``graph``, ``forked from``, the date's year
@@ -206,6 +218,11 @@ def threads_table(infos: Sequence[ThreadInfo], width: int | None = None) -> Tabl
         _Column("thread", [escape(i.thread_id) for i in infos], no_wrap=True),
         _Column("status", [_status(i.status) for i in infos], no_wrap=True),
         _Column("step", [str(i.step) for i in infos], no_wrap=True, justify="right"),
+        *(
+            [_Column("owner", [escape(_owner(i)) for i in infos], no_wrap=True, drop=5)]
+            if any(i.lease is not None for i in infos)
+            else []
+        ),
         _Column(
             "updated",
             [_local_time(i.updated_at) for i in infos],

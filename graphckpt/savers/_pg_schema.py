@@ -57,6 +57,85 @@ def commit_function(store_blobs: LiteralString) -> LiteralString:
     )
 
 
+_STORE_BLOBS_V2: LiteralString = """
+                FOR i IN 1..cardinality(p_b_ch) LOOP
+                    IF p_b_kind[i] < 4 THEN
+                        INSERT INTO {blobs} (step, kind, thread_id, channel, data)
+                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
+                    ELSE
+                        DELETE FROM {blobs} b WHERE b.thread_id = p_b_tid[i] AND b.channel = p_b_ch[i]
+                            AND b.step > p_b_step[i] AND b.step < p_step;
+                        INSERT INTO {blobs} AS b (step, kind, thread_id, channel, data)
+                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i])
+                        ON CONFLICT (thread_id, channel, step) DO UPDATE SET kind = excluded.kind, data = excluded.data;
+                    END IF;
+                END LOOP;"""
+"""Migration 2's blob statements (chunks), shared by the commit functions of later migrations."""
+
+
+def leased_commit_function(store_blobs: LiteralString) -> LiteralString:
+    """``graphckpt_commit`` with leases (issue 14): the same steps as :func:`commit_function`, plus, delimited by
+    ``-- lease`` comments: a new thread is created with epoch 1 and leased to ``p_worker``/``p_host``/``p_pid``
+    until ``p_until`` (when given and the status is ``running``); the head move releases the lease when the status
+    is not ``running``. The fence itself is the ``run_id = p_run`` compare of the head move (a claim sets a new
+    ``run_id`` with each epoch). On a lost compare-and-set ``run`` returns the thread's owner so the error can
+    name who took it."""
+    return (
+        """CREATE FUNCTION {graphckpt_commit}(
+                p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
+                p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
+                p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
+                p_worker text, p_host text, p_pid integer, p_until double precision,
+                OUT won boolean, OUT head text, OUT run text)
+            LANGUAGE plpgsql VOLATILE AS $fn$
+            BEGIN
+                IF p_expected IS NULL THEN
+                    INSERT INTO {threads} (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,
+                        updated_at, parent_thread_id, parent_checkpoint_id, error, metadata,
+                        -- lease
+                        lease_epoch, lease_worker, lease_host, lease_pid, heartbeat_at, lease_until)
+                    VALUES (p_tid, p_cp, p_step, p_status, p_run, p_now, p_now,
+                        CASE WHEN p_ptid IS DISTINCT FROM p_tid THEN p_ptid END, p_pcp, NULL, p_meta,
+                        -- lease
+                        1, CASE WHEN p_status = 'running' AND p_until IS NOT NULL THEN p_worker END,
+                        CASE WHEN p_status = 'running' AND p_until IS NOT NULL THEN p_host END,
+                        CASE WHEN p_status = 'running' AND p_until IS NOT NULL THEN p_pid END,
+                        CASE WHEN p_status = 'running' AND p_until IS NOT NULL THEN p_now END,
+                        CASE WHEN p_status = 'running' THEN p_until END)
+                    ON CONFLICT (thread_id) DO NOTHING;
+                    won := FOUND;
+                ELSE
+                    UPDATE {threads} SET head_checkpoint_id = p_cp, head_step = p_step, status = p_status,
+                        error = NULL, metadata = p_meta, updated_at = p_now,
+                        -- lease: released unless the thread is still running
+                        lease_worker = CASE WHEN p_status = 'running' THEN lease_worker END,
+                        lease_host = CASE WHEN p_status = 'running' THEN lease_host END,
+                        lease_pid = CASE WHEN p_status = 'running' THEN lease_pid END,
+                        heartbeat_at = CASE WHEN p_status = 'running' THEN heartbeat_at END,
+                        lease_until = CASE WHEN p_status = 'running' THEN lease_until END
+                    WHERE thread_id = p_tid AND head_checkpoint_id = p_expected AND run_id = p_run AND NOT deleted;
+                    won := FOUND;
+                    IF NOT won THEN
+                        SELECT t.head_checkpoint_id, t.run_id INTO head, run FROM {threads} t
+                        WHERE t.thread_id = p_tid AND NOT t.deleted;
+                    END IF;
+                END IF;
+                IF NOT won THEN
+                    RETURN;
+                END IF;
+                INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
+                    parent_checkpoint_id, status, metadata, body)
+                VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);"""
+        + store_blobs
+        + """
+                IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
+                    DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
+                END IF;
+            END
+            $fn$"""
+    )
+
+
 MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     (
         1,
@@ -142,8 +221,23 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             ),
         ),
     ),
+    (
+        3,
+        # Leases (issue 14): who runs each thread (worker id, host, pid), its last heartbeat, until when, and how
+        # many claims the thread has had. graphckpt_commit gains the lease parameters (a new signature: the old
+        # function is dropped).
+        (
+            """ALTER TABLE {threads} ADD COLUMN lease_epoch bigint NOT NULL DEFAULT 0,
+                ADD COLUMN lease_pid integer, ADD COLUMN heartbeat_at double precision,
+                ADD COLUMN lease_until double precision, ADD COLUMN lease_worker text COLLATE "C",
+                ADD COLUMN lease_host text""",
+            """DROP FUNCTION {graphckpt_commit}(text, text, text, text, bigint, double precision, text, json, bytea,
+                double precision, text, text, text[], text[], bigint[], smallint[], bytea[])""",
+            leased_commit_function(_STORE_BLOBS_V2),
+        ),
+    ),
     # The durable event log: the events table and its trigger functions (see _events_sql).
-    (3, PG_EVENTS_MIGRATION),
+    (4, PG_EVENTS_MIGRATION),
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 

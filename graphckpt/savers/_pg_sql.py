@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, LiteralString
 
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
-from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
+from graphckpt.savers.base import StoredCheckpoint, ThreadRecord, lease_from_columns, thread_status
 
 THREAD_COLS: LiteralString = (
     "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
-    "parent_thread_id, parent_checkpoint_id, error, metadata"
+    "parent_thread_id, parent_checkpoint_id, error, metadata, "
+    "lease_worker, lease_host, lease_pid, lease_epoch, heartbeat_at, lease_until"
 )
 CP_COLS: LiteralString = (
     "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
@@ -33,15 +34,28 @@ SQL: dict[str, LiteralString] = {
     "events_version": PG_VERSION,
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
     # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
-    "commit": """SELECT won, head FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
-        %b, %b, %b, %b, %b)""",
-    "claim": """WITH u AS (
-        UPDATE {threads} SET run_id = %(run)s, status = 'running', updated_at = %(now)s
+    "commit": """SELECT won, head, run FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
+        %b, %b, %b, %b, %b, %s, %s, %s, %s)""",
+    # Leases (DESIGN.md invariant 9). Take a thread for a new run: compare-and-set on head and previous run (nobody
+    # claimed it since it was read) and on the lease (nobody live holds it: a second resume is refused); the new
+    # run_id fences the old owner. Returns the new epoch, or nothing (then the thread's row explains why).
+    "claim": """UPDATE {threads} SET run_id = %(run)s, status = 'running', updated_at = %(now)s,
+            lease_epoch = lease_epoch + 1, lease_worker = %(worker)s, lease_host = %(host)s, lease_pid = %(pid)s,
+            heartbeat_at = CASE WHEN %(until)s::float8 IS NULL THEN NULL ELSE %(now)s END,
+            lease_until = %(until)s::float8
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
-        RETURNING 1)
-        SELECT (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted)""",
-    # The writes go in before the status changes, so their events (effect, interrupt, task failure) come before the
-    # stop's event (run.failed / run.interrupted): u waits for w's rows; o locks the thread row first.
+            AND (status <> 'running' OR lease_until IS NULL OR lease_until < %(now)s)
+        RETURNING lease_epoch""",
+    # Renew a run's lease; no row: it was taken over (the fence moved), or released by its own run.
+    "heartbeat": """UPDATE {threads} SET heartbeat_at = %(now)s, lease_until = %(until)s
+        WHERE thread_id = %(tid)s AND run_id = %(run)s AND lease_worker IS NOT NULL AND NOT deleted RETURNING 1""",
+    # Give a lease up on a graceful stop: only the run that holds it can.
+    "release": """UPDATE {threads} SET lease_worker = NULL, lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL,
+            lease_until = NULL
+        WHERE thread_id = %(tid)s AND run_id = %(run)s AND NOT deleted""",
+    # A stop that leaves the thread done, interrupted or failed releases the lease in the same statement. The writes go
+    # in before the status changes, so their events (effect, interrupt, task failure) come before the stop's event
+    # (run.failed / run.interrupted): u waits for w's rows; o locks the thread row first.
     "put_writes": """WITH o AS (
         SELECT 1 FROM {threads}
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
@@ -53,7 +67,12 @@ SQL: dict[str, LiteralString] = {
         ON CONFLICT (thread_id, checkpoint_id, task_id, kind, idx) DO UPDATE SET data = excluded.data
         RETURNING 1
     ), u AS (
-        UPDATE {threads} SET status = %(status)s::text, error = %(error)s::text, updated_at = %(now)s
+        UPDATE {threads} SET status = %(status)s::text, error = %(error)s::text, updated_at = %(now)s,
+            lease_worker = CASE WHEN %(status)s::text = 'running' THEN lease_worker END,
+            lease_host = CASE WHEN %(status)s::text = 'running' THEN lease_host END,
+            lease_pid = CASE WHEN %(status)s::text = 'running' THEN lease_pid END,
+            heartbeat_at = CASE WHEN %(status)s::text = 'running' THEN heartbeat_at END,
+            lease_until = CASE WHEN %(status)s::text = 'running' THEN lease_until END
         WHERE %(status)s::text IS NOT NULL AND thread_id = %(tid)s AND EXISTS (SELECT 1 FROM o)
             AND (SELECT count(*) FROM w) >= 0
         RETURNING 1)
@@ -71,9 +90,13 @@ SQL: dict[str, LiteralString] = {
     "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
     "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
+    # crashed and running are told apart by the lease: running with an expired lease is crashed.
     "list_threads": "SELECT "
     + THREAD_COLS
-    + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL OR status = %(status)s)
+    + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL
+            OR (%(status)s = 'crashed' AND status = 'running' AND lease_until < %(now)s)
+            OR (%(status)s = 'running' AND status = 'running' AND (lease_until IS NULL OR lease_until >= %(now)s))
+            OR (%(status)s NOT IN ('crashed', 'running') AND status = %(status)s))
         ORDER BY updated_at DESC, thread_id DESC""",
     "thread_cp_by_id": "SELECT "
     + THREAD_AND_CP_COLS
@@ -111,13 +134,13 @@ SQL: dict[str, LiteralString] = {
 }
 
 
-def thread_from_row(row: tuple[Any, ...]) -> ThreadRecord:
-    tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row
+def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
+    tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row[:11]
     return ThreadRecord(
         thread_id=tid,
         head_checkpoint_id=head,
         head_step=step,
-        status=status,
+        status=thread_status(status, row[16], now),
         run_id=run_id,
         created_at=created,
         updated_at=updated,
@@ -125,6 +148,8 @@ def thread_from_row(row: tuple[Any, ...]) -> ThreadRecord:
         parent_checkpoint_id=pcp,
         error=error,
         metadata=metadata,
+        lease=lease_from_columns(*row[11:17]),
+        epoch=row[14],
     )
 
 

@@ -46,7 +46,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             idx INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (thread_id, checkpoint_id, task_id, kind, idx))
             WITHOUT ROWID""",
     ),
-    SQLITE_EVENTS_MIGRATION,  # 2: the durable event log (events table, triggers on threads, checkpoints, writes)
+    (  # 2: leases (issue 14): who runs each thread, until when, and how many claims it has had
+        "ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE threads ADD COLUMN lease_worker TEXT",
+        "ALTER TABLE threads ADD COLUMN lease_host TEXT",
+        "ALTER TABLE threads ADD COLUMN lease_pid INTEGER",
+        "ALTER TABLE threads ADD COLUMN heartbeat_at REAL",
+        "ALTER TABLE threads ADD COLUMN lease_until REAL",
+    ),
+    SQLITE_EVENTS_MIGRATION,  # 3: the durable event log (events table, triggers on threads, checkpoints, writes)
 )
 
 

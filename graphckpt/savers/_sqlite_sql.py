@@ -8,7 +8,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphckpt.errors import SerializationError
-from graphckpt.savers.base import BlobRange, StoredCheckpoint, ThreadRecord, brief, nul_free
+from graphckpt.savers.base import (
+    BlobRange,
+    StoredCheckpoint,
+    ThreadRecord,
+    brief,
+    lease_from_columns,
+    nul_free,
+    thread_status,
+)
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
 Row = tuple[Any, ...]
@@ -18,10 +26,17 @@ CP_COLUMNS = (
     "thread_id, checkpoint_id, parent_thread_id, parent_checkpoint_id, step, created_at, status, metadata, body"
 )
 CP_SELECT = f"SELECT {CP_COLUMNS} FROM checkpoints"
-THREAD_SELECT = (
-    "SELECT thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, parent_thread_id,"
-    " parent_checkpoint_id, error, metadata FROM threads WHERE deleted = 0"
+THREAD_COLUMNS = (
+    "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, parent_thread_id,"
+    " parent_checkpoint_id, error, metadata, lease_worker, lease_host, lease_pid, lease_epoch, heartbeat_at,"
+    " lease_until"
 )
+THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads WHERE deleted = 0"
+STATUS_CLAUSE = {
+    "crashed": " AND status = 'running' AND lease_until < ?",
+    "running": " AND status = 'running' AND (lease_until IS NULL OR lease_until >= ?)",
+}
+"""``list_threads(status=...)`` for the statuses derived from the lease (bound: now); others compare ``status``."""
 BLOB_SELECT = "SELECT thread_id, channel, step, kind, data FROM blobs"
 MAX_RANGES_PER_QUERY = 8000  # 4 bound parameters each, under SQLite's default limit of 32766
 
@@ -141,7 +156,8 @@ def checkpoint_from_row(row: Row) -> StoredCheckpoint:
     return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
 
 
-def thread_from_row(row: Row) -> ThreadRecord:
+def thread_from_row(row: Row, now: float) -> ThreadRecord:
     return ThreadRecord(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9], LazyJsonMapping(row[10])
-    )
+        row[0], row[1], row[2], thread_status(row[3], row[16], now), row[4], row[5], row[6], row[7], row[8], row[9],
+        LazyJsonMapping(row[10]), lease_from_columns(*row[11:17]), row[14],
+    )  # fmt: skip

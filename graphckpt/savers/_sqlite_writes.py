@@ -6,9 +6,44 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
-from graphckpt.savers._sqlite_sql import CP_COLUMNS
-from graphckpt.savers.base import Status, StoredCheckpoint, brief
+from graphckpt.errors import LeaseLostError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._sqlite_sql import CP_COLUMNS, THREAD_SELECT, thread_from_row
+from graphckpt.savers.base import Owner, Status, StoredCheckpoint, brief, claim_lost, lease_lost
+
+Lease = tuple[Owner, float] | None
+"""A lease to take: its owner and its expiry."""
+
+# -- lease statements (DESIGN.md invariant 9: one live owner) -----------------------------------------------------
+CLAIM = (
+    "UPDATE threads SET run_id = ?, status = 'running', updated_at = ?, lease_epoch = lease_epoch + 1,"
+    " lease_worker = ?, lease_host = ?, lease_pid = ?, heartbeat_at = ?, lease_until = ?"
+    " WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0"
+    " AND (status <> 'running' OR lease_until IS NULL OR lease_until < ?)"
+    " RETURNING lease_epoch"
+)
+"""Take a thread for a new run: compare-and-set on head and previous run (nobody claimed it since it was read) and
+on the lease (nobody live holds it: a second ``resume`` is refused). The new ``run_id`` fences the old owner."""
+HEARTBEAT = (
+    "UPDATE threads SET heartbeat_at = ?, lease_until = ?"
+    " WHERE thread_id = ? AND run_id = ? AND lease_worker IS NOT NULL AND deleted = 0"
+)
+"""Renew a run's lease; matching no row means it was taken over (the fence moved) or released by its run."""
+RELEASE = (
+    "UPDATE threads SET lease_worker = NULL, lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL,"
+    " lease_until = NULL WHERE thread_id = ? AND run_id = ? AND deleted = 0"
+)
+"""Give a lease up on a graceful stop: only the run that holds it can."""
+KEEP_LEASE_IF_RUNNING = ", ".join(
+    f"{column} = CASE WHEN ? = 'running' THEN {column} END"
+    for column in ("lease_worker", "lease_host", "lease_pid", "heartbeat_at", "lease_until")
+)
+"""Part of the head move and of a stop's status change (the same statement): a commit or a stop that leaves the
+thread done, interrupted or failed releases the lease. Binds the new status five times (:func:`_keep_if`)."""
+
+
+def _keep_if(status: str) -> tuple[str, ...]:
+    return (status,) * 5
+
 
 _T = TypeVar("_T")
 
@@ -26,15 +61,18 @@ def transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _
     return result
 
 
-def cas_failed(conn: sqlite3.Connection, thread_id: str, what: str) -> Exception:
-    """The error for a compare-and-set on a thread that matched no row: missing thread, or somebody moved it."""
-    row = conn.execute(
-        "SELECT head_checkpoint_id, run_id FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)
-    ).fetchone()
+def cas_failed(conn: sqlite3.Connection, thread_id: str, run_id: str, expected_head: str, now: float) -> Exception:
+    """The error for a write of run ``run_id`` that matched no row: a missing thread, a lease taken over (the
+    error names the new owner), or a head that moved (named with the one expected, which differs)."""
+    row = conn.execute(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,)).fetchone()
     if row is None:
         return ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
+    record = thread_from_row(row, now)
+    if record.run_id != run_id:
+        return lease_lost(thread_id, record.lease, run_id, now)
     return ThreadConflictError(
-        f"thread {brief(thread_id)!r} was moved or claimed by another run ({what}); its head is {row[0]!r}"
+        f"thread {brief(thread_id)!r} moved: its head is {brief(record.head_checkpoint_id)!r}, "
+        f"expected {brief(expected_head)!r}"
     )
 
 
@@ -67,7 +105,14 @@ def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | 
 
 
 def commit(
-    conn: sqlite3.Connection, cp: StoredCheckpoint, *, expected_head: str | None, run_id: str, meta: str, now: float
+    conn: sqlite3.Connection,
+    cp: StoredCheckpoint,
+    *,
+    expected_head: str | None,
+    run_id: str,
+    meta: str,
+    now: float,
+    lease: Lease = None,
 ) -> None:
     """Insert the checkpoint ``cp`` (with ``meta``, its metadata as canonical JSON), its blobs, and move its thread's
     head to it: create the thread when ``expected_head`` is ``None``, else compare-and-set the head and owner."""
@@ -75,24 +120,28 @@ def commit(
     same_thread_parent = cp.parent_checkpoint_id is not None and cp.parent_thread_id == cp.thread_id
     if expected_head is None:
         fork_of = cp.parent_thread_id if cp.parent_thread_id != cp.thread_id else None
+        who, until = lease if lease is not None and cp.status == "running" else (None, None)
         try:
             conn.execute(
                 "INSERT INTO threads (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,"
-                " updated_at, parent_thread_id, parent_checkpoint_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " updated_at, parent_thread_id, parent_checkpoint_id, metadata, lease_epoch, lease_worker,"
+                " lease_host, lease_pid, heartbeat_at, lease_until) VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?,?,?)",
                 (cp.thread_id, cp.checkpoint_id, cp.step, cp.status, run_id, now, now, fork_of,
-                 cp.parent_checkpoint_id, meta),
+                 cp.parent_checkpoint_id, meta, who and who.worker_id, who and who.host, who and who.pid,
+                 who and now, until),
             )  # fmt: skip
         except sqlite3.IntegrityError as exc:  # live, or deleted but still holding rows a fork needs
             raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists") from exc
     else:
         moved = conn.execute(
             "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
-            " error = NULL, metadata = ? WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ?"
-            " AND deleted = 0",
-            (cp.checkpoint_id, cp.step, cp.status, now, meta, cp.thread_id, expected_head, run_id),
-        )
+            f" error = NULL, metadata = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ? AND head_checkpoint_id = ?"
+            " AND run_id = ? AND deleted = 0",
+            (cp.checkpoint_id, cp.step, cp.status, now, meta, *_keep_if(cp.status), cp.thread_id, expected_head,
+             run_id),
+        )  # fmt: skip
         if moved.rowcount != 1:
-            raise cas_failed(conn, cp.thread_id, f"expected head {brief(expected_head)!r}")
+            raise cas_failed(conn, cp.thread_id, run_id, expected_head, now)
     try:
         conn.execute(
             f"INSERT INTO checkpoints ({CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -122,17 +171,41 @@ def commit(
 
 
 def claim(
-    conn: sqlite3.Connection, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str, now: float
-) -> None:
-    """Hand the thread to ``run_id`` if its head and owner are still the expected ones."""
+    conn: sqlite3.Connection,
+    thread_id: str,
+    *,
+    expected_head: str,
+    expected_run_id: str,
+    run_id: str,
+    now: float,
+    lease: Lease = None,
+) -> int:
+    """Hand the thread to ``run_id`` if its head and owner are still the expected ones and no live lease holds it;
+    returns the new epoch."""
+    who, until = lease if lease is not None else (None, None)
     claimed = conn.execute(
-        "UPDATE threads SET run_id = ?, status = 'running', updated_at = ?"
-        " WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
-        (run_id, now, thread_id, expected_head, expected_run_id),
-    )
-    if claimed.rowcount != 1:
-        what = f"expected head {brief(expected_head)!r}, owner {brief(expected_run_id)!r}"
-        raise cas_failed(conn, thread_id, what)
+        CLAIM,
+        (run_id, now, who and who.worker_id, who and who.host, who and who.pid, who and now, until, thread_id,
+         expected_head, expected_run_id, now),
+    ).fetchone()  # fmt: skip
+    if claimed is None:
+        row = conn.execute(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,)).fetchone()
+        if row is None:
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
+        raise claim_lost(thread_id, thread_from_row(row, now), now)
+    return int(claimed[0])
+
+
+def heartbeat(conn: sqlite3.Connection, thread_id: str, *, run_id: str, lease_until: float, now: float) -> None:
+    """Renew the lease of ``run_id``; :class:`LeaseLostError` when another claim took the thread."""
+    if conn.execute(HEARTBEAT, (now, lease_until, thread_id, run_id)).rowcount != 1:
+        error = cas_failed(conn, thread_id, run_id, "", now)
+        if not isinstance(error, ThreadConflictError) or isinstance(error, LeaseLostError):
+            raise error  # (the run's own released lease is nothing to renew)
+
+
+def release(conn: sqlite3.Connection, thread_id: str, *, run_id: str) -> None:
+    conn.execute(RELEASE, (thread_id, run_id))
 
 
 def put_writes(
@@ -148,20 +221,22 @@ def put_writes(
 ) -> None:
     """Store the pending write ``rows`` of the head ``checkpoint_id`` owned by ``run_id``, then set the status (so the
     writes' events come before the stop's)."""
-    owned = conn.execute(
-        "SELECT 1 FROM threads WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
-        (thread_id, checkpoint_id, run_id),
-    ).fetchall()
-    if len(owned) != 1:
-        raise cas_failed(conn, thread_id, f"expected head {brief(checkpoint_id)!r}, owner {brief(run_id)!r}")
+    owned = len(
+        conn.execute(
+            "SELECT 1 FROM threads WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
+            (thread_id, checkpoint_id, run_id),
+        ).fetchall()
+    )
+    if owned != 1:
+        raise cas_failed(conn, thread_id, run_id, checkpoint_id, now)
     conn.executemany(
         "INSERT OR REPLACE INTO writes (thread_id, checkpoint_id, task_id, kind, idx, data) VALUES (?,?,?,?,?,?)",
         rows,
     )
     if status is not None:
         conn.execute(
-            "UPDATE threads SET status = ?, error = ?, updated_at = ? WHERE thread_id = ?",
-            (status, error, now, thread_id),
+            f"UPDATE threads SET status = ?, error = ?, updated_at = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ?",
+            (status, error, now, *_keep_if(status), thread_id),
         )
 
 

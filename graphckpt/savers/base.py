@@ -3,8 +3,8 @@
 A saver stores three kinds of rows, all opaque to it except for the columns it must index:
 
 ``threads``
-    one row per thread: its head (checkpoint id and step), status, the id of the run that owns it, and where it was
-    forked from. The head moves only by compare-and-set.
+    one row per thread: its head (checkpoint id and step), status, the id of the run that owns it, its lease (see
+    below), and where it was forked from. The head moves only by compare-and-set.
 ``checkpoints``
     one row per checkpoint: ids, parent, step, time, status, metadata (JSON, filterable) and ``body``, the engine's
     encoded record (frontier, channel table, interrupts, schema version). A checkpoint never changes once written.
@@ -33,6 +33,19 @@ surrogate, NaN or an infinity in metadata), so every saver accepts the same valu
 :class:`~graphckpt.errors.CorruptCheckpointError` naming the thread and the checkpoint that wrote it, within memory
 bounded by what the writer can produce.
 
+Leases (DESIGN.md invariant 9): a process that runs a thread holds a lease on it: an :class:`Owner` (worker id,
+host, pid), ``heartbeat_at``, ``lease_until`` and an ``epoch`` that grows by one with every claim. A claim of a thread
+whose lease is live (``lease_until`` not past) is refused with :class:`~graphckpt.errors.ThreadBusyError` naming the
+owner; an expired lease (a crashed process) is taken over. The claim also gives the thread a new ``run_id``: it is the
+fence. Every write of a run (``commit``, ``put_writes``, ``heartbeat``) compares the thread's ``run_id`` with its own
+in the same transaction as the head's compare-and-set, so a process whose lease was taken over (a new epoch, a new
+``run_id``) gets :class:`~graphckpt.errors.LeaseLostError` naming the new owner and writes nothing. A commit or a stop
+that leaves the thread in any status but ``running`` releases the lease in the same transaction; ``release`` gives
+it up without a commit (a graceful stop). Reads report a ``running`` thread whose lease expired as ``crashed``
+(:func:`thread_status`); a ``running`` thread that no process ever claimed (a fresh fork) or one released by a
+graceful stop has no lease and stays ``running`` with ``lease=None``: nobody is on it, and nothing recovers it
+automatically.
+
 Lifecycle: a saver opens lazily on first use (``setup()`` is called by the first operation and is idempotent), is an
 async context manager, and ``aclose()`` releases its connections. A saver garbage-collected while open warns with
 ``ResourceWarning``.
@@ -49,7 +62,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from graphckpt.errors import SaverError, SerializationError
+from graphckpt.errors import LeaseLostError, SaverError, SerializationError, ThreadBusyError, ThreadConflictError
 
 __all__ = [
     "TERMINAL_EVENTS",
@@ -57,6 +70,8 @@ __all__ = [
     "BlobKind",
     "BlobRange",
     "EventKind",
+    "Lease",
+    "Owner",
     "Saver",
     "Status",
     "StoredCheckpoint",
@@ -66,16 +81,23 @@ __all__ = [
     "WriteKind",
     "brief",
     "check_storable",
+    "claim_lost",
     "filter_can_match",
     "json_equal",
+    "lease_from_columns",
+    "lease_lost",
     "metadata_matches",
+    "thread_busy",
+    "thread_status",
     "utf8_safe",
 ]
 
-Status = Literal["running", "interrupted", "failed", "done"]
-"""Thread status. ``running``: work remains and nobody stopped it: a live run, one that crashed, or a fresh fork;
-``resume`` continues it. ``interrupted``: waiting for ``resume`` with an answer (``interrupt_before``/``after`` or
-``ctx.interrupt``). ``failed``: a node raised after its
+Status = Literal["running", "interrupted", "failed", "done", "crashed"]
+"""Thread status. ``running``: work remains and nobody stopped it: a live run (its :attr:`ThreadRecord.lease` names
+the owner), or a thread nobody holds (a fresh fork, a run stopped gracefully: ``lease`` is ``None``); ``resume``
+continues it. ``crashed``: ``running`` with an expired lease: its process died (derived when read, never stored:
+checkpoints carry the other four). ``interrupted``: waiting for ``resume`` with an answer
+(``interrupt_before``/``after`` or ``ctx.interrupt``). ``failed``: a node raised after its
 retries; the error is in the head's pending writes. ``done``: the frontier is empty."""
 
 BlobKind = Literal["snapshot", "delta", "chunk"]
@@ -152,6 +174,39 @@ class StoredWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class Owner:
+    """Who holds a lease: one process."""
+
+    worker_id: str
+    """Random, new at each process start (see :func:`graphckpt.lease.owner`)."""
+    host: str
+    pid: int
+
+    def __str__(self) -> str:
+        return f"worker {self.worker_id} (host {self.host}, pid {self.pid})"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A thread's lease as stored."""
+
+    owner: Owner
+    epoch: int
+    """Grows by one with every claim of the thread."""
+    heartbeat_at: float
+    """When the owner last renewed it (seconds since the epoch)."""
+    lease_until: float
+    """When it expires unless renewed; after that the thread is ``crashed``."""
+
+    def live(self, now: float) -> bool:
+        return now <= self.lease_until
+
+    def describe(self, now: float) -> str:
+        """One line naming the owner and how fresh its heartbeat is."""
+        return f"{self.owner}, epoch {self.epoch}, last heartbeat {max(0.0, now - self.heartbeat_at):.1f} s ago"
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadRecord:
     """A thread's row."""
 
@@ -171,6 +226,63 @@ class ThreadRecord:
     """For a failed thread: a one-line description of the error."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The head checkpoint's metadata."""
+    lease: Lease | None = None
+    """The process holding the thread (live or expired), or ``None`` when nobody claimed it since its last stop."""
+    epoch: int = 0
+    """How many claims the thread has had (the lease's epoch; kept when the lease is released)."""
+
+
+def thread_status(stored: str, lease_until: float | None, now: float) -> Status:
+    """A thread's status as reads report it: ``crashed`` for a stored ``running`` whose lease expired."""
+    if stored == "running" and lease_until is not None and lease_until < now:
+        return "crashed"
+    return stored  # type: ignore[return-value]
+
+
+def thread_busy(thread_id: str, lease: Lease, now: float) -> Exception:
+    """The error refusing a claim of a thread whose lease is live."""
+    return ThreadBusyError(
+        f"thread {brief(thread_id)!r} is being run by {lease.describe(now)}; its lease runs "
+        f"{max(0.0, lease.lease_until - now):.1f} s more (wait for it to finish, or for the lease to expire if that "
+        "process is gone)",
+        thread_id=thread_id,
+        lease=lease,
+    )
+
+
+def lease_from_columns(
+    worker: str | None, host: str | None, pid: int | None, epoch: int, heartbeat_at: float | None, until: float | None
+) -> Lease | None:
+    """A thread row's lease columns as a :class:`Lease` (``None`` when the thread holds none)."""
+    if worker is None or until is None:
+        return None
+    return Lease(Owner(worker, host or "", int(pid or 0)), int(epoch), float(heartbeat_at or 0.0), float(until))
+
+
+def claim_lost(thread_id: str, record: ThreadRecord, now: float) -> Exception:
+    """A claim lost the race (the head or the owner moved since it was read): the error names the winner, never
+    our own expectation twice."""
+    if record.lease is not None and record.status == "running":
+        return (
+            thread_busy(thread_id, record.lease, now)
+            if record.lease.live(now)
+            else ThreadConflictError(f"thread {brief(thread_id)!r} was claimed first by {record.lease.describe(now)}")
+        )
+    return ThreadConflictError(
+        f"thread {brief(thread_id)!r} was claimed first by run {brief(record.run_id)} (it is {record.status} at "
+        f"step {record.head_step} now)"
+    )
+
+
+def lease_lost(thread_id: str, lease: Lease | None, run_id: str, now: float) -> Exception:
+    """The error for a write of run ``run_id`` on a thread that another claim took over since."""
+    by = lease.describe(now) if lease is not None else "another run (which has finished or released it since)"
+    return LeaseLostError(
+        f"thread {brief(thread_id)!r} was taken over by {by}: this process (run {brief(run_id)}) lost its lease "
+        "and stops without writing anything more",
+        thread_id=thread_id,
+        lease=lease,
+    )
 
 
 EventKind = Literal[
@@ -398,16 +510,27 @@ class Saver(abc.ABC):
     # -- writes ------------------------------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+    async def commit(
+        self,
+        checkpoint: StoredCheckpoint,
+        *,
+        expected_head: str | None,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         """Store ``checkpoint`` and its blobs and make it the thread's head, in one transaction.
 
         Compare-and-set: when ``expected_head`` is ``None`` the thread must not exist yet (it is created, owned by
-        ``run_id``); otherwise the thread's current head must be ``expected_head`` *and* its ``run_id`` must equal
-        ``run_id``. If not, nothing is written and :class:`ThreadConflictError` is raised
-        (:class:`ThreadNotFoundError` when ``expected_head`` is given and the thread does not exist). On success the
-        thread row takes the checkpoint's id, step, status and metadata, ``error`` is cleared, and the pending writes
-        recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted. Readers never see half
-        of it.
+        ``run_id``, with epoch 1 and, when ``owner`` is given and the checkpoint's status is ``running``, leased to
+        ``owner`` until ``lease_until``); otherwise the thread's current head must be ``expected_head`` *and* its
+        ``run_id`` must equal ``run_id`` (the lease fence). If not, nothing is written and
+        :class:`ThreadConflictError` is raised: :class:`LeaseLostError` naming the new owner when another claim took
+        the thread (its ``run_id`` differs), :class:`ThreadNotFoundError` when ``expected_head`` is given and the
+        thread does not exist. On success the thread row takes the checkpoint's id, step, status and metadata,
+        ``error`` is cleared, the lease is released when the status is not ``running`` (``owner`` is ignored then),
+        and the pending writes recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted.
+        Readers never see half of it.
 
         A blob of kind ``chunk`` at step ``a`` packs the deltas its channel wrote at steps ``a`` to
         ``checkpoint.step``: in the same transaction the saver deletes that thread's and channel's other blobs with
@@ -416,13 +539,38 @@ class Saver(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
-        """Take ownership of a thread for a new run: set its ``run_id`` to ``run_id`` and its status to ``running``.
+    async def claim(
+        self,
+        thread_id: str,
+        *,
+        expected_head: str,
+        expected_run_id: str,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> int:
+        """Take ownership of a thread for a new run: set its ``run_id`` to ``run_id``, its status to ``running``,
+        its epoch one higher, and its lease to ``owner`` until ``lease_until`` (no lease when ``owner`` is
+        ``None``: a claim that commits at once, like an import). Returns the new epoch.
 
-        Compare-and-set on both the head and the previous owner: raises :class:`ThreadConflictError` if the head is
-        not ``expected_head`` or the owner is not ``expected_run_id`` (somebody else claimed it since we read it),
-        and :class:`ThreadNotFoundError` if the thread does not exist.
+        Compare-and-set on the head, the previous owner and the lease, in one statement: raises
+        :class:`ThreadBusyError` (naming the owner and its heartbeat's age) when the thread's lease is live,
+        :class:`ThreadConflictError` naming the winner when the head is not ``expected_head`` or the owner is not
+        ``expected_run_id`` (somebody else claimed it since we read it), and :class:`ThreadNotFoundError` if the
+        thread does not exist.
         """
+
+    @abc.abstractmethod
+    async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
+        """Renew the lease of run ``run_id``: ``heartbeat_at`` becomes now and ``lease_until`` the given time, in one
+        statement. Raises :class:`LeaseLostError` naming the new owner when the thread's ``run_id`` is no longer
+        ``run_id`` (it was taken over), :class:`ThreadNotFoundError` when the thread is gone. A lease that expired
+        without being taken over is renewed (nobody else wrote)."""
+
+    @abc.abstractmethod
+    async def release(self, thread_id: str, *, run_id: str) -> None:
+        """Give up the lease of run ``run_id`` (the thread keeps its status and epoch, with no lease). Does nothing
+        when ``run_id`` no longer owns the thread or the thread is gone."""
 
     @abc.abstractmethod
     async def put_writes(
@@ -438,9 +586,10 @@ class Saver(abc.ABC):
         """Record pending writes against the checkpoint ``checkpoint_id`` (the thread's head), durably, in one
         transaction; when ``status`` is given the thread's status (and ``error``) change in the same transaction.
 
-        A write with the same ``(task_id, kind, index)`` as a stored one replaces it. Raises
-        :class:`ThreadConflictError` if the head is no longer ``checkpoint_id`` or the thread's owner is not
-        ``run_id``; nothing is written then.
+        A write with the same ``(task_id, kind, index)`` as a stored one replaces it. A ``status`` other than
+        ``running`` releases the lease in the same transaction. Raises :class:`LeaseLostError` naming the new owner
+        if the thread's owner is not ``run_id`` and :class:`ThreadConflictError` if the head is no longer
+        ``checkpoint_id``; nothing is written then.
         """
 
     @abc.abstractmethod
@@ -457,7 +606,9 @@ class Saver(abc.ABC):
 
     @abc.abstractmethod
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        """Every (not deleted) thread, optionally only those with ``status``, most recently updated first."""
+        """Every (not deleted) thread, optionally only those with ``status``, most recently updated first. Statuses
+        are as :func:`thread_status` reports them: ``crashed`` selects the ``running`` threads whose lease expired,
+        ``running`` the others."""
 
     @abc.abstractmethod
     async def get_checkpoint(

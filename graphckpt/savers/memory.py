@@ -13,6 +13,8 @@ from graphckpt.savers.base import (
     Blob,
     BlobRange,
     EventKind,
+    Lease,
+    Owner,
     Saver,
     Status,
     StoredCheckpoint,
@@ -21,7 +23,11 @@ from graphckpt.savers.base import (
     ThreadRecord,
     brief,
     check_storable,
+    claim_lost,
+    lease_lost,
     metadata_matches,
+    thread_busy,
+    thread_status,
     utf8_safe,
 )
 
@@ -57,15 +63,26 @@ class MemorySaver(Saver):
     def __del__(self) -> None:  # nothing to release
         pass
 
-    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+    async def commit(
+        self,
+        checkpoint: StoredCheckpoint,
+        *,
+        expected_head: str | None,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         thread = self._live(checkpoint.thread_id)
+        now = ids.now()
         if expected_head is None:
             if checkpoint.thread_id in self._threads:  # live, or deleted but still holding rows a fork needs
                 raise ThreadConflictError(f"thread {brief(checkpoint.thread_id)!r} already exists")
         elif thread is None:
             raise ThreadNotFoundError(f"thread {brief(checkpoint.thread_id)!r} does not exist")
-        elif thread.record.head_checkpoint_id != expected_head or thread.record.run_id != run_id:
+        elif thread.record.run_id != run_id:
+            raise lease_lost(checkpoint.thread_id, thread.record.lease, run_id, now)
+        elif thread.record.head_checkpoint_id != expected_head:
             raise ThreadConflictError(
                 f"thread {brief(checkpoint.thread_id)!r} moved: head is {brief(thread.record.head_checkpoint_id)!r}, "
                 f"expected {brief(expected_head)!r}"
@@ -75,8 +92,11 @@ class MemorySaver(Saver):
                 f"thread {brief(checkpoint.thread_id)!r} already has a checkpoint at step {checkpoint.step}"
             )
         stored = dataclasses.replace(checkpoint, blobs=())
-        now = ids.now()
+        running = checkpoint.status == "running"
         if thread is None:
+            lease = None
+            if owner is not None and lease_until is not None and running:
+                lease = Lease(owner, 1, now, lease_until)
             thread = _Thread(
                 ThreadRecord(
                     thread_id=checkpoint.thread_id,
@@ -91,6 +111,8 @@ class MemorySaver(Saver):
                     else None,
                     parent_checkpoint_id=checkpoint.parent_checkpoint_id,
                     metadata=dict(checkpoint.metadata),
+                    lease=lease,
+                    epoch=1,
                 )
             )
             self._threads[checkpoint.thread_id] = thread
@@ -103,6 +125,7 @@ class MemorySaver(Saver):
                 updated_at=now,
                 error=None,
                 metadata=dict(checkpoint.metadata),
+                lease=thread.record.lease if running else None,
             )
         bisect.insort(thread.steps, checkpoint.step)
         thread.by_step[checkpoint.step] = stored
@@ -117,15 +140,50 @@ class MemorySaver(Saver):
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
         self._checkpoint_events(checkpoint, created=expected_head is None, run_id=run_id)
 
-    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+    async def claim(
+        self,
+        thread_id: str,
+        *,
+        expected_head: str,
+        expected_run_id: str,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         thread = self._require(thread_id)
-        if thread.record.head_checkpoint_id != expected_head or thread.record.run_id != expected_run_id:
-            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
-        changed = thread.record.run_id != run_id
-        thread.record = dataclasses.replace(thread.record, run_id=run_id, status="running", updated_at=ids.now())
-        if changed:
-            self._event(thread_id, thread.record.head_step + 1, "run.started", {"run_id": run_id})
+        now = ids.now()
+        record = thread.record
+        if record.lease is not None and record.lease.live(now) and record.status == "running":
+            raise thread_busy(thread_id, record.lease, now)
+        if record.head_checkpoint_id != expected_head or record.run_id != expected_run_id:
+            raise claim_lost(thread_id, record, now)
+        epoch = record.epoch + 1
+        lease = Lease(owner, epoch, now, lease_until) if owner is not None and lease_until is not None else None
+        thread.record = dataclasses.replace(
+            record, run_id=run_id, status="running", updated_at=now, lease=lease, epoch=epoch
+        )
+        if record.run_id != run_id:
+            self._event(thread_id, record.head_step + 1, "run.started", {"run_id": run_id})
+        return epoch
+
+    async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        thread = self._require(thread_id)
+        now = ids.now()
+        record = thread.record
+        if record.run_id != run_id:
+            raise lease_lost(thread_id, record.lease, run_id, now)
+        if record.lease is None:
+            return  # released (the run stopped): nothing to renew
+        lease = dataclasses.replace(record.lease, heartbeat_at=now, lease_until=lease_until)
+        thread.record = dataclasses.replace(record, lease=lease)
+
+    async def release(self, thread_id: str, *, run_id: str) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        thread = self._live(thread_id)
+        if thread is not None and thread.record.run_id == run_id:
+            thread.record = dataclasses.replace(thread.record, lease=None)
 
     async def put_writes(
         self,
@@ -142,8 +200,13 @@ class MemorySaver(Saver):
         for w in writes:
             check_storable(task_id=w.task_id)
         thread = self._require(thread_id)
-        if thread.record.head_checkpoint_id != checkpoint_id or thread.record.run_id != run_id:
-            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
+        if thread.record.run_id != run_id:
+            raise lease_lost(thread_id, thread.record.lease, run_id, ids.now())
+        if thread.record.head_checkpoint_id != checkpoint_id:
+            raise ThreadConflictError(
+                f"thread {brief(thread_id)!r} moved: head is {brief(thread.record.head_checkpoint_id)!r}, "
+                f"expected {brief(checkpoint_id)!r}"
+            )
         table = self._writes.setdefault((thread_id, checkpoint_id), {})
         step = thread.by_id[checkpoint_id].step + 1 if checkpoint_id in thread.by_id else None
         for write in writes:
@@ -153,7 +216,10 @@ class MemorySaver(Saver):
                 self._event(thread_id, step, _WRITE_EVENTS[write.kind], payload)
         if status is not None:
             before = thread.record.status
-            thread.record = dataclasses.replace(thread.record, status=status, error=error, updated_at=ids.now())
+            lease = thread.record.lease if status == "running" else None
+            thread.record = dataclasses.replace(
+                thread.record, status=status, error=error, updated_at=ids.now(), lease=lease
+            )
             if status in ("failed", "interrupted") and status != before:
                 stop: EventKind = "run.failed" if status == "failed" else "run.interrupted"
                 self._event(thread_id, thread.record.head_step + 1, stop, {"status": status, "error": error})
@@ -209,10 +275,11 @@ class MemorySaver(Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         thread = self._live(thread_id)
-        return thread.record if thread is not None else None
+        return _reported(thread.record, ids.now()) if thread is not None else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        records = [t.record for t in self._threads.values() if not t.deleted]
+        now = ids.now()
+        records = [_reported(t.record, now) for t in self._threads.values() if not t.deleted]
         if status is not None:
             records = [r for r in records if r.status == status]
         return sorted(records, key=lambda r: (r.updated_at, r.thread_id), reverse=True)
@@ -325,3 +392,10 @@ class MemorySaver(Saver):
         if thread is None:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         return thread
+
+
+def _reported(record: ThreadRecord, now: float) -> ThreadRecord:
+    """The record as reads report it: ``crashed`` for a ``running`` thread whose lease expired."""
+    lease_until = record.lease.lease_until if record.lease is not None else None
+    status = thread_status(record.status, lease_until, now)
+    return record if status == record.status else dataclasses.replace(record, status=status)

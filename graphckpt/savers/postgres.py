@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 from graphckpt import ids
 from graphckpt.errors import (
     CorruptCheckpointError,
+    LeaseLostError,
     SaverError,
     ThreadConflictError,
     ThreadNotFoundError,
@@ -92,6 +93,7 @@ from graphckpt.savers._pg_wire import (
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
+    Owner,
     Saver,
     Status,
     StoredCheckpoint,
@@ -101,7 +103,9 @@ from graphckpt.savers.base import (
     WriteKind,
     brief,
     check_storable,
+    claim_lost,
     filter_can_match,
+    lease_lost,
     nul_free,
     utf8_safe,
 )
@@ -256,7 +260,15 @@ class PostgresSaver(Saver):
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
-    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+    async def commit(
+        self,
+        checkpoint: StoredCheckpoint,
+        *,
+        expected_head: str | None,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         blobs = cp.blobs
@@ -287,9 +299,13 @@ class PostgresSaver(Saver):
             Int8Array(array(20, [ELEM_I8.pack(8, b.step) for b in blobs])),
             Int2Array(array(21, [ELEM_I2.pack(2, k) for k in kinds])),
             ByteaArray(array(17, bytes_elements(datas))),
+            owner.worker_id if owner is not None else None,
+            owner.host if owner is not None else None,
+            owner.pid if owner is not None else None,
+            lease_until if owner is not None else None,
         )
         try:
-            [(won, current)] = await self._fetch(
+            [(won, current, owner_run)] = await self._fetch(
                 f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}", "commit", params
             )
         except SaverError as exc:
@@ -305,20 +321,59 @@ class PostgresSaver(Saver):
             raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists")
         if current is None:
             raise ThreadNotFoundError(f"thread {brief(cp.thread_id)!r} does not exist")
+        if owner_run != run_id:
+            raise await self._lease_lost(cp.thread_id, run_id)
         raise ThreadConflictError(
-            f"thread {brief(cp.thread_id)!r} moved or was claimed: head is {brief(current)!r}, "
-            f"expected {brief(expected_head)!r} owned by run {brief(run_id)!r}"
+            f"thread {brief(cp.thread_id)!r} moved: head is {brief(current)!r}, expected {brief(expected_head)!r}"
         )
 
-    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+    async def _lease_lost(self, thread_id: str, run_id: str) -> Exception:
+        """The error for a write of ``run_id`` refused by the fence: names who holds the thread now."""
+        record = await self.get_thread(thread_id)
+        if record is None:
+            return ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
+        if record.run_id == run_id:  # the head moved, not the owner
+            return ThreadConflictError(f"thread {brief(thread_id)!r} moved: its head is {record.head_checkpoint_id!r}")
+        return lease_lost(thread_id, record.lease, run_id, ids.now())
+
+    async def claim(
+        self,
+        thread_id: str,
+        *,
+        expected_head: str,
+        expected_run_id: str,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
-        params = {"tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id}
-        action = f"claim of thread {brief(thread_id)!r}"
-        [(won, exists)] = await self._fetch(action, "claim", {**params, "now": ids.now()})
-        if not exists:
+        now = ids.now()
+        params = {
+            "tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id, "now": now,
+            "worker": owner.worker_id if owner else None, "host": owner.host if owner else None,
+            "pid": owner.pid if owner else None, "until": lease_until if owner else None,
+        }  # fmt: skip
+        rows = await self._fetch(f"claim of thread {brief(thread_id)!r}", "claim", params)
+        if rows:
+            return int(rows[0][0])
+        record = await self.get_thread(thread_id)
+        if record is None:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
-        if not won:
-            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
+        raise claim_lost(thread_id, record, now)
+
+    async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        params = {"tid": thread_id, "run": run_id, "until": lease_until, "now": ids.now()}
+        if not await self._fetch(f"heartbeat of thread {brief(thread_id)!r}", "heartbeat", params):
+            error = await self._lease_lost(thread_id, run_id)
+            if not isinstance(error, ThreadConflictError) or isinstance(error, LeaseLostError):
+                raise error  # (the run's own released lease is nothing to renew)
+
+    async def release(self, thread_id: str, *, run_id: str) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        with self._errors(f"release of thread {brief(thread_id)!r}"):
+            async with self._connection() as conn:
+                await conn.execute(self._queries["release"], {"tid": thread_id, "run": run_id})
 
     async def put_writes(
         self,
@@ -353,7 +408,7 @@ class PostgresSaver(Saver):
         if not exists:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
-            raise ThreadConflictError(f"thread {brief(thread_id)!r} was claimed or moved by another run")
+            raise await self._lease_lost(thread_id, run_id)
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
@@ -383,10 +438,12 @@ class PostgresSaver(Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
-        return thread_from_row(rows[0]) if rows else None
+        return thread_from_row(rows[0], ids.now()) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        return [thread_from_row(row) for row in await self._fetch("list_threads", "list_threads", {"status": status})]
+        now = ids.now()
+        rows = await self._fetch("list_threads", "list_threads", {"status": status, "now": now})
+        return [thread_from_row(row, now) for row in rows]
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
@@ -409,7 +466,7 @@ class PostgresSaver(Saver):
         rows = await self._fetch(f"get_thread_and_checkpoint of thread {brief(thread_id)!r}", query, params)
         if not rows:
             return None, None
-        record, cp_row = thread_from_row(rows[0][:N_THREAD_COLS]), rows[0][N_THREAD_COLS:]
+        record, cp_row = thread_from_row(rows[0][:N_THREAD_COLS], ids.now()), rows[0][N_THREAD_COLS:]
         if cp_row[0] is None or (step is not None and cp_row[4] != step):
             return record, None
         return record, checkpoint_from_row(cp_row)

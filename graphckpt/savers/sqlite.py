@@ -110,6 +110,7 @@ from graphckpt.savers._sqlite_sql import (
     BLOB_SELECT,
     CP_SELECT,
     MAX_RANGES_PER_QUERY,
+    STATUS_CLAUSE,
     THREAD_SELECT,
     Row,
     blobs_in_ranges,
@@ -121,6 +122,7 @@ from graphckpt.savers._sqlite_sql import (
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
+    Owner,
     Saver,
     Status,
     StoredCheckpoint,
@@ -407,25 +409,54 @@ class SqliteSaver(Saver):
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
-    async def commit(self, checkpoint: StoredCheckpoint, *, expected_head: str | None, run_id: str) -> None:
+    async def commit(
+        self,
+        checkpoint: StoredCheckpoint,
+        *,
+        expected_head: str | None,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
         meta = dump_json(dict(cp.metadata), where)
         now = ids.now()
+        lease = (owner, lease_until) if owner is not None and lease_until is not None else None
         await self._write(
-            lambda conn: tx.commit(conn, cp, expected_head=expected_head, run_id=run_id, meta=meta, now=now)
-        )
+            lambda conn: tx.commit(conn, cp, expected_head=expected_head, run_id=run_id, meta=meta, now=now,
+                                   lease=lease)
+        )  # fmt: skip
 
-    async def claim(self, thread_id: str, *, expected_head: str, expected_run_id: str, run_id: str) -> None:
+    async def claim(
+        self,
+        thread_id: str,
+        *,
+        expected_head: str,
+        expected_run_id: str,
+        run_id: str,
+        owner: Owner | None = None,
+        lease_until: float | None = None,
+    ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
-
-        await self._write(
+        lease = (owner, lease_until) if owner is not None and lease_until is not None else None
+        return await self._write(
             lambda conn: tx.claim(
-                conn, thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id, now=now
+                conn, thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id, now=now,
+                lease=lease,
             )
-        )
+        )  # fmt: skip
+
+    async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        now = ids.now()
+        await self._write(lambda conn: tx.heartbeat(conn, thread_id, run_id=run_id, lease_until=lease_until, now=now))
+
+    async def release(self, thread_id: str, *, run_id: str) -> None:
+        check_storable(thread_id=thread_id, run_id=run_id)
+        await self._write(lambda conn: tx.release(conn, thread_id, run_id=run_id))
 
     async def put_writes(
         self,
@@ -460,14 +491,17 @@ class SqliteSaver(Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,))
-        return thread_from_row(rows[0]) if rows else None
+        return thread_from_row(rows[0], ids.now()) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        sql, params = THREAD_SELECT, []
-        if status is not None:
+        now = ids.now()
+        sql, params = THREAD_SELECT, list[Any]()
+        if status in STATUS_CLAUSE:
+            sql, params = sql + STATUS_CLAUSE[status], [now]
+        elif status is not None:
             sql, params = f"{sql} AND status = ?", [status]
         rows = await self._fetch(f"{sql} ORDER BY updated_at DESC, thread_id DESC", params)
-        return [thread_from_row(row) for row in rows]
+        return [thread_from_row(row, now) for row in rows]
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

@@ -19,6 +19,7 @@ from graphckpt.testing._commits import CommitCases
 from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
+from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
 from graphckpt.testing._writes import BlobAndWriteCases
@@ -26,5 +27,7 @@ from graphckpt.testing._writes import BlobAndWriteCases
 __all__ = ["SaverConformance", "make_checkpoint"]
 
 
-class SaverConformance(ReadCases, FilterCases, BlobAndWriteCases, CommitCases, ForkAndDeleteCases, HostileValueCases):
+class SaverConformance(
+    ReadCases, FilterCases, BlobAndWriteCases, CommitCases, ForkAndDeleteCases, HostileValueCases, LeaseCases
+):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""

@@ -146,7 +146,9 @@ class ReadCases:
         await saver.commit(a, expected_head=None, run_id=run)
         first = await thread_row(saver, t)
         times = (first.created_at, first.updated_at)
-        assert first == ThreadRecord(t, a.checkpoint_id, 0, "running", run, *times, metadata={"source": "input"})
+        assert first == ThreadRecord(
+            t, a.checkpoint_id, 0, "running", run, *times, metadata={"source": "input"}, epoch=1
+        )
         assert first.created_at <= first.updated_at
         await tick()
         b = make_checkpoint(t, 1, parent=a, status="interrupted", metadata={"source": "loop", "n": 1})

@@ -1,0 +1,127 @@
+"""Leases of running threads (DESIGN.md §6, invariant 9): who this process is, how long a lease lasts, and the
+heartbeat that keeps a run's lease alive.
+
+- :func:`owner`: this process as a lease owner: a random worker id made once per process start (again after a
+  ``fork``), the host name and the pid.
+- :func:`lease_seconds`: the lease length: the ``lease_seconds`` given to the app (or the CLI's ``--lease-seconds``),
+  else ``$GRAPHCKPT_LEASE_SECONDS``, else :data:`DEFAULT_LEASE_SECONDS`.
+- :class:`Heartbeat`: a run's lease, renewed by a background task every third of the lease, never on the super-step's
+  path. Before a node or an effect starts, :meth:`Heartbeat.check` costs nothing while the lease is known to be
+  fresh; when the process was paused past its lease (SIGSTOP, a long GC, a suspended laptop) it renews first, and a
+  lease taken over meanwhile raises :class:`~graphckpt.errors.LeaseLostError` before anything runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import time
+
+from graphckpt import ids
+from graphckpt.errors import LeaseLostError, ThreadNotFoundError
+from graphckpt.savers.base import Owner, Saver
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "LEASE_ENV", "Heartbeat", "lease_seconds", "owner"]
+
+logger = logging.getLogger("graphckpt")
+
+DEFAULT_LEASE_SECONDS = 30.0
+"""How long a lease lasts without a heartbeat; the heartbeat renews it every third of that."""
+LEASE_ENV = "GRAPHCKPT_LEASE_SECONDS"
+"""The environment variable that sets the lease length for every process that does not pass one."""
+
+_owner: tuple[int, Owner] | None = None
+
+
+def owner() -> Owner:
+    """This process as a lease owner. The worker id is random and new per process start (and per ``fork``)."""
+    global _owner
+    pid = os.getpid()
+    if _owner is None or _owner[0] != pid:
+        _owner = (pid, Owner(os.urandom(6).hex(), socket.gethostname(), pid))
+    return _owner[1]
+
+
+def lease_seconds(given: float | None = None) -> float:
+    """The lease length: ``given``, else ``$GRAPHCKPT_LEASE_SECONDS``, else :data:`DEFAULT_LEASE_SECONDS`. A value
+    that is not a positive finite number is refused with :class:`ValueError` naming where it came from."""
+    where = "lease_seconds"
+    value: object = given
+    if given is None:
+        text = os.environ.get(LEASE_ENV)
+        if not text:
+            return DEFAULT_LEASE_SECONDS
+        where = f"${LEASE_ENV}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{where} must be a number of seconds, not {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{where} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+class Heartbeat:
+    """The lease of run ``run_id`` on ``thread_id``, held from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, saver: Saver, thread_id: str, run_id: str, seconds: float, until: float) -> None:
+        self.saver, self.thread_id, self.run_id, self.seconds = saver, thread_id, run_id, seconds
+        self.until = until
+        """The lease's expiry as last written (wall clock)."""
+        self._fresh_until = time.monotonic() + seconds * 2 / 3
+        """Monotonic time until which the lease certainly holds without asking (a margin for clock steps)."""
+        self.lost: LeaseLostError | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._beat())
+
+    async def stop(self, *, release: bool) -> None:
+        """Stop renewing; with ``release``, give the lease up (a graceful stop: the thread is nobody's)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if release and self.lost is None:
+            with contextlib.suppress(Exception):  # the lease expires by itself if the store is unreachable now
+                await self.saver.release(self.thread_id, run_id=self.run_id)
+
+    def fresh(self) -> bool:
+        """The lease certainly still holds (no round trip): renewed recently, and not taken over as far as known."""
+        return self.lost is None and time.monotonic() < self._fresh_until
+
+    async def check(self) -> None:
+        """Before a node or an effect runs: raise :class:`LeaseLostError` if the lease was taken over; renew it
+        first when it is not known to be fresh (the process was paused past a heartbeat)."""
+        if self.lost is not None:
+            raise self.lost
+        if not self.fresh():
+            await self.renew()
+
+    async def renew(self) -> None:
+        until = ids.now() + self.seconds
+        started = time.monotonic()
+        try:
+            await self.saver.heartbeat(self.thread_id, run_id=self.run_id, lease_until=until)
+        except (LeaseLostError, ThreadNotFoundError) as exc:
+            self.lost = exc if isinstance(exc, LeaseLostError) else LeaseLostError(str(exc), thread_id=self.thread_id)
+            raise self.lost from None
+        self.until = until
+        self._fresh_until = started + self.seconds * 2 / 3
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.seconds / 3)
+            try:
+                await self.renew()
+            except LeaseLostError:
+                logger.warning("thread %r: lease lost (%s)", self.thread_id, self.lost)
+                return
+            except Exception as exc:  # the store is unreachable for now: try again at the next beat
+                logger.warning("thread %r: heartbeat failed: %r", self.thread_id, exc)

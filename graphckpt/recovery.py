@@ -1,0 +1,105 @@
+"""Recovery of crashed threads (DESIGN.md §6): the confirm-first and automatic strategies' building blocks.
+
+A thread is ``crashed`` when it is ``running`` and its lease expired: the process that ran it died (or was paused
+past its lease). :func:`crashed` describes each one for a person (graph, last step, what it was running, tokens spent
+so far, how long ago its last heartbeat was); :func:`recover` continues the chosen ones from their last checkpoint,
+each one through ``resume`` (which takes the thread over: a thread some other process recovered first, or whose
+process came back, is skipped with its reason, never run twice).
+
+Strategies: manual (``resume`` after looking), confirm-first (``crashed`` then ``recover`` of the ones a person
+chose: ``graphckpt recover`` asks per thread), automatic (``recover`` of all: ``graphckpt recover --yes``, at a
+service's start). See docs/workers.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graphckpt import ids
+from graphckpt.errors import GraphckptError, ThreadConflictError
+from graphckpt.savers.base import Lease
+
+if TYPE_CHECKING:
+    from graphckpt.app import App
+    from graphckpt.checkpoint import Snapshot
+
+__all__ = ["CrashedThread", "RecoveryResult", "crashed", "recover"]
+
+
+@dataclass(frozen=True, slots=True)
+class CrashedThread:
+    """A crashed thread as a person deciding whether to continue it sees it."""
+
+    thread_id: str
+    graph: str | None
+    """The graph recorded by ``graphckpt run`` (tag ``graph``), if any."""
+    step: int
+    """The last committed step."""
+    running: tuple[str, ...]
+    """The nodes of the frontier: what it was running when it died."""
+    tokens: int
+    """Model tokens its lineage spent so far (prompt + completion, from the checkpoints' usage)."""
+    lease: Lease
+    """The dead owner's lease (host, pid, worker id, last heartbeat)."""
+    seconds_ago: float
+    """How long ago its last heartbeat was."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    thread_id: str
+    snapshot: Snapshot | None
+    """The head after the recovered run, or ``None`` when it was not run."""
+    error: str | None = None
+    """Why it was not run (another process took it first), or how the run failed."""
+
+
+async def crashed(app: App) -> list[CrashedThread]:
+    """Every crashed thread of ``app``'s saver, most recently updated first."""
+    found = []
+    now = ids.now()
+    for record in await app.saver.list_threads(status="crashed"):
+        if record.lease is None:  # pragma: no cover - crashed implies an expired lease
+            continue
+        head = await app.store.state(record.thread_id)
+        tokens = 0
+        for cp in await app.store.lineage_checkpoints(record):
+            tokens += _tokens(cp.metadata)
+        tags = record.metadata.get("tags")
+        graph = tags.get("graph") if isinstance(tags, dict) else None
+        graph_ref = graph if isinstance(graph, str) else None
+        ago = max(0.0, now - record.lease.heartbeat_at)
+        found.append(
+            CrashedThread(record.thread_id, graph_ref, record.head_step, tuple(head.next), tokens, record.lease, ago)
+        )
+    return found
+
+
+async def recover(app: App, thread_ids: Sequence[str]) -> list[RecoveryResult]:
+    """Continue each of ``thread_ids`` from its last checkpoint (``resume``, one after the other). A thread taken
+    by another process first is reported with its reason and not run; a run that fails is reported with its error
+    (the thread is ``failed``, as after any ``resume``)."""
+    results = []
+    for thread_id in thread_ids:
+        try:
+            results.append(RecoveryResult(thread_id, await app.aresume(thread_id)))
+        except ThreadConflictError as exc:
+            results.append(RecoveryResult(thread_id, None, str(exc)))
+        except GraphckptError as exc:
+            results.append(RecoveryResult(thread_id, None, f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def _tokens(metadata: Any) -> int:
+    usage = metadata.get("usage") if hasattr(metadata, "get") else None
+    if not isinstance(usage, dict):
+        return 0
+    total = 0
+    for entry in usage.values():
+        if isinstance(entry, dict):
+            for key in ("prompt_tokens", "completion_tokens"):
+                value = entry.get(key, 0)
+                total += value if isinstance(value, int) else 0
+    return total

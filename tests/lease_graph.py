@@ -1,0 +1,57 @@
+"""The graph of the lease tests (``test_leases.py``), run by real ``graphckpt`` processes.
+
+``graph``: ``first -> wait -> last``. Each node journals an effect that appends ``<node>:<effect>\\t<pid>`` to the
+file ``$LEASE_SIDE`` (so the test counts how many times each external call ran, and in which process). ``wait``
+journals ``wait:before``, then blocks until the file ``$LEASE_GATE`` exists (bounded: 60 s), then journals
+``wait:after``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+from pydantic import BaseModel
+
+from graphckpt import END, START, Context, StateGraph, append
+
+
+class LeaseState(BaseModel):
+    done: Annotated[list[str], append] = []
+
+
+def _side(line: str) -> str:
+    with open(os.environ["LEASE_SIDE"], "a") as f:
+        f.write(f"{line}\t{os.getpid()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return line
+
+
+def first(state: LeaseState, ctx: Context) -> dict[str, list[str]]:
+    return {"done": [ctx.effect(_side, "first:once")]}
+
+
+def wait(state: LeaseState, ctx: Context) -> dict[str, list[str]]:
+    before = ctx.effect(_side, "wait:before")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["LEASE_GATE"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gate file never appeared")
+        time.sleep(0.01)
+    return {"done": [before, ctx.effect(_side, "wait:after")]}
+
+
+def last(state: LeaseState, ctx: Context) -> dict[str, list[str]]:
+    return {"done": [ctx.effect(_side, "last:once")]}
+
+
+graph = StateGraph(LeaseState)
+graph.add_node("first", first)
+graph.add_node("wait", wait)
+graph.add_node("last", last)
+graph.add_edge(START, "first")
+graph.add_edge("first", "wait")
+graph.add_edge("wait", "last")
+graph.add_edge("last", END)
