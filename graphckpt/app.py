@@ -16,16 +16,18 @@ import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from graphckpt import begin, recovery
+from graphckpt import begin, recovery, runs
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.codec import Codec
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Diff, diff_values
+from graphckpt.engine import Run
 from graphckpt.fork import Goto, LoadLater, fork, update_state
 from graphckpt.records import NO_ANSWER
 from graphckpt.recovery import CrashedThread, RecoveryResult
 from graphckpt.savers.base import Saver, Status
 from graphckpt.savers.memory import MemorySaver
+from graphckpt.savers.queue import RunRecord, RunStatus
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
 from graphckpt.streams import STREAM_MODES, StreamMode, ahead_by_one, chunks
@@ -61,6 +63,8 @@ class App(SyncFacade):
         )
         self.store = ThreadStore(self.saver, self.codec, lease_seconds=lease_seconds)
         self._options = begin.RunOptions(graph, self.store, recursion_limit)
+        self.graph_ref: str | None = None
+        """``module:attr`` of this graph, what workers load to run the runs it submits (set by the CLI)."""
         self._init_sync()
         self._runner = InlineRunner(self._node_ms)
 
@@ -184,6 +188,47 @@ class App(SyncFacade):
     async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
         """Every thread, most recently updated first; only those with ``status`` when given."""
         return [thread_info(r) for r in await self.saver.list_threads(status=status)]
+
+    # -- the run queue (see graphckpt.runs and graphckpt.worker) -------------------------------------------------------
+
+    async def asubmit(
+        self,
+        input: Any = None,
+        *,
+        thread_id: str | None = None,
+        multitask: runs.Multitask = "reject",
+        resume: bool = False,
+        answer: Any = NO_ANSWER,
+        graph: str | None = None,
+    ) -> RunRecord:
+        """Queue a run for a worker (see :func:`graphckpt.runs.submit`): ``multitask="reject"`` raises
+        :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one."""
+        return await runs.submit(self, input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
+                                 graph=graph)  # fmt: skip
+
+    async def aruns(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
+        """Queued, running and ended runs, oldest first."""
+        return await runs.list_runs(self, thread_id=thread_id, status=status)
+
+    async def acancel_run(self, run_id: str) -> bool:
+        """Cancel a queued run; ``False`` when it is not queued any more."""
+        return await runs.cancel(self, run_id)
+
+    async def _begin(self, run: RunRecord, fence: str, tags: Mapping[str, Any]) -> Run:
+        """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``: its input
+        starts the thread, unless an earlier attempt of this run already committed it (then it resumes)."""
+        payload = self.codec.serde.loads(run.payload) if run.payload is not None else NO_ANSWER
+        if run.kind == "input" and run.attempt > 1:
+            record = await self.saver.get_thread(run.thread_id)
+            old = record.metadata.get("tags") if record is not None else None
+            if isinstance(old, Mapping) and old.get("run") == run.run_id:  # its input step is committed
+                return await begin.resume(self._options, run.thread_id, NO_ANSWER, None, tags, self._runner,
+                                          streamed=True, run_id=fence)  # fmt: skip
+        if run.kind == "input":
+            return await begin.start(self._options, payload, run.thread_id, None, tags, self._runner, streamed=True,
+                                     run_id=fence)  # fmt: skip
+        return await begin.resume(self._options, run.thread_id, payload, None, tags, self._runner, streamed=True,
+                                  run_id=fence)  # fmt: skip
 
     async def acrashed(self) -> list[CrashedThread]:
         """The crashed threads (``running``, lease expired: their process died), each with what a person needs to

@@ -1,6 +1,7 @@
 """How a run begins: :func:`start` (a new thread, or a new turn of a ``done`` one, from an input) and
 :func:`resume` (a thread's head, after a crash, a failure or with an answer to an open interrupt). Each checks the
-thread, takes it over and returns the :class:`~graphckpt.engine.Run` that continues it.
+thread, takes it over and returns the :class:`~graphckpt.engine.Run` that continues it. ``run_id``, when given, is
+the claim's fence (a worker passes its queued run's fence, so the commit that stops the thread ends that run).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ async def start(
     runner: NodeRunner | None,
     *,
     streamed: bool = False,
+    run_id: str | None = None,
 ) -> Run:
     """Apply ``input`` through the reducers as step 0 of a new thread (or the next step of a ``done`` one), route
     from START, and commit: the run then continues from that checkpoint. Nothing is written if the input or the
@@ -102,7 +104,7 @@ async def start(
     status, interrupts = graph.frontier_status(tasks)
     step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
                       wrote={"input": list(update)})  # fmt: skip
-    run_id = ids.new_id()
+    run_id = run_id or ids.new_id()
     until = store.lease_until()
     head = await store.write_checkpoint(
         base, step, run_id=run_id, checkpoint_id=checkpoint_id,
@@ -123,6 +125,7 @@ async def resume(
     runner: NodeRunner | None,
     *,
     streamed: bool = False,
+    run_id: str | None = None,
 ) -> Run:
     """Take the thread over from its head: only the tasks without recorded results run again; ``answer`` answers
     the first open ``ctx.interrupt``. A ``done`` thread gives a run that ends at once."""
@@ -136,7 +139,7 @@ async def resume(
     if record.status == "done" or not head.body.tasks:
         if answer is not NO_ANSWER:
             raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
-        run_id = ids.new_id()
+        run_id = run_id or ids.new_id()
         if record.status != "done":  # e.g. a crash after a new turn claimed the thread, before its first commit
             await store.claim(record, run_id=run_id)
             await store.record_writes(head.cp, [], run_id=run_id, status="done")
@@ -154,7 +157,7 @@ async def resume(
     answers = _answers(answer, open_interrupts)
     # an answer that cannot be stored is refused before the claim, which would mark the thread running
     writes = [StoredWrite(task.id, "resume", index, store.codec.serde.dumps(value)) for task, index, value in answers]
-    run_id = ids.new_id()
+    run_id = run_id or ids.new_id()
     until = store.lease_until()
     await store.claim(record, run_id=run_id, lease_until=until)  # refused while a live process holds the thread
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from graphckpt.graph import NodeSpec
     from graphckpt.recovery import CrashedThread, RecoveryResult
     from graphckpt.savers.base import BlobRange, Saver, Status, StoredCheckpoint
+    from graphckpt.savers.queue import RunRecord
 
 __all__ = ["INLINE_MAX_MS", "SYNC_FACADE", "InlineRunner", "Portal", "SyncFacade", "note_sync_call"]
 
@@ -157,6 +158,18 @@ class SyncFacade:
         async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
         async def athread(self, thread_id: str) -> ThreadInfo: ...
         async def acrashed(self) -> list[CrashedThread]: ...
+        async def asubmit(
+            self,
+            input: Any = None,
+            *,
+            thread_id: str | None = None,
+            multitask: Any = "reject",
+            resume: bool = False,
+            answer: Any = NO_ANSWER,
+            graph: str | None = None,
+        ) -> RunRecord: ...
+        async def aruns(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]: ...
+        async def acancel_run(self, run_id: str) -> bool: ...
         async def arecover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]: ...
         async def adelete_thread(self, thread_id: str) -> None: ...
         async def aclose(self) -> None: ...
@@ -222,6 +235,20 @@ class SyncFacade:
     def thread(self, thread_id: str) -> ThreadInfo:
         """Sync :meth:`athread`."""
         return self._sync(self.athread(thread_id))
+
+    def submit(self, input: Any = None, *, thread_id: str | None = None, multitask: Any = "reject",
+               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None) -> RunRecord:  # fmt: skip
+        """Sync :meth:`asubmit`."""
+        return self._sync(self.asubmit(input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
+                                       graph=graph))  # fmt: skip
+
+    def runs(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]:
+        """Sync :meth:`aruns`."""
+        return self._sync(self.aruns(thread_id=thread_id, status=status))
+
+    def cancel_run(self, run_id: str) -> bool:
+        """Sync :meth:`acancel_run`."""
+        return self._sync(self.acancel_run(run_id))
 
     def crashed(self) -> list[CrashedThread]:
         """Sync :meth:`acrashed`."""

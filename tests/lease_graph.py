@@ -2,7 +2,8 @@
 
 ``graph``: ``first -> wait -> last``. Each node journals an effect that appends ``<node>:<effect>\\t<pid>`` to the
 file ``$LEASE_SIDE`` (so the test counts how many times each external call ran, and in which process). ``wait``
-journals ``wait:before``, then blocks until the file ``$LEASE_GATE`` exists (bounded: 60 s), then journals
+journals ``wait:before`` (then appends its pid to ``$LEASE_GATE.reached``: the journal entry is committed), then
+blocks until the file ``$LEASE_GATE`` exists (bounded: 60 s), then journals
 ``wait:after``.
 """
 
@@ -35,6 +36,8 @@ def first(state: LeaseState, ctx: Context) -> dict[str, list[str]]:
 
 def wait(state: LeaseState, ctx: Context) -> dict[str, list[str]]:
     before = ctx.effect(_side, "wait:before")
+    with open(os.environ["LEASE_GATE"] + ".reached", "a") as f:  # its journal entry is committed now
+        f.write(f"{os.getpid()}\n")
     deadline = time.monotonic() + 60
     while not os.path.exists(os.environ["LEASE_GATE"]):
         if time.monotonic() > deadline:

@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow
 
 def _crash(cli: Cli, thread_id: str) -> None:
     """A run of ``thread_id`` SIGKILLed inside its slow node, with a short lease."""
-    before = cli.effects()["wait:before"]
+    before = cli.reached()
     proc = cli.start("run", "lease_graph:graph", "--thread", thread_id, "-q", "--lease-seconds", "0.5")
     try:
-        wait_for(lambda: cli.effects()["wait:before"] == before + 1, 30, f"{thread_id} to reach the slow node")
+        wait_for(lambda: cli.reached() == before + 1, 30, f"{thread_id} to reach the slow node")
     finally:
         proc.kill()
         proc.communicate()

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, get_args
 
 from graphckpt.savers.base import Status
+from graphckpt.savers.queue import RunStatus
 
 __all__ = ["WAITING", "build_parser", "main"]
 
@@ -52,7 +53,7 @@ answer: resume it again with --answer JSON), 130 stopped by Ctrl-C, 143 stopped 
 
 _DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
 
-CREATING_COMMANDS = frozenset({"run", "import"})
+CREATING_COMMANDS = frozenset({"run", "import", "submit", "worker"})
 """The commands that may create the database (SQLite file, PostgreSQL schema and tables); the others need it."""
 
 
@@ -265,6 +266,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command(
+        "submit",
+        "queue a run for a worker",
+        "Queue a run of the graph MODULE:ATTR on a thread (a new one by default) for `graphckpt worker`: --input "
+        "starts it, --resume continues it. --multitask reject (default) refuses a busy thread (a queued or running "
+        "run, or a live process on it); enqueue runs it after the current one.",
+    )
+    p.add_argument("target", metavar="MODULE:ATTR", help="the graph a worker runs it with (its --graph)")
+    p.add_argument("--input", default="{}", metavar="JSON", help="the input state update (JSON, or @FILE); default {}")
+    p.add_argument("--thread", type=nonempty, metavar="ID", help="thread id (default: a new id)")
+    p.add_argument("--resume", action="store_true", help="continue the thread instead of starting it")
+    p.add_argument("--answer", metavar="JSON", help="with --resume: the answer to an open ctx.interrupt")
+    p.add_argument("--multitask", choices=("reject", "enqueue"), default="reject", help="what a busy thread does")
+
+    p = command("runs", "list the run queue", "Queued, running and ended runs, oldest first.")
+    p.add_argument("--status", choices=get_args(RunStatus), help="only runs with this status")
+    p.add_argument("--thread", type=nonempty, metavar="ID", help="only the runs of this thread")
+
+    p = command(
+        "worker",
+        "claim and run queued runs",
+        "Claim queued runs of the given graphs and run them, with heartbeats, until SIGTERM or Ctrl-C; then each "
+        "running step commits, its lease is released and its run goes back to the queue. It also re-queues runs of "
+        "workers that died and crashed threads (automatic recovery). Many workers share one PostgreSQL; a few share "
+        "one SQLite file.",
+        json=False,
+    )
+    p.add_argument("--graph", required=True, action="append", metavar="MODULE:ATTR", help="a graph to run (repeat)")
+    p.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="runs at a time (default 1)")
+    p.add_argument("--poll", type=positive_float, default=1.0, metavar="S", help="poll interval when idle (s)")
+    p.add_argument(
+        "--lease-seconds",
+        type=positive_float,
+        metavar="S",
+        help="lease length (default $GRAPHCKPT_LEASE_SECONDS or 30)",
+    )
 
     p = command(
         "recover",

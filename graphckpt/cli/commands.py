@@ -26,6 +26,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import WAITING, records
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
+from graphckpt.cli.service import cmd_runs, cmd_submit, cmd_worker
 from graphckpt.cli.session import (
     DEFAULT_DB,
     CliError,
@@ -511,6 +512,9 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "export": cmd_export,
     "import": cmd_import,
     "recover": cmd_recover,
+    "submit": cmd_submit,
+    "runs": cmd_runs,
+    "worker": cmd_worker,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
                                                                    "serve": cmd_serve}  # fmt: skip

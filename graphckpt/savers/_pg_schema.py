@@ -123,6 +123,11 @@ def leased_commit_function(store_blobs: LiteralString) -> LiteralString:
                 IF NOT won THEN
                     RETURN;
                 END IF;
+                -- runs: the run of this claim ends with the commit that stops the thread (same transaction)
+                IF p_status <> 'running' THEN
+                    UPDATE {runs} SET status = p_status, ended_at = p_now, error = NULL
+                    WHERE thread_id = p_tid AND status = 'running' AND fence = p_run;
+                END IF;
                 INSERT INTO {checkpoints} (step, created_at, thread_id, checkpoint_id, parent_thread_id,
                     parent_checkpoint_id, status, metadata, body)
                 VALUES (p_step, p_created, p_tid, p_cp, p_ptid, p_pcp, p_status, p_meta, p_body);"""
@@ -234,6 +239,27 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             """DROP FUNCTION {graphckpt_commit}(text, text, text, text, bigint, double precision, text, json, bytea,
                 double precision, text, text, text[], text[], bigint[], smallint[], bytea[])""",
             leased_commit_function(_STORE_BLOBS_V2),
+            # The run queue (graphckpt/savers/queue.py states the invariants); columns in _pg_runs.RUN_COLS order.
+            """CREATE TABLE {runs} (
+                run_id text COLLATE "C" PRIMARY KEY,
+                thread_id text COLLATE "C" NOT NULL,
+                kind text NOT NULL CHECK (kind IN ('input', 'resume')),
+                status text NOT NULL
+                    CHECK (status IN ('queued', 'running', 'done', 'failed', 'interrupted', 'cancelled')),
+                graph text,
+                payload bytea,
+                attempt integer NOT NULL DEFAULT 0,
+                worker text,
+                fence text COLLATE "C",
+                lease_until double precision,
+                created_at double precision NOT NULL,
+                started_at double precision,
+                ended_at double precision,
+                error text)""",
+            # One running run per thread, enforced by the database.
+            "CREATE UNIQUE INDEX runs_one_running ON {runs} (thread_id) WHERE status = 'running'",
+            "CREATE INDEX runs_queued ON {runs} (created_at) WHERE status = 'queued'",
+            "CREATE INDEX runs_by_thread ON {runs} (thread_id, created_at)",
         ),
     ),
     # The durable event log: the events table and its trigger functions (see _events_sql).
@@ -248,8 +274,8 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
     def name(table: str) -> sql.Identifier:
         return sql.Identifier(schema, table) if schema else sql.Identifier(table)
 
-    tables = ("threads", "checkpoints", "blobs", "writes", "graphckpt_migrations", "graphckpt_commit", "events",
-              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes")  # fmt: skip
+    tables = ("threads", "checkpoints", "blobs", "writes", "runs", "graphckpt_migrations", "graphckpt_commit",
+              "events", "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes")  # fmt: skip
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 
 

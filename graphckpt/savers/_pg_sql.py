@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, LiteralString
 
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
+from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord, lease_from_columns, thread_status
 
 THREAD_COLS: LiteralString = (
@@ -47,7 +48,11 @@ SQL: dict[str, LiteralString] = {
             AND (status <> 'running' OR lease_until IS NULL OR lease_until < %(now)s)
         RETURNING lease_epoch""",
     # Renew a run's lease; no row: it was taken over (the fence moved), or released by its own run.
-    "heartbeat": """UPDATE {threads} SET heartbeat_at = %(now)s, lease_until = %(until)s
+    # The running run's lease follows its thread's.
+    "heartbeat": """WITH r AS (
+            UPDATE {runs} SET lease_until = %(until)s
+            WHERE thread_id = %(tid)s AND status = 'running' AND fence = %(run)s)
+        UPDATE {threads} SET heartbeat_at = %(now)s, lease_until = %(until)s
         WHERE thread_id = %(tid)s AND run_id = %(run)s AND lease_worker IS NOT NULL AND NOT deleted RETURNING 1""",
     # Give a lease up on a graceful stop: only the run that holds it can.
     "release": """UPDATE {threads} SET lease_worker = NULL, lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL,
@@ -60,6 +65,10 @@ SQL: dict[str, LiteralString] = {
         SELECT 1 FROM {threads}
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
         FOR UPDATE
+    ), r AS (  -- runs: a stop ends the run of this claim in the same statement
+        UPDATE {runs} SET status = %(status)s::text, ended_at = %(now)s, error = %(error)s::text
+        WHERE thread_id = %(tid)s AND status = 'running' AND fence = %(run)s
+            AND coalesce(%(status)s::text, 'running') <> 'running' AND EXISTS (SELECT 1 FROM o)
     ), w AS (
         INSERT INTO {writes} (thread_id, checkpoint_id, task_id, kind, idx, data)
         SELECT %(tid)s, %(cp)s, w.* FROM o, unnest(%(w_task)s::text[], %(w_kind)s::text[], %(w_idx)s::int[],
@@ -132,6 +141,9 @@ SQL: dict[str, LiteralString] = {
     "get_writes": """SELECT task_id, kind, idx, data FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s
         ORDER BY task_id, kind, idx""",
 }
+
+
+SQL.update(RUN_SQL)
 
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:

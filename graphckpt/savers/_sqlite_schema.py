@@ -53,6 +53,14 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE threads ADD COLUMN lease_pid INTEGER",
         "ALTER TABLE threads ADD COLUMN heartbeat_at REAL",
         "ALTER TABLE threads ADD COLUMN lease_until REAL",
+        # the run queue (see graphckpt/savers/queue.py for the invariants)
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+            graph TEXT, payload BLOB, attempt INTEGER NOT NULL DEFAULT 0, worker TEXT, fence TEXT,
+            lease_until REAL, created_at REAL NOT NULL, started_at REAL, ended_at REAL, error TEXT)""",
+        "CREATE UNIQUE INDEX runs_one_running ON runs (thread_id) WHERE status = 'running'",
+        "CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued'",
+        "CREATE INDEX runs_by_thread ON runs (thread_id, created_at)",
     ),
     SQLITE_EVENTS_MIGRATION,  # 3: the durable event log (events table, triggers on threads, checkpoints, writes)
 )

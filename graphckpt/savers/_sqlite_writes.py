@@ -45,6 +45,14 @@ def _keep_if(status: str) -> tuple[str, ...]:
     return (status,) * 5
 
 
+# -- the run queue's part of a commit (see graphckpt/savers/queue.py) ----------------------------------------------
+END_RUN = "UPDATE runs SET status = ?, ended_at = ?, error = ? WHERE thread_id = ? AND status = 'running' AND fence = ?"
+"""In the transaction of a commit or a stop that leaves the thread done, interrupted or failed: the run of that
+claim ends with it (its completion commits with its last checkpoint; a zombie's fence matches no run)."""
+RENEW_RUN = "UPDATE runs SET lease_until = ? WHERE thread_id = ? AND status = 'running' AND fence = ?"
+"""With a heartbeat: the running run's lease follows its thread's."""
+
+
 _T = TypeVar("_T")
 
 
@@ -132,6 +140,8 @@ def commit(
             )  # fmt: skip
         except sqlite3.IntegrityError as exc:  # live, or deleted but still holding rows a fork needs
             raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists") from exc
+        if cp.status != "running":  # -- runs
+            conn.execute(END_RUN, (cp.status, now, None, cp.thread_id, run_id))
     else:
         moved = conn.execute(
             "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
@@ -142,6 +152,8 @@ def commit(
         )  # fmt: skip
         if moved.rowcount != 1:
             raise cas_failed(conn, cp.thread_id, run_id, expected_head, now)
+        if cp.status != "running":  # -- runs
+            conn.execute(END_RUN, (cp.status, now, None, cp.thread_id, run_id))
     try:
         conn.execute(
             f"INSERT INTO checkpoints ({CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -198,6 +210,7 @@ def claim(
 
 def heartbeat(conn: sqlite3.Connection, thread_id: str, *, run_id: str, lease_until: float, now: float) -> None:
     """Renew the lease of ``run_id``; :class:`LeaseLostError` when another claim took the thread."""
+    conn.execute(RENEW_RUN, (lease_until, thread_id, run_id))
     if conn.execute(HEARTBEAT, (now, lease_until, thread_id, run_id)).rowcount != 1:
         error = cas_failed(conn, thread_id, run_id, "", now)
         if not isinstance(error, ThreadConflictError) or isinstance(error, LeaseLostError):
@@ -229,6 +242,8 @@ def put_writes(
     )
     if owned != 1:
         raise cas_failed(conn, thread_id, run_id, checkpoint_id, now)
+    if status is not None and status != "running":  # -- runs
+        conn.execute(END_RUN, (status, now, error, thread_id, run_id))
     conn.executemany(
         "INSERT OR REPLACE INTO writes (thread_id, checkpoint_id, task_id, kind, idx, data) VALUES (?,?,?,?,?,?)",
         rows,

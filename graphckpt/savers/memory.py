@@ -9,6 +9,7 @@ from typing import Any
 
 from graphckpt import ids
 from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._memory_runs import MemoryRuns
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -49,7 +50,7 @@ class _Thread:
     deleted: bool = False
 
 
-class MemorySaver(Saver):
+class MemorySaver(MemoryRuns, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 
@@ -116,6 +117,8 @@ class MemorySaver(Saver):
                 )
             )
             self._threads[checkpoint.thread_id] = thread
+            if not running:  # -- runs
+                self.end_run(checkpoint.thread_id, run_id, checkpoint.status, None, now)
         else:
             thread.record = dataclasses.replace(
                 thread.record,
@@ -127,6 +130,8 @@ class MemorySaver(Saver):
                 metadata=dict(checkpoint.metadata),
                 lease=thread.record.lease if running else None,
             )
+            if not running:  # -- runs: the claim's run ends with this commit
+                self.end_run(checkpoint.thread_id, run_id, checkpoint.status, None, now)
         bisect.insort(thread.steps, checkpoint.step)
         thread.by_step[checkpoint.step] = stored
         thread.by_id[checkpoint.checkpoint_id] = stored
@@ -176,6 +181,7 @@ class MemorySaver(Saver):
             raise lease_lost(thread_id, record.lease, run_id, now)
         if record.lease is None:
             return  # released (the run stopped): nothing to renew
+        self.renew_run(thread_id, run_id, lease_until)
         lease = dataclasses.replace(record.lease, heartbeat_at=now, lease_until=lease_until)
         thread.record = dataclasses.replace(record, lease=lease)
 
@@ -220,6 +226,8 @@ class MemorySaver(Saver):
             thread.record = dataclasses.replace(
                 thread.record, status=status, error=error, updated_at=ids.now(), lease=lease
             )
+            if status != "running":  # -- runs
+                self.end_run(thread_id, run_id, status, error, ids.now())
             if status in ("failed", "interrupted") and status != before:
                 stop: EventKind = "run.failed" if status == "failed" else "run.interrupted"
                 self._event(thread_id, thread.record.head_step + 1, stop, {"status": status, "error": error})

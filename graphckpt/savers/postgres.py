@@ -72,6 +72,7 @@ from graphckpt.errors import (
     ThreadNotFoundError,
 )
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
+from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_schema import compose, migrate
 from graphckpt.savers._pg_sql import N_THREAD_COLS, SQL, checkpoint_from_row, thread_from_row
 from graphckpt.savers._pg_wire import (
@@ -121,7 +122,7 @@ _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
 
-class PostgresSaver(Saver):
+class PostgresSaver(PostgresRuns, Saver):
     """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
     ``AsyncConnectionPool`` for calls that overlap it.
 

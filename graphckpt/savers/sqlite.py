@@ -94,6 +94,7 @@ from graphckpt import ids
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers import _sqlite_writes as tx
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
+from graphckpt.savers._sqlite_runs import SqliteRuns
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -141,7 +142,7 @@ _T = TypeVar("_T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-class SqliteSaver(Saver):
+class SqliteSaver(SqliteRuns, Saver):
     """Checkpoints in one SQLite file (WAL mode), shared safely by several processes.
 
     ``path``: the database file (created if missing; its directory must exist), or ``":memory:"`` for a private

@@ -1,0 +1,158 @@
+"""PostgresSaver's run queue (see :mod:`graphckpt.savers.queue` for the invariants): claims with ``FOR UPDATE SKIP
+LOCKED`` (workers never wait on each other's candidates), a ``NOTIFY`` on the schema's channel when a run is queued
+(workers ``LISTEN`` and poll as a fallback), and the one-running-run-per-thread partial unique index."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, LiteralString
+
+import psycopg
+
+from graphckpt import ids
+from graphckpt.errors import SaverError, ThreadBusyError
+from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from graphckpt.savers.base import ThreadRecord
+
+RUN_COLS: LiteralString = (
+    "run_id, thread_id, kind, status, graph, payload, attempt, worker, fence, lease_until, created_at, started_at, "
+    "ended_at, error"
+)
+RUN_SQL: dict[str, LiteralString] = {
+    # multitask="reject": a thread with a queued or running run is busy (checked in the enqueue's statement: the
+    # insert happens only when none exists; a live lease is checked by the caller first).
+    "enqueue": """WITH i AS (
+            INSERT INTO {runs} ("""
+    + RUN_COLS
+    + """)
+            SELECT %(run)s, %(tid)s, %(kind)s, 'queued', %(graph)s, %(payload)s, 0, NULL, NULL, NULL, %(now)s,
+                NULL, NULL, NULL
+            WHERE NOT %(reject)s OR NOT EXISTS (
+                SELECT 1 FROM {runs} WHERE thread_id = %(tid)s AND status IN ('queued', 'running'))
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM i), pg_notify(%(channel)s, %(tid)s)""",
+    "busy": "SELECT run_id, status FROM {runs} WHERE thread_id = %(tid)s AND status IN ('queued', 'running') LIMIT 1",
+    # Exactly one worker per run (SKIP LOCKED: a row another worker is claiming is skipped, not waited for), one
+    # running run per thread (with the partial unique index), never a thread a live process outside the queue holds.
+    "claim_run": """WITH c AS (
+            SELECT r.run_id FROM {runs} r WHERE r.status = 'queued' AND r.graph = ANY(%(graphs)s::text[])
+                AND NOT EXISTS (SELECT 1 FROM {runs} b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+                AND NOT EXISTS (SELECT 1 FROM {threads} t WHERE t.thread_id = r.thread_id AND t.status = 'running'
+                    AND t.lease_until >= %(now)s)
+            ORDER BY r.created_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED)
+        UPDATE {runs} u SET status = 'running', attempt = u.attempt + 1, worker = %(worker)s, fence = %(fence)s,
+            lease_until = %(until)s, started_at = %(now)s
+        FROM c WHERE u.run_id = c.run_id RETURNING u.*""",  # (the table's columns are in RUN_COLS order)
+    # Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing.
+    "finish_run": """UPDATE {runs} SET status = %(status)s, error = %(error)s,
+            ended_at = CASE WHEN %(status)s = 'queued' THEN NULL ELSE %(now)s END,
+            fence = CASE WHEN %(status)s = 'queued' THEN NULL ELSE fence END,
+            lease_until = CASE WHEN %(status)s = 'queued' THEN NULL ELSE lease_until END
+        WHERE run_id = %(run)s AND status = 'running' AND fence = %(fence)s""",
+    # Only a queued run is cancelled.
+    "cancel_run": "UPDATE {runs} SET status = 'cancelled', ended_at = %(now)s WHERE run_id = %(run)s "
+    "AND status = 'queued' RETURNING 1",
+    "get_run": "SELECT " + RUN_COLS + " FROM {runs} WHERE run_id = %(run)s",
+    "list_runs": "SELECT "
+    + RUN_COLS
+    + """ FROM {runs} WHERE (%(tid)s::text IS NULL OR thread_id = %(tid)s)
+        AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY created_at, run_id""",
+    # Nothing stranded: running runs whose worker stopped heartbeating go back to the queue, and every crashed
+    # thread nobody queued gets a resume run (a claim runs them; the sweeper never does).
+    "requeue_expired": """WITH q AS (
+            UPDATE {runs} SET status = 'queued', fence = NULL, lease_until = NULL
+            WHERE status = 'running' AND lease_until < %(now)s RETURNING 1
+        ), n AS (
+            INSERT INTO {runs} ("""
+    + RUN_COLS
+    + """)
+            SELECT md5(%(salt)s || t.thread_id), t.thread_id, 'resume', 'queued',
+                t.metadata::jsonb #>> '{{tags,graph}}', NULL, 0, NULL, NULL, NULL, %(now)s, NULL, NULL, NULL
+            FROM {threads} t WHERE NOT t.deleted AND t.status = 'running' AND t.lease_until < %(now)s
+                AND NOT EXISTS (SELECT 1 FROM {runs} r WHERE r.thread_id = t.thread_id
+                    AND r.status IN ('queued', 'running'))
+            RETURNING 1)
+        SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM n), pg_notify(%(channel)s, '')""",
+}
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0], thread_id=row[1], kind=row[2], status=row[3], graph=row[4],
+        payload=bytes(row[5]) if row[5] is not None else None, attempt=row[6], worker=row[7], fence=row[8],
+        lease_until=row[9], created_at=row[10], started_at=row[11], ended_at=row[12], error=row[13],
+    )  # fmt: skip
+
+
+class PostgresRuns(RunQueue):
+    """Mixed into :class:`~graphckpt.savers.postgres.PostgresSaver`."""
+
+    if TYPE_CHECKING:
+        _schema: str | None
+
+        async def _fetch(self, action: str, query: str, params: Any) -> list[tuple[Any, ...]]: ...
+        async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
+
+    @property
+    def channel(self) -> str:
+        """The ``LISTEN``/``NOTIFY`` channel of this schema's queue."""
+        return "graphckpt_runs_" + hashlib.sha1((self._schema or "").encode()).hexdigest()[:16]
+
+    async def enqueue_run(self, run: RunRecord, *, reject_busy: bool) -> None:
+        check_storable(thread_id=run.thread_id, run_id=run.run_id, graph=run.graph)
+        now = ids.now()
+        if reject_busy:
+            record = await self.get_thread(run.thread_id)
+            if record is not None and record.status == "running" and record.lease is not None:
+                raise thread_busy(run.thread_id, record.lease, now)
+        params = {
+            "run": run.run_id, "tid": run.thread_id, "kind": run.kind, "graph": run.graph, "payload": run.payload,
+            "now": run.created_at or now, "reject": reject_busy, "channel": self.channel,
+        }  # fmt: skip
+        [(inserted, _)] = await self._fetch(f"enqueue to thread {brief(run.thread_id)!r}", "enqueue", params)
+        if not inserted:
+            rows = await self._fetch("busy", "busy", {"tid": run.thread_id})
+            what = f"run {rows[0][0]} {rows[0][1]}" if rows else "a run"
+            raise ThreadBusyError(
+                f"thread {brief(run.thread_id)!r} already has {what} (multitask='reject'; use multitask='enqueue' "
+                "to run after it)",
+                thread_id=run.thread_id,
+            )
+
+    async def claim_run(
+        self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
+    ) -> RunRecord | None:
+        params = {"graphs": list(graphs), "now": ids.now(), "worker": owner.worker_id, "fence": fence,
+                  "until": lease_until}  # fmt: skip
+        try:
+            rows = await self._fetch("claim of a queued run", "claim_run", params)
+        except SaverError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                return None  # another worker claimed a run of the same thread at the same time: try again
+            raise
+        return run_from_row(rows[0]) if rows else None
+
+    async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
+        params = {"run": run_id, "fence": fence, "status": status, "error": error, "now": ids.now()}
+        await self._fetch(f"finish of run {brief(run_id)!r}", "finish_run", params)
+
+    async def cancel_run(self, run_id: str) -> bool:
+        return bool(await self._fetch(f"cancel of run {brief(run_id)!r}", "cancel_run", {"run": run_id,
+                                                                                       "now": ids.now()}))  # fmt: skip
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})
+        return run_from_row(rows[0]) if rows else None
+
+    async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
+        rows = await self._fetch("list_runs", "list_runs", {"tid": thread_id, "status": status})
+        return [run_from_row(r) for r in rows]
+
+    async def requeue_expired(self, now: float) -> int:
+        params = {"now": now, "salt": ids.new_id(), "channel": self.channel}
+        [(count, _)] = await self._fetch("requeue of expired runs", "requeue_expired", params)
+        return int(count)

@@ -1,0 +1,145 @@
+"""SqliteSaver's run queue (see :mod:`graphckpt.savers.queue` for the invariants). Several worker processes share
+one file: every queue write is one ``BEGIN IMMEDIATE`` transaction, which SQLite serializes across processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from graphckpt import ids
+from graphckpt.errors import ThreadBusyError
+from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
+from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+
+_T = TypeVar("_T")
+
+RUN_COLUMNS = (
+    "run_id, thread_id, kind, status, graph, payload, attempt, worker, fence, lease_until, created_at, started_at,"
+    " ended_at, error"
+)
+ENQUEUE = f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?,?,?,'queued',?,?,0,NULL,NULL,NULL,?,NULL,NULL,NULL)"
+"""Queue a run. (``multitask="reject"`` checks :data:`BUSY` first, in the same transaction.)"""
+BUSY = "SELECT run_id, status FROM runs WHERE thread_id = ? AND status IN ('queued', 'running') LIMIT 1"
+"""``multitask="reject"``: a thread with a queued or running run is busy."""
+CLAIM_RUN = (
+    "UPDATE runs SET status = 'running', attempt = attempt + 1, worker = ?, fence = ?, lease_until = ?,"
+    " started_at = ? WHERE run_id = ("
+    " SELECT r.run_id FROM runs AS r WHERE r.status = 'queued' AND r.graph IN (SELECT value FROM json_each(?))"
+    " AND NOT EXISTS (SELECT 1 FROM runs AS b WHERE b.thread_id = r.thread_id AND b.status = 'running')"
+    " AND NOT EXISTS (SELECT 1 FROM threads AS t WHERE t.thread_id = r.thread_id AND t.status = 'running'"
+    " AND t.lease_until >= ?)"
+    f" ORDER BY r.created_at, r.run_id LIMIT 1) RETURNING {RUN_COLUMNS}"
+)
+"""Exactly one worker per run, one running run per thread (with the partial unique index ``runs_one_running``), and
+never a thread that a live process outside the queue holds: the oldest such queued run of the worker's graphs."""
+FINISH_RUN = (
+    "UPDATE runs SET status = ?, error = ?, ended_at = CASE WHEN ? = 'queued' THEN NULL ELSE ? END,"
+    " fence = CASE WHEN ? = 'queued' THEN NULL ELSE fence END,"
+    " lease_until = CASE WHEN ? = 'queued' THEN NULL ELSE lease_until END"
+    " WHERE run_id = ? AND status = 'running' AND fence = ?"
+)
+"""Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing."""
+CANCEL_RUN = "UPDATE runs SET status = 'cancelled', ended_at = ? WHERE run_id = ? AND status = 'queued'"
+"""Only a queued run is cancelled (a running one is the worker's to stop)."""
+REQUEUE_EXPIRED = (
+    "UPDATE runs SET status = 'queued', fence = NULL, lease_until = NULL WHERE status = 'running' AND lease_until < ?"
+)
+"""Nothing stranded: a running run whose worker stopped heartbeating goes back to the queue (a claim runs it)."""
+CRASHED_WITHOUT_RUN = (
+    "SELECT t.thread_id, json_extract(t.metadata, '$.tags.graph') FROM threads AS t"
+    " WHERE t.deleted = 0 AND t.status = 'running' AND t.lease_until < ?"
+    " AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.thread_id = t.thread_id AND r.status IN ('queued', 'running'))"
+)
+"""Crashed threads nobody queued: recovery queues a resume for each."""
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row[0], thread_id=row[1], kind=row[2], status=row[3], graph=row[4],
+        payload=bytes(row[5]) if row[5] is not None else None, attempt=row[6], worker=row[7], fence=row[8],
+        lease_until=row[9], created_at=row[10], started_at=row[11], ended_at=row[12], error=row[13],
+    )  # fmt: skip
+
+
+class SqliteRuns(RunQueue):
+    """Mixed into :class:`~graphckpt.savers.sqlite.SqliteSaver`."""
+
+    if TYPE_CHECKING:  # what the mixin needs of the saver
+
+        async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T: ...
+        async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]: ...
+
+    async def enqueue_run(self, run: RunRecord, *, reject_busy: bool) -> None:
+        check_storable(thread_id=run.thread_id, run_id=run.run_id, graph=run.graph)
+        now = ids.now()
+
+        def body(conn: sqlite3.Connection) -> None:
+            if reject_busy:
+                _check_not_busy(conn, run.thread_id, now)
+            conn.execute(ENQUEUE, (run.run_id, run.thread_id, run.kind, run.graph, run.payload, run.created_at or now))
+
+        await self._write(body)
+
+    async def claim_run(
+        self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
+    ) -> RunRecord | None:
+        now = ids.now()
+        params = (owner.worker_id, fence, lease_until, now, json.dumps(list(graphs)), now)
+
+        def body(conn: sqlite3.Connection) -> RunRecord | None:
+            row = conn.execute(CLAIM_RUN, params).fetchone()
+            return run_from_row(row) if row is not None else None
+
+        result: RunRecord | None = await self._write(body)
+        return result
+
+    async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
+        now = ids.now()
+        params = (status, error, status, now, status, status, run_id, fence)
+        await self._write(lambda conn: conn.execute(FINISH_RUN, params))
+
+    async def cancel_run(self, run_id: str) -> bool:
+        now = ids.now()
+        cancelled: int = await self._write(lambda conn: conn.execute(CANCEL_RUN, (now, run_id)).rowcount)
+        return cancelled == 1
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+        return run_from_row(rows[0]) if rows else None
+
+    async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
+        sql = (
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE (? IS NULL OR thread_id = ?) AND (? IS NULL OR status = ?)"
+            " ORDER BY created_at, run_id"
+        )
+        rows = await self._fetch(sql, (thread_id, thread_id, status, status))
+        return [run_from_row(r) for r in rows]
+
+    async def requeue_expired(self, now: float) -> int:
+        def body(conn: sqlite3.Connection) -> int:
+            moved = conn.execute(REQUEUE_EXPIRED, (now,)).rowcount
+            for thread_id, graph in conn.execute(CRASHED_WITHOUT_RUN, (now,)).fetchall():
+                conn.execute(ENQUEUE, (ids.new_id(), thread_id, "resume", graph, None, now))
+                moved += 1
+            return int(moved)
+
+        count: int = await self._write(body)
+        return count
+
+
+def _check_not_busy(conn: sqlite3.Connection, thread_id: str, now: float) -> None:
+    busy = conn.execute(BUSY, (thread_id,)).fetchone()
+    if busy is not None:
+        raise ThreadBusyError(
+            f"thread {brief(thread_id)!r} already has run {busy[0]} {busy[1]} (multitask='reject'; use "
+            "multitask='enqueue' to run after it)",
+            thread_id=thread_id,
+        )
+    row = conn.execute(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,)).fetchone()
+    if row is not None:
+        record = thread_from_row(row, now)
+        if record.status == "running" and record.lease is not None and record.lease.live(now):
+            raise thread_busy(thread_id, record.lease, now)

@@ -1,0 +1,102 @@
+"""The run queue's part of the saver interface (DESIGN.md §6): ``runs`` rows in graphckpt's own schema.
+
+A run is one request to advance a thread: its input (``kind="input"``: a new thread, or a new turn of a ``done``
+one) or a resume (``kind="resume"``, with an optional answer; also what recovery queues for a crashed thread). Its
+``status`` goes ``queued`` -> ``running`` -> ``done`` / ``failed`` / ``interrupted``, or back to ``queued`` (a
+graceful stop, or a worker that died: its lease expired), or ``cancelled`` while queued.
+
+Invariants the backends keep, each in the statement that moves the row:
+
+- **One running run per thread**, enforced by the database: a partial unique index on ``thread_id`` where
+  ``status = 'running'`` (a second claim fails, whatever the workers believe).
+- **Exactly one worker per run**: a claim moves one ``queued`` row to ``running`` with a fresh ``fence`` (the
+  thread's ``run_id`` for this attempt) in one transaction (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so workers
+  never wait on each other's candidates).
+- **A run's completion commits with its last checkpoint**: the checkpoint commit (and a stop's ``put_writes``) that
+  leaves the thread ``done``, ``interrupted`` or ``failed`` moves the run with ``fence`` equal to its ``run_id`` to
+  that status in the same transaction. A zombie (its fence moved) can never finish a run.
+- **Nothing stranded**: a ``running`` run whose lease expired is re-queued by :meth:`RunQueue.requeue_expired` (the
+  sweeper), never executed by it; a claim runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from graphckpt.savers.base import Owner
+
+__all__ = ["RunKind", "RunQueue", "RunRecord", "RunStatus", "TERMINAL"]
+
+RunStatus = Literal["queued", "running", "done", "failed", "interrupted", "cancelled"]
+RunKind = Literal["input", "resume"]
+TERMINAL: frozenset[str] = frozenset({"done", "failed", "interrupted", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A ``runs`` row."""
+
+    run_id: str
+    thread_id: str
+    kind: RunKind
+    status: RunStatus
+    graph: str | None = None
+    """The graph reference (``module:attr``) a worker runs it with; workers claim only runs of their graphs."""
+    payload: bytes | None = None
+    """Engine-encoded: the input (``input``), or the answer (``resume``; ``None`` for none)."""
+    attempt: int = 0
+    """How many times a worker claimed it."""
+    worker: str | None = None
+    """The worker id of the claim (kept after the run ends)."""
+    fence: str | None = None
+    """The thread's ``run_id`` for the current attempt (see the commit invariant)."""
+    lease_until: float | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+
+
+class RunQueue:
+    """The queue methods a :class:`~graphckpt.savers.base.Saver` mixes in (the three shipped savers do). A saver
+    without them can still run threads directly (``invoke``/``resume``); workers and ``submit`` need them. Each is
+    one transaction."""
+
+    async def enqueue_run(self, run: RunRecord, *, reject_busy: bool) -> None:
+        """Insert ``run`` (status ``queued``). With ``reject_busy``, refuse with
+        :class:`~graphckpt.errors.ThreadBusyError` when the thread has a queued or running run or a live lease (in
+        the same transaction as the insert)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def claim_run(
+        self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
+    ) -> RunRecord | None:
+        """Move the oldest ``queued`` run of one of ``graphs`` whose thread has no running run to ``running``
+        (``attempt + 1``, ``worker``, ``fence``, ``lease_until``, ``started_at``) and return it; ``None`` when there
+        is none. Two workers never get the same run."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
+        """End a running run whose end no checkpoint commit recorded (it failed before its first commit, lost its
+        lease, ...), or put it back in the queue (``status="queued"``: a graceful stop). Only the claim with
+        ``fence`` may; otherwise nothing happens."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def cancel_run(self, run_id: str) -> bool:
+        """Cancel a ``queued`` run; ``False`` when it is not queued (running, ended, or unknown)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
+        """Runs, oldest first, optionally of one thread and/or one status."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def requeue_expired(self, now: float) -> int:
+        """The sweeper: put every ``running`` run whose lease expired before ``now`` back to ``queued`` (its worker
+        died); and queue a ``resume`` run for every crashed thread that has no queued or running run (a process
+        outside the queue died running it; its graph is the thread's ``graph`` tag). Returns how many."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")

@@ -1,0 +1,154 @@
+"""``Worker``: a process's loop that claims queued runs, runs them with heartbeats, and releases them.
+
+Read :meth:`Worker.run` top to bottom: sweep (re-queue what died) -> claim -> run with heartbeat -> release. Many
+workers share one PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``; a ``NOTIFY`` wakes them when a run is queued,
+with a poll as the fallback) or a few share one SQLite file (its write lock serializes claims).
+
+- **Heartbeat**: a running run's lease (its thread's, and the run row's) is renewed every third of the lease by
+  the engine's heartbeat task, never on the super-step's path.
+- **Graceful stop**: :meth:`Worker.stop` (what SIGTERM and Ctrl-C call) only sets a flag. Each running run stops after
+  its current step commits, its lease is released and the run goes back to the queue; nothing new is claimed.
+- **Recovery** (the automatic strategy): the sweeper, at start and every half lease, re-queues runs whose worker
+  died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
+  itself: a claim runs what it queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from graphckpt import ids, lease
+from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, ThreadBusyError
+from graphckpt.runs import queue_of
+from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from graphckpt.app import App
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("graphckpt")
+
+
+class Worker:
+    """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
+    database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
+    it; the sweeper runs every half lease."""
+
+    def __init__(self, apps: Mapping[str, App], *, concurrency: int = 1, poll: float = 1.0) -> None:
+        if not apps:
+            raise ValueError("a Worker needs at least one graph")
+        if type(concurrency) is not int or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive number of runs, not {concurrency!r}")
+        self.apps = dict(apps)
+        for ref, app in self.apps.items():
+            app.graph_ref = app.graph_ref or ref
+        first = next(iter(self.apps.values()))
+        self.queue: RunQueue = queue_of(first)
+        self.concurrency, self.poll = concurrency, poll
+        self.lease_seconds = first.lease_seconds
+        self.stopping = False
+        self.ran = 0
+        """How many runs this worker finished (any end but a re-queue)."""
+        self._wake = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully (safe from a signal handler on the loop: it only sets flags)."""
+        self.stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
+        listener = asyncio.ensure_future(self._listen())
+        next_sweep = 0.0
+        try:
+            while not self.stopping:
+                if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
+                    await self.queue.requeue_expired(ids.now())
+                    next_sweep = ids.now() + self.lease_seconds / 2
+                if len(self._running) >= self.concurrency:
+                    await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                fence = ids.new_id()  # 2. claim
+                run = await self.queue.claim_run(
+                    lease.owner(), graphs=list(self.apps), fence=fence,
+                    lease_until=ids.now() + self.lease_seconds,
+                )  # fmt: skip
+                if run is None:
+                    await self._idle()
+                    continue
+                task = asyncio.ensure_future(self.execute(run, fence))  # 3. run with heartbeat
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+        finally:
+            self.stopping = True
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+            if self._running:  # 4. release: each running run stops after its step and goes back to the queue
+                await asyncio.wait(set(self._running))
+
+    async def execute(self, run: RunRecord, fence: str) -> None:
+        """One claimed run: drive it step by step; stop after a step when asked; record how it ended."""
+        app = self.apps[run.graph or ""]
+        tags = {"graph": run.graph, "run": run.run_id}
+        end: RunStatus = "done"
+        error: str | None = None
+        try:
+            engine = await app._begin(run, fence, tags)
+            async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
+                async for _ in steps:
+                    if self.stopping:
+                        break
+            end = "queued" if self.stopping and engine.status == "running" else _ended(engine.status)
+        except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
+            end, error = "queued", str(exc)
+        except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
+            end, error = "failed", str(exc)
+        except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
+            end, error = "failed", str(exc)
+        except GraphckptError as exc:
+            end, error = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # the store failed: back to the queue (or its lease expires and the sweeper does it)
+            logger.warning("run %s of thread %r: %r; re-queued", run.run_id, run.thread_id, exc)
+            end, error = "queued", f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)
+        if end != "queued":
+            self.ran += 1
+        logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
+
+    async def _idle(self) -> None:
+        """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.poll)
+
+    async def _listen(self) -> None:
+        """PostgreSQL: ``LISTEN`` on the queue's channel and wake the loop on each ``NOTIFY`` (else nothing)."""
+        channel = getattr(self.queue, "channel", None)
+        dsn: Any = getattr(self.queue, "_dsn", None)
+        if channel is None or dsn is None:
+            return
+        import psycopg
+
+        while not self.stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f'LISTEN "{channel}"')
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the poll keeps the worker going meanwhile
+                logger.warning("worker: LISTEN failed (%r); polling every %s s", exc, self.poll)
+                await asyncio.sleep(self.poll)
+
+
+def _ended(status: str) -> RunStatus:
+    return "interrupted" if status == "interrupted" else "failed" if status == "failed" else "done"
