@@ -10,9 +10,9 @@ one serving its stream.
 ``InProcessRuns`` keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes
 the threads a crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running``
 with an expired lease: their process died), through the engine's lease claim, so a thread another live process runs
-is never touched. It is the place to switch to a durable run queue and separate worker processes: the interface
-stays.
-"""
+is never touched. It is the place to switch to the durable run queue (``App.asubmit``, ``graphckpt.Worker``, in
+this tree since issue 14 but not used here yet): a ``RunExecutor`` over it, with a ``Worker`` started in
+:meth:`Service.start`, replaces this class and nothing else."""
 
 from __future__ import annotations
 
