@@ -6,6 +6,7 @@ rule, and the official langgraph-sdk client."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -153,14 +154,15 @@ def test_every_error_class_has_a_status_and_no_trace_leaves() -> None:
     classes = [getattr(errors, name) for name in errors.__all__]
     for cls in classes:
         if issubclass(cls, errors.GraphckptError):
-            kwargs: dict[str, Any] = {}
-            if issubclass(cls, errors.NodeError):
-                kwargs = {"thread_id": "t", "node": "n", "step": 1}
+            params = inspect.signature(cls.__init__).parameters
+            wanted = {"thread_id": "t", "node": "n", "step": 1}
+            kwargs = {k: v for k, v in wanted.items() if k in params and params[k].default is inspect.Parameter.empty}
             status = status_of(cls("boom", **kwargs))
             assert 400 <= status < 600, cls
             assert any(issubclass(cls, listed) for listed in STATUS) or status == 500
     assert status_of(errors.InvalidNodeUpdateError("x", thread_id="t", node="n", step=1)) == 500
     assert status_of(errors.ThreadNotFoundError("x")) == 404
+    assert status_of(errors.ThreadConflictError("x")) == 409
 
 
 def test_openapi_lists_every_route() -> None:

@@ -242,7 +242,7 @@ def test_sigkill_mid_run_then_restart_continues_with_the_identical_tail(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:
     with FakeOpenAIServer() as model:
-        env = {"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.15"}
+        env = {"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.15", "GRAPHCKPT_LEASE_SECONDS": "1.5"}
         first = serve(["server_graphs:asking"], env=env)
         with httpx.Client(base_url=first.url, timeout=30) as client:
             client.post("/threads", json={"thread_id": "k"}).raise_for_status()

@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
     p.add_argument("--no-recover", dest="recover", action="store_false",
-                   help="do not resume, at start-up, the threads a crash left running")  # fmt: skip
+                   help="do not take over the threads a crash left behind (crashed: their lease expired)")  # fmt: skip
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

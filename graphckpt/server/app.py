@@ -48,8 +48,8 @@ def create_app(
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: at start-up, resume the
-    threads a crash left ``running`` (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
+    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: take over the threads a
+    crash left behind (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver

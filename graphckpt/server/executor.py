@@ -7,10 +7,12 @@ interface: ``submit`` (with the multitask strategy: ``reject`` refuses a thread 
 streams does not come from here but from the durable event log, so the process that runs a thread need not be the
 one serving its stream.
 
-``InProcessRuns`` keeps run records in memory (a restart forgets them; the threads and their events stay) and, at
-start-up, resumes the threads left ``running`` by a crash (not fresh forks or edits, which wait for a run). It is the
-place to switch to a durable run queue with leases and separate worker processes: the interface stays.
-"""
+``InProcessRuns`` keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes
+the threads a crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running``
+with an expired lease: their process died), through the engine's lease claim, so a thread another live process runs
+is never touched. It is the place to switch to the durable run queue (``App.asubmit``, ``graphckpt.Worker``, in
+this tree since issue 14 but not used here yet): a ``RunExecutor`` over it, with a ``Worker`` started in
+:meth:`Service.start`, replaces this class and nothing else."""
 
 from __future__ import annotations
 
@@ -98,29 +100,45 @@ class RunExecutor(Protocol):
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
-    def __init__(self, service: Service, *, recover: bool = True) -> None:
+    def __init__(self, service: Service, *, recover: bool = True, recover_interval: float = 1.0) -> None:
         self.service = service
         self.recover = recover
+        self.recover_interval = recover_interval
+        self._recovery: asyncio.Task[None] | None = None
         self._runs: dict[str, RunInfo] = {}
         self._queues: dict[str, list[RunInfo]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
 
     async def start(self) -> None:
-        """Resume the threads a crash left ``running`` (their last checkpoint came from a run: ``input``/``loop``).
-        Without leases this cannot tell a crashed run from one another process is running right now: serve with
-        ``recover=False`` (``--no-recover``) when other processes run the same store's threads."""
-        if not self.recover:
-            return
-        for record in await self.service.saver.list_threads(status="running"):
-            graph = self.service.graph_of(record)
-            if record.metadata.get("source") not in ("input", "loop"):
+        """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off)."""
+        if self.recover:
+            self._recovery = asyncio.create_task(self._recover_loop(), name="graphckpt-recovery")
+
+    async def _recover_loop(self) -> None:
+        while True:
+            try:
+                await self.recover_crashed()
+            except Exception as exc:  # the store is unreachable for a moment: try again next time
+                logger.warning("recovery scan failed: %s", exc)
+            await asyncio.sleep(self.recover_interval)
+
+    async def recover_crashed(self) -> None:
+        """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
+        it refuses a live lease, so two servers never run one thread)."""
+        for record in await self.service.saver.list_threads(status="crashed"):
+            if self.active(record.thread_id):
                 continue
+            graph = self.service.graph_of(record)
             logger.info("recovering thread %s (graph %s) at step %d", record.thread_id, graph, record.head_step)
             request = RunRequest(record.thread_id, graph, resume=True)
             await self.submit(request, multitask="enqueue", start=(record.head_step, -1), recovery=True)
 
     async def stop(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

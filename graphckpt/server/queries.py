@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 LANGGRAPH_STATUS: dict[Status, str] = {"running": "busy", "interrupted": "interrupted", "failed": "error",
-                                       "done": "idle"}  # fmt: skip
+                                       "done": "idle", "crashed": "error"}  # fmt: skip
 """A thread's status in LangGraph's words."""
 
 
