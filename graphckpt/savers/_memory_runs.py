@@ -116,6 +116,8 @@ class MemoryRuns(RunQueue):
             lease = record.lease
             if thread.deleted or record.status != "running" or lease is None or lease.lease_until >= now:
                 continue
+            if isinstance(record.metadata.get("subgraph"), dict):  # a child thread: its parent's resume continues it
+                continue
             if self._active(thread_id) is None:
                 tags = record.metadata.get("tags")
                 graph = tags.get("graph") if isinstance(tags, dict) else None

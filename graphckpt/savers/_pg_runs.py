@@ -62,7 +62,8 @@ RUN_SQL: dict[str, LiteralString] = {
     + """ FROM {runs} WHERE (%(tid)s::text IS NULL OR thread_id = %(tid)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY created_at, run_id""",
     # Nothing stranded: running runs whose worker stopped heartbeating go back to the queue, and every crashed
-    # thread nobody queued gets a resume run (a claim runs them; the sweeper never does).
+    # thread nobody queued gets a resume run (a claim runs them; the sweeper never does), but a subgraph's child
+    # thread: its parent's resume continues it.
     "requeue_expired": """WITH q AS (
             UPDATE {runs} SET status = 'queued', fence = NULL, lease_until = NULL
             WHERE status = 'running' AND lease_until < %(now)s RETURNING 1
@@ -73,6 +74,7 @@ RUN_SQL: dict[str, LiteralString] = {
             SELECT md5(%(salt)s || t.thread_id), t.thread_id, 'resume', 'queued',
                 t.metadata::jsonb #>> '{{tags,graph}}', NULL, 0, NULL, NULL, NULL, %(now)s, NULL, NULL, NULL
             FROM {threads} t WHERE NOT t.deleted AND t.status = 'running' AND t.lease_until < %(now)s
+                AND t.metadata -> 'subgraph' IS NULL
                 AND NOT EXISTS (SELECT 1 FROM {runs} r WHERE r.thread_id = t.thread_id
                     AND r.status IN ('queued', 'running'))
             RETURNING 1)

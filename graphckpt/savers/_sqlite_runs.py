@@ -51,9 +51,11 @@ REQUEUE_EXPIRED = (
 CRASHED_WITHOUT_RUN = (
     "SELECT t.thread_id, json_extract(t.metadata, '$.tags.graph') FROM threads AS t"
     " WHERE t.deleted = 0 AND t.status = 'running' AND t.lease_until < ?"
+    " AND json_extract(t.metadata, '$.subgraph') IS NULL"
     " AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.thread_id = t.thread_id AND r.status IN ('queued', 'running'))"
 )
-"""Crashed threads nobody queued: recovery queues a resume for each."""
+"""Crashed threads nobody queued: recovery queues a resume for each (not a subgraph's child thread, whose
+head metadata links it to its parent: the parent's resume continues it)."""
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

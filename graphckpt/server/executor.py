@@ -27,6 +27,7 @@ from graphckpt import ids
 from graphckpt.errors import GraphckptError, ThreadStateError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.errors import ApiError
+from graphckpt.subgraph import link_of
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
@@ -127,7 +128,7 @@ class InProcessRuns:
         """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
         it refuses a live lease, so two servers never run one thread)."""
         for record in await self.service.saver.list_threads(status="crashed"):
-            if self.active(record.thread_id):
+            if self.active(record.thread_id) or link_of(record.metadata) is not None:  # a child: its parent's resume
                 continue
             graph = self.service.graph_of(record)
             logger.info("recovering thread %s (graph %s) at step %d", record.thread_id, graph, record.head_step)

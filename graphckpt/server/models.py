@@ -32,7 +32,7 @@ __all__ = [
 
 _M = TypeVar("_M", bound=BaseModel)
 
-ThreadStatusName = Literal["idle", "busy", "interrupted", "error", "running", "done", "failed", "crashed"]
+ThreadStatusName = Literal["idle", "busy", "interrupted", "error", "running", "done", "failed", "crashed", "partial"]
 """Both vocabularies: LangGraph's (``idle``, ``busy``, ``interrupted``, ``error``) and graphckpt's."""
 
 

@@ -30,7 +30,7 @@ _THREAD = {
     "properties": {
         "thread_id": {"type": "string"},
         "status": {"enum": ["idle", "busy", "interrupted", "error"]},
-        "graphckpt_status": {"enum": ["running", "interrupted", "failed", "done", "crashed", None]},
+        "graphckpt_status": {"enum": ["running", "interrupted", "failed", "done", "crashed", "partial", None]},
         "metadata": {"type": "object"},
         "created_at": {"type": "string"},
         "updated_at": {"type": "string"},
@@ -51,7 +51,7 @@ _STATE = {
         "tasks": {"type": "array"},
         "interrupts": {"type": "array"},
         "step": {"type": "integer"},
-        "status": {"enum": ["running", "interrupted", "failed", "done", "crashed"]},
+        "status": {"enum": ["running", "interrupted", "failed", "done", "crashed", "partial"]},
     },
 }
 _RUN = {

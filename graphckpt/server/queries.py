@@ -34,14 +34,18 @@ __all__ = [
 ]
 
 LANGGRAPH_STATUS: dict[Status, str] = {"running": "busy", "interrupted": "interrupted", "failed": "error",
-                                       "done": "idle", "crashed": "error"}  # fmt: skip
+                                       "done": "idle", "crashed": "error", "partial": "idle"}  # fmt: skip
 """A thread's status in LangGraph's words."""
 
 
 def to_store_status(name: str) -> Status:
     """A status in either vocabulary, as graphckpt's."""
-    back: dict[str, str] = {v: k for k, v in LANGGRAPH_STATUS.items()}
-    return cast(Status, back.get(name, name))
+    return cast(Status, _FROM_LANGGRAPH.get(name, name))
+
+
+_FROM_LANGGRAPH: dict[str, str] = {"busy": "running", "idle": "done", "error": "failed", "interrupted": "interrupted"}
+"""LangGraph's words as graphckpt's status (several of ours share one of theirs: ``error`` is ``failed`` or
+``crashed``, ``idle`` is ``done`` or ``partial``; a search by theirs means the first)."""
 
 
 def jsonable(value: Any) -> Any:
