@@ -534,3 +534,29 @@ async def test_metadata_is_a_lazy_read_only_mapping_equal_to_the_stored_dict(tmp
             with pytest.raises(TypeError):
                 got["step"] = 4  # type: ignore[index]
         assert listed == head  # whole checkpoints compare equal
+
+
+async def test_audit_start_rows_skip_the_fsync_and_every_other_commit_keeps_it(tmp_path: Path) -> None:
+    """The audit record's ``started`` rows (written before every journaled call) commit with synchronous=NORMAL
+    (SIGKILL-safe, no fsync); every other commit, the call's own ``effect`` row included, stays FULL."""
+    from graphckpt.savers.base import StoredWrite
+    from graphckpt.testing import make_checkpoint
+
+    async with SqliteSaver(tmp_path / "c.db") as saver:
+        run = new_id()
+        cp = make_checkpoint("t", step=0)
+        await saver.commit(cp, expected_head=None, run_id=run)
+        seen: list[str] = []
+        for conn in (saver._inline, saver._conn):
+            assert conn is not None
+            conn.set_trace_callback(seen.append)
+        started = StoredWrite("task", "started", 0, b"s")
+        await saver.put_writes("t", cp.checkpoint_id, [started], run_id=run)
+        relaxed = [s for s in seen if s.startswith(("PRAGMA", "BEGIN", "COMMIT"))]
+        assert relaxed == ["PRAGMA synchronous = NORMAL", "BEGIN IMMEDIATE", "COMMIT", "PRAGMA synchronous = FULL"]
+        seen.clear()
+        await saver.put_writes("t", cp.checkpoint_id, [StoredWrite("task", "effect", 0, b"e")], run_id=run)
+        assert not [s for s in seen if s.startswith("PRAGMA")]
+        assert await _writer_pragma(saver, "synchronous") == 2
+        assert saver._inline is not None and saver._inline.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert {w.kind for w in await saver.get_writes("t", cp.checkpoint_id)} == {"started", "effect"}
