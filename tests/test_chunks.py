@@ -15,7 +15,7 @@ import msgpack
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, append, codec
+from graphckpt import END, START, CorruptCheckpointError, NodeError, Saver, StateGraph, ThreadStateError, append, codec
 from graphckpt.codec import CHUNK, CHUNK_DELTA_MAX
 from graphckpt.savers.base import Blob, BlobRange
 from graphckpt.savers.memory import MemorySaver
@@ -203,9 +203,12 @@ async def test_importing_a_second_fork_after_the_source_packed_its_deltas(
         assert snap.values.items == expected(snap.values.n)
 
 
-async def test_resuming_an_imported_ancestor_cut_inside_a_chunk(saver: Saver, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_continuing_an_imported_ancestor_cut_inside_a_chunk(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The export of a fork carries the source up to the fork point, with the source's chunk whole (its deltas past
-    # the fork point too). Continuing that source in the target folded them as well as its own new deltas.
+    # the fork point too). Continuing that source in the target (now: through a fork, as it is partial) folded them
+    # as well as its own new deltas.
     monkeypatch.setattr(codec, "CHUNK", 4)
     app = log_app(saver)
     await app.ainvoke({"stop": 10}, thread_id="src")  # chunks at 2 (2..5) and 6 (6..9)
@@ -214,9 +217,13 @@ async def test_resuming_an_imported_ancestor_cut_inside_a_chunk(saver: Saver, mo
     await import_thread(target, [line async for line in export_thread(saver, "f")])
     copy = log_app(target)
     assert (await copy.aget_state("src")).values.items == expected(3)
-    done = await copy.aresume("src")
+    with pytest.raises(ThreadStateError, match="partial"):  # the source's own run stayed in the source
+        await copy.aresume("src")
+    head = await copy.aget_state("src")  # continuing it means forking it: the fork reads src's blobs up to the cut
+    await copy.afork("src", head.checkpoint_id, new_thread_id="again")
+    done = await copy.aresume("again")
     assert done.values.items == expected(10)
-    for snap in await copy.ahistory("src"):
+    for snap in await copy.ahistory("again"):
         assert snap.values.items == expected(snap.values.n)
 
 
