@@ -1,13 +1,16 @@
-"""The web UI in a real headless Chromium (Playwright), against a real uvicorn serving a SQLite file real graphs wrote.
+"""The web UI in a real headless Chromium (Playwright), against a real ``graphckpt serve`` (uvicorn, a child process)
+serving a SQLite file real graphs wrote.
 
 One server and one browser for the module (Chromium is heavy): the database is built by ``tests/ui_world.py`` in a
-child process (the demo's threads, done and failed, and an approval thread), the UI is served by another child on a
-free port of 127.0.0.1, and a third child runs a gated graph whose nodes wait for files the test creates, so a
-running thread grows exactly when the test says. The tests run in order (they change the database): the list and
-its filters, a running thread growing live across a server kill and restart, a fork from step 2 with an edited field
-and the diff it makes, accessibility (axe-core, vendored in tests/data) and screenshots of every view at 1280x800 and
-390x844, keyboard-only use, and answering an interrupt with one invalid answer first. Every request the browser
-makes is recorded: all of them stay on 127.0.0.1.
+child process (the demo's threads, done and failed, and an approval thread), ``graphckpt serve`` serves it on a free
+port of 127.0.0.1 with a price table, and its gated graph's nodes wait for files the test creates, so a running
+thread (started through the JSON API, run by the server) grows exactly when the test says. The tests run in order
+(they change the database): the list and its filters, a running thread growing live over SSE across a server kill
+and restart (the restarted server takes the run over), cancelling a run, a fork from step 2 with an edited field and
+the diff it makes, accessibility (axe-core, vendored in tests/data) and screenshots of every view at 1280x800 and
+390x844, keyboard-only use, answering an interrupt with one invalid answer first, and a second server with tokens
+in two namespaces (login form, session cookie, another namespace's thread is 404). Every request the browser makes
+is recorded: all of them stay on 127.0.0.1.
 
 Screenshots go to ``$GRAPHCKPT_UI_ARTIFACTS`` or ``tests/artifacts/ui`` (gitignored).
 """
@@ -38,6 +41,7 @@ AXE = HERE / "data" / "axe-4.14.1.min.js"
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("GRAPHCKPT_UI_ARTIFACTS", HERE / "artifacts" / "ui"))
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+GATED_NODES = ("fetch", "plan", "act", "report")
 FORK_INSTRUCTION = "Report the temperature in Fahrenheit instead of Celsius."
 
 # .ci/run installs Chromium: there (CI set) a missing browser fails the tests instead of skipping them
@@ -68,9 +72,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def http(url: str, data: dict[str, str] | None = None, cookie: str | None = None) -> tuple[int, str, Any]:
+def http(
+    url: str, data: dict[str, str] | None = None, cookie: str | None = None, *, json_body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str, Any]:  # fmt: skip
     body = urllib.parse.urlencode(data).encode() if data is not None else None
-    request = urllib.request.Request(url, data=body, headers={"Cookie": cookie} if cookie else {})
+    sent = {"Cookie": cookie} if cookie else {}
+    if json_body is not None:
+        body, sent["Content-Type"] = json.dumps(json_body).encode(), "application/json"
+    request = urllib.request.Request(url, data=body, headers={**sent, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             return r.status, r.read().decode(), r.headers
@@ -78,22 +88,31 @@ def http(url: str, data: dict[str, str] | None = None, cookie: str | None = None
         return exc.code, exc.read().decode(), exc.headers
 
 
-class Server:
-    """``ui_world.py serve`` in a child process on a fixed port; stopped with SIGKILL by its pid."""
+SERVED = ("graphckpt.cli.demo:graph", "ui_world:approval_graph", "ui_world:gated_graph")
+PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 
-    def __init__(self, db: Path, port: int) -> None:
-        self.db, self.port, self.proc = db, port, None
+
+class Server:
+    """``graphckpt serve`` (the ui_world graphs) in a child process on a fixed port; stopped with SIGKILL by its pid."""
+
+    def __init__(self, db: Path, port: int, tokens: Path | None = None) -> None:
+        self.db, self.port, self.proc, self.tokens = db, port, None, tokens
         self.base = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
+        prices = self.db.with_suffix(".prices.json")
+        prices.write_text(json.dumps(PRICES))
+        env = {**child_env(), "UI_WORLD_GATES": str(self.db), "GRAPHCKPT_PRICES": str(prices)}
+        argv = [sys.executable, "-m", "graphckpt", "--db", str(self.db), "serve", *SERVED, "--port", str(self.port)]
+        if self.tokens is not None:
+            argv += ["--tokens-file", str(self.tokens)]
         with open(self.db.with_suffix(".serve.log"), "ab") as log:  # the child keeps its own copy of the fd
-            self.proc = subprocess.Popen([sys.executable, str(WORLD), "serve", str(self.db), str(self.port)],
-                                         env=child_env(), stdout=log, stderr=log)  # fmt: skip
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=self.db.parent)
 
         def up() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, "the UI server exited"
+            assert self.proc is not None and self.proc.poll() is None, "the server exited"
             try:
-                return http(self.base + "/ui/")[0] == 200
+                return http(self.base + "/ok")[0] == 200
             except OSError:
                 return False
 
@@ -226,31 +245,53 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     shoot(page, "thread-failed")
 
 
+def start_gated(server: Server, thread_id: str) -> None:
+    """A run of the gated graph on a new thread, through the JSON API (the server runs it)."""
+    status, text, _ = http(server.base + f"/threads/{thread_id}/runs",
+                           json_body={"assistant_id": "ui_world:gated_graph", "input": {"log": ["start"]}})  # fmt: skip
+    assert status == 200, text
+    wait_for(lambda: http(server.base + f"/ui/threads/{thread_id}")[0] == 200, 30, f"thread {thread_id} to exist")
+
+
+def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Path) -> None:
+    start_gated(server, "live-0")
+    page.goto("/ui/threads/live-0")
+    assert page.get_attribute("#live", "data-status") == "running"
+    page.click("button:has-text('Cancel the run')")
+    page.wait_for_url("**/ui/threads/live-0")
+    assert page.locator("button:has-text('Cancel the run')").count() == 0
+    assert "cancel via UI" in page.inner_text(".steps")
+    status, text, _ = http(server.base + "/threads/live-0/runs")
+    assert status == 200 and [r["status"] for r in json.loads(text)] == ["cancelled"]
+    with read_db(db) as reader:
+        head = reader.get_state("live-0")
+        assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "cancel"
+        assert head.metadata["source"] == "update" and head.values["log"] == ["start"]
+
+
 def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: Any, server: Server, db: Path) -> None:
-    runner = subprocess.Popen([sys.executable, str(WORLD), "gated", str(db), "live-1"], env=child_env())
-    try:
-        wait_for(lambda: http(server.base + "/ui/threads/live-1")[0] == 200, 30, "the gated thread to exist")
-        page.goto("/ui/threads/live-1")
-        assert page.get_attribute("#live", "data-status") == "running"
-        start = steps_shown(page)
-        Path(f"{db}.gate.fetch").touch()
-        page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start}")  # htmx, no reload
-        assert page.locator("svg.graph .node.current text").all_text_contents() == ["fetch"]
-        assert page.locator("svg.graph .node.next text").all_text_contents() == ["plan"]
-        shoot(page, "thread-running")
-        server.kill()
-        Path(f"{db}.gate.plan").touch()
-        server.start()  # the page keeps polling through the outage and picks up again
-        page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start + 1}", timeout=20_000)
-        for node in ("act", "report"):
-            Path(f"{db}.gate.{node}").touch()
-        page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
-        assert "report" in page.inner_text(".steps")
-        assert runner.wait(30) == 0
-    finally:
-        if runner.poll() is None:
-            os.kill(runner.pid, signal.SIGKILL)
-            runner.wait(10)
+    start_gated(server, "live-1")
+    page.goto("/ui/threads/live-1")
+    assert page.get_attribute("#live", "data-status") == "running"
+    assert page.get_attribute("#live", "data-stream") == "/ui/events/live-1"  # SSE, not polling
+    assert page.get_attribute("#live", "hx-trigger") is None
+    start = steps_shown(page)
+    Path(f"{db}.gate.fetch").touch()
+    page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start}")  # pushed, no reload
+    assert page.locator("svg.graph .node.current text").all_text_contents() == ["fetch"]
+    assert page.locator("svg.graph .node.next text").all_text_contents() == ["plan"]
+    shoot(page, "thread-running")
+    server.kill()
+    Path(f"{db}.gate.plan").touch()
+    server.start()  # the restarted server takes the run over; the page's stream reconnects with its last id
+    page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start + 1}", timeout=20_000)
+    for node in ("act", "report"):
+        Path(f"{db}.gate.{node}").touch()
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
+    assert "report" in page.inner_text(".steps")
+    assert page.get_attribute("#live", "data-stream") is None  # done: the page stopped following
+    with read_db(db) as reader:
+        assert reader.get_state("live-1").values["log"] == ["start", *(f"{n} done" for n in GATED_NODES)]
 
 
 def test_fork_from_step_2_with_an_edited_field_then_diff(page: Any, db: Path) -> None:

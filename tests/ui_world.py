@@ -1,8 +1,11 @@
 """The database and server the UI tests look at, made by real graphs in real processes.
 
 ``python tests/ui_world.py build DB``     the demo's threads (done, failed, a fork) and an approval thread
-``python tests/ui_world.py serve DB PORT`` the UI on uvicorn at 127.0.0.1:PORT with the three graphs loaded
+``python tests/ui_world.py serve DB PORT`` the stand-alone UI on uvicorn at 127.0.0.1:PORT with the three graphs
 ``python tests/ui_world.py gated DB THREAD`` run the gated graph on THREAD: each node waits for its gate file
+
+The browser tests serve it with ``graphckpt serve`` itself (:data:`SERVED`); there the gated graph's gates are the
+files of the database named by ``$UI_WORLD_GATES``.
 
 Graph ids are what threads record in ``tags.graph``: the demo's ``graphckpt.cli.demo:graph``, and this module's
 ``ui_world:approval_graph`` and ``ui_world:gated_graph`` (this directory is on ``sys.path`` when it runs).
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +35,8 @@ APPROVAL = "ui_world:approval_graph"
 GATED = "ui_world:gated_graph"
 GATED_NODES = ("fetch", "plan", "act", "report")
 GATE_TIMEOUT = 60.0
+SERVED = (DEMO, APPROVAL, GATED)
+"""The graph ids ``graphckpt serve`` loads for the browser tests."""
 
 
 class Deploy(BaseModel):
@@ -60,6 +66,8 @@ def gate(db: str | Path, node: str) -> Path:
 
 
 def gated_graph(db: str | None = None) -> StateGraph:
+    """Four nodes in a row; with ``db`` (default ``$UI_WORLD_GATES``), each waits for its :func:`gate` file."""
+    db = db or os.environ.get("UI_WORLD_GATES") or None
     g = StateGraph(GatedJob)
 
     def make(name: str) -> Any:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 
 from graphckpt.app import App
 from graphckpt.errors import GraphckptError
@@ -43,10 +45,12 @@ def create_app(
     max_body: int = 1 << 20,
     keepalive: float = 15.0,
     poll_interval: float = 0.01,
+    ui: bool = True,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
-    (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins."""
+        (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
+        no authentication). CORS is off unless ``cors_origins`` lists origins. ``ui``: serve the web UI at ``/ui/``
+    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
@@ -70,11 +74,18 @@ def create_app(
 
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
                                      allow_headers=["*"], expose_headers=["Content-Location", "Location"]))  # fmt: skip
-    routes = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    handlers: dict[Any, Any] = {}
+    if ui:
+        routes.extend(_ui_routes(config.tokens))
+        from graphckpt.server.ui.served import LoginRequired
+
+        handlers[LoginRequired] = _login_required
     app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={
+            **handlers,
             ApiError: handle_error,
             GraphckptError: handle_error,
             HTTPException: handle_http,
@@ -85,6 +96,30 @@ def create_app(
     app.state.service = service
     app.state.config = config
     return app
+
+
+def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
+    """``/ui/...`` (the UI, on a :class:`~graphckpt.server.ui.served.ServiceBackend` per request, for the caller's
+    namespace) and ``GET /`` (a browser is sent to ``/ui/``; any other client gets the JSON 404 as before)."""
+    from graphckpt.server.ui.routes import ui_routes
+    from graphckpt.server.ui.served import ServiceBackend, namespace_of, server_routes
+
+    def backend_of(request: Request) -> ServiceBackend:
+        return ServiceBackend(request.app.state.service, namespace_of(tokens, request))
+
+    async def home(request: Request) -> Response:
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse("/ui/", status_code=307)
+        raise HTTPException(404)
+
+    return [Route("/", home, include_in_schema=False), Mount("/ui", routes=[*server_routes(tokens), *ui_routes(backend_of, stream=True)])]
+
+
+async def _login_required(request: Request, exc: Exception) -> Response:
+    """A UI request without a session: a page goes to the login form, anything else is 401."""
+    if request.method == "GET" and not request.url.path.startswith("/ui/events/"):
+        return RedirectResponse(f"/ui/login?next={quote(request.url.path)}", status_code=303)
+    return PlainTextResponse("sign in first: /ui/login", status_code=401)
 
 
 def _apps(graphs: Graphs) -> dict[str, App]:

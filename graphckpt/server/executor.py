@@ -59,6 +59,8 @@ class RunRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The thread's metadata, kept in the run's checkpoints (``tags.metadata``)."""
     recursion_limit: int | None = None
+    tags: Mapping[str, Any] | None = None
+    """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
 
 
 @dataclass
@@ -220,7 +222,10 @@ class InProcessRuns:
         info.status, info.updated_at = "running", ids.now()
         try:
             if request.resume:
-                snap = await app.aresume(request.thread_id, request.answer, recursion_limit=request.recursion_limit)
+                snap = await app.aresume(
+                    request.thread_id, request.answer, recursion_limit=request.recursion_limit,
+                    **({"tags": dict(request.tags)} if request.tags is not None else {}),
+                )  # fmt: skip
             else:
                 tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
                 snap = await app.ainvoke(
