@@ -226,6 +226,8 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     page.goto("/ui/")
     rows = page.locator("table.threads tbody tr")
     assert rows.count() == 7
+    demo = page.locator("table.threads tbody tr", has=page.locator("a", has_text="demo")).last
+    assert demo.locator("td[data-label=Cost]").inner_text().startswith("$0.00")  # the price table's cost
     shoot(page, "threads")
     page.select_option("select[name=status]", "failed")
     page.click("button:has-text('Filter')")
@@ -398,6 +400,8 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/threads/demo-failed")
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
+    steps = page.inner_text(".steps")  # the audit record: the failed first attempt stays after the resume
+    assert "check: 1 failed attempt" in steps and "resume via UI" in steps
 
 
 def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: Any, db: Path) -> None:
@@ -430,3 +434,57 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert page.get_attribute("#live", "data-status") == "done"
     page.goto("/ui/interrupts")
     assert "Nothing is waiting" in page.inner_text("main")
+
+
+def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> None:
+    """A second server, with two tokens in two namespaces: the UI asks for a token (a login form setting an
+    HttpOnly, SameSite=Strict session cookie that holds no token), lists only the token's namespace, and another
+    namespace's thread is 404 on every UI path, its events and its actions too."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alpha alpha\ntok-beta beta\n")
+    s = Server(tmp_path / "ns.db", free_port(), tokens=tokens)
+    s.start()
+    try:
+        for token, thread in (("tok-alpha", "a1"), ("tok-beta", "b1")):
+            status, text, _ = http(s.base + f"/threads/{thread}/runs/wait", headers={"Authorization": f"Bearer {token}"},
+                                   json_body={"assistant_id": "ui_world:approval_graph", "input": {"service": thread}})  # fmt: skip
+            assert status == 200, text
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=s.base)
+        seen: list[str] = []
+        context.on("request", lambda r: seen.append(r.url))
+        pg = context.new_page()
+        pg.set_default_timeout(15_000)
+        pg.goto("/")  # a browser asking for / is sent to the UI, which asks for a token first
+        pg.wait_for_url("**/ui/login**")
+        shoot(pg, "login")
+        pg.fill("#token", "tok-wrong")
+        pg.click("button:has-text('Sign in')")
+        assert "not valid" in pg.inner_text("[role=alert]")
+        pg.fill("#token", "tok-alpha")
+        pg.click("button:has-text('Sign in')")
+        pg.wait_for_url("**/ui/")
+        assert pg.locator("table.threads tbody td:first-child a").all_inner_texts() == ["alpha/a1"]
+        cookie = next(c for c in context.cookies() if c["name"] == "graphckpt_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "tok-alpha" not in cookie["value"]
+        pg.goto("/ui/interrupts")
+        assert "alpha/a1" in pg.inner_text("main") and "beta" not in pg.inner_text("main")
+        for path in ("/ui/threads/beta%2Fb1", "/ui/events/beta/b1", "/ui/diff?a=alpha/a1&b=beta/b1"):
+            response = pg.goto(path)
+            assert response is not None and response.status == 404, path
+        pg.goto("/ui/threads/alpha%2Fa1")
+        csrf = pg.get_attribute("input[name=csrf]", "value") if pg.locator("input[name=csrf]").count() else None
+        session = f"graphckpt_session={cookie['value']}"
+        jar = {c["name"]: c["value"] for c in context.cookies()}
+        both = f"{session}; graphckpt_csrf={jar['graphckpt_csrf']}"
+        form = {"csrf": csrf or jar["graphckpt_csrf"], "thread": "beta/b1"}
+        assert http(s.base + "/ui/actions/cancel", form, both)[0] == 404
+        assert http(s.base + "/ui/actions/resume", form, both)[0] == 404
+        status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1")  # no session: redirected to the login form
+        assert status == 401 and "Sign in" in html and "alpha/a1" not in html
+        status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", headers={"Authorization": "Bearer tok-alpha"})
+        assert status == 200 and "alpha/a1" in html  # a bearer header works too
+        context.close()
+        hosts = {urllib.parse.urlsplit(u).hostname for u in seen if not u.startswith(("data:", "about:"))}
+        assert hosts == {"127.0.0.1"}, sorted(set(seen))
+    finally:
+        s.kill()

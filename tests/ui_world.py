@@ -92,6 +92,41 @@ def gated_graph(db: str | None = None) -> StateGraph:
     return g
 
 
+class Lookup(BaseModel):
+    city: str = "Oslo"
+    answer: str = ""
+
+
+EFFECT = "ui_world:effect_graph"
+
+
+def effect_graph(db: str | None = None) -> StateGraph:
+    """One node that journals an external call, then checks: with ``{db}.fail`` present the node fails once after
+    the call (the resume answers the call from the journal: a replay); with ``{db}.block`` present the call blocks
+    (printing ``in-call``) so a parent can SIGKILL the process inside it (a lost call)."""
+
+    def lookup(city: str) -> str:
+        if db is not None and Path(f"{db}.block").exists():
+            print("in-call", flush=True)
+            time.sleep(GATE_TIMEOUT)
+        time.sleep(0.05)
+        return f"sunny in {city}"
+
+    async def ask(state: Lookup, ctx: Any) -> dict[str, Any]:
+        answer = await ctx.aeffect(asyncio.to_thread, lookup, state.city)
+        flag = Path(f"{db}.fail")
+        if db is not None and flag.exists():
+            flag.unlink()
+            raise ConnectionError("the weather service hung up")
+        return {"answer": answer}
+
+    g = StateGraph(Lookup)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    return g
+
+
 def demo_graph(db: Path | None = None) -> StateGraph:
     from graphckpt.cli.commands import load_demo
 
@@ -156,6 +191,13 @@ if __name__ == "__main__":
         build(Path(db))
     elif command == "serve":
         serve(db, int(rest[0]))
+    elif command == "effect":  # run (or resume) the effect graph on THREAD
+        app = effect_graph(db).compile(saver=SqliteSaver(db))
+        with app, contextlib.suppress(NodeError):
+            if app.saver is not None and rest[0] in {i.thread_id for i in app.threads()}:
+                app.resume(rest[0])
+            else:
+                app.invoke({"city": "Oslo"}, thread_id=rest[0], tags={"graph": EFFECT})
     elif command == "gated":
         run_gated(db, rest[0])
     else:

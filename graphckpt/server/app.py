@@ -112,7 +112,8 @@ def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
             return RedirectResponse("/ui/", status_code=307)
         raise HTTPException(404)
 
-    return [Route("/", home, include_in_schema=False), Mount("/ui", routes=[*server_routes(tokens), *ui_routes(backend_of, stream=True)])]
+    ui = Mount("/ui", routes=[*server_routes(tokens), *ui_routes(backend_of, stream=True)])
+    return [Route("/", home, include_in_schema=False), ui]
 
 
 async def _login_required(request: Request, exc: Exception) -> Response:

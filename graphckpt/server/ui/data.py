@@ -153,6 +153,8 @@ class ThreadView:
     checkpoint yet."""
     cancellable: bool = False
     """A run of this thread is going in this server (the Cancel button stops it)."""
+    stopped: bool = False
+    """Status ``running`` but known to have no run going (a cancelled run; Resume continues it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,14 +264,14 @@ class LocalBackend:
         if own is None:
             own = await self._own(info.thread_id)
         record = await self.reader.store.thread(info.thread_id)
-        owner = getattr(record, RECORD["owner"], None)  # leases (issue 14) add the running thread's owner
+        owner = self._owner(info.thread_id, record)
         spent = await self.reader.aspend(info.thread_id, prices=self.prices)
         total = spent.get("total", {})
         return ThreadRow(
             thread_id=info.thread_id,
             graph=graph_of(metadata_of(info)),
             status=info.status,
-            owner=str(owner) if owner else None,
+            owner=owner,
             step=info.step,
             tokens=int(total.get("tokens", 0)),
             cost=total.get("cost"),
@@ -340,7 +342,16 @@ class LocalBackend:
             runnable=app is not None,
             pending=pending,
             cancellable=self._cancellable(thread_id, info.status),
+            stopped=self._stopped(thread_id, info.status, head),
         )
+
+    def _stopped(self, thread_id: str, status: str, head: Snapshot) -> bool:
+        """Whether a ``running`` thread is known to have no run going (a stand-alone UI cannot know that)."""
+        return False
+
+    def _owner(self, thread_id: str, record: Any) -> str | None:
+        owner = getattr(record, RECORD["owner"], None)  # leases (issue 14) add the running thread's owner
+        return str(owner) if owner else None
 
     def _cancellable(self, thread_id: str, status: str) -> bool:
         """Whether :meth:`cancel` can stop a run of the thread (a stand-alone UI cannot: it runs no queue)."""
