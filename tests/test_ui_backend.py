@@ -101,27 +101,10 @@ def test_refs_and_line_diffs() -> None:
 async def test_the_timeline_shows_the_audit_record(tmp_path: Path) -> None:
     """A failed attempt and a replayed call (fail once after the journaled call, resume), a lost call (SIGKILL inside
     the call, resume) and the spend, as the audit record holds them, read by a real child process's database."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     from ui_world import EFFECT, effect_graph
 
     db = tmp_path / "e.db"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    world = [sys.executable, str(Path(__file__).parent / "ui_world.py"), "effect", str(db)]
-    Path(f"{db}.fail").touch()
-    subprocess.run([*world, "flaky"], env=env, check=True, timeout=60)  # fails once after the call
-    Path(f"{db}.block").touch()
-    child = subprocess.Popen([*world, "killed"], env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "in-call"
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-        if child.stdout is not None:
-            child.stdout.close()
+    _fail_once_and_kill_inside_a_call(db)
     saver = SqliteSaver(db)
     backend = LocalBackend(saver, {EFFECT: effect_graph(str(db)).compile(saver=saver)})
     try:
@@ -130,7 +113,7 @@ async def test_the_timeline_shows_the_audit_record(tmp_path: Path) -> None:
         assert [(p["kind"], p["node"]) for p in view.pending] == [("lost call", "ask")]  # not committed yet
         view = await backend.thread_view("flaky")
         assert view.info.status == "failed" and [p["kind"] for p in view.pending] == ["failed attempt"]
-        Path(f"{db}.block").unlink()
+        _unblock(db)
         await backend.resume("flaky")
         await backend.resume("killed")
         for _ in range(500):
@@ -145,3 +128,30 @@ async def test_the_timeline_shows_the_audit_record(tmp_path: Path) -> None:
         assert killed.row.spend["total"]["lost_calls"] == 1
     finally:
         await backend.aclose()
+
+
+def _fail_once_and_kill_inside_a_call(db: Path) -> None:
+    """``flaky``: failed once after its journaled call; ``killed``: SIGKILLed inside its call (children of
+    ``ui_world.py effect``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    world = [sys.executable, str(Path(__file__).parent / "ui_world.py"), "effect", str(db)]
+    Path(f"{db}.fail").touch()
+    subprocess.run([*world, "flaky"], env=env, check=True, timeout=60)  # fails once after the call
+    Path(f"{db}.block").touch()
+    child = subprocess.Popen([*world, "killed"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "in-call"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def _unblock(db: Path) -> None:
+    Path(f"{db}.block").unlink()

@@ -262,7 +262,9 @@ def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Pa
     page.click("button:has-text('Cancel the run')")
     page.wait_for_url("**/ui/threads/live-0")
     assert page.locator("button:has-text('Cancel the run')").count() == 0
-    assert "cancel via UI" in page.inner_text(".steps")
+    assert "cancel via UI" in page.inner_text(".steps") and "run cancelled" in page.inner_text(".facts")
+    assert page.locator("button.resume").count() == 1  # a cancelled run can be resumed
+    shoot(page, "thread-cancelled")
     status, text, _ = http(server.base + "/threads/live-0/runs")
     assert status == 200 and [r["status"] for r in json.loads(text)] == ["cancelled"]
     with read_db(db) as reader:
@@ -446,8 +448,9 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
     s.start()
     try:
         for token, thread in (("tok-alpha", "a1"), ("tok-beta", "b1")):
-            status, text, _ = http(s.base + f"/threads/{thread}/runs/wait", headers={"Authorization": f"Bearer {token}"},
-                                   json_body={"assistant_id": "ui_world:approval_graph", "input": {"service": thread}})  # fmt: skip
+            body = {"assistant_id": "ui_world:approval_graph", "input": {"service": thread}}
+            auth = {"Authorization": f"Bearer {token}"}
+            status, text, _ = http(s.base + f"/threads/{thread}/runs/wait", headers=auth, json_body=body)
             assert status == 200, text
         context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=s.base)
         seen: list[str] = []
@@ -457,6 +460,9 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         pg.goto("/")  # a browser asking for / is sent to the UI, which asks for a token first
         pg.wait_for_url("**/ui/login**")
         shoot(pg, "login")
+        pg.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", AXE.read_text())
+        result = pg.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        assert not [v["id"] for v in result["violations"] if v["impact"] in ("serious", "critical")]
         pg.fill("#token", "tok-wrong")
         pg.click("button:has-text('Sign in')")
         assert "not valid" in pg.inner_text("[role=alert]")

@@ -112,8 +112,8 @@ def effect_graph(db: str | None = None) -> StateGraph:
         time.sleep(0.05)
         return f"sunny in {city}"
 
-    async def ask(state: Lookup, ctx: Any) -> dict[str, Any]:
-        answer = await ctx.aeffect(asyncio.to_thread, lookup, state.city)
+    def ask(state: Lookup, ctx: Any) -> dict[str, Any]:
+        answer = ctx.effect(lookup, state.city)
         flag = Path(f"{db}.fail")
         if db is not None and flag.exists():
             flag.unlink()

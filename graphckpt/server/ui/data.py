@@ -94,6 +94,8 @@ class ThreadRow:
     metadata: Mapping[str, Any]
     spend: Mapping[str, Any] = field(default_factory=dict)
     """``own``, ``inherited`` and ``total`` spend (tokens, calls, lost_calls, cost with a price table)."""
+    stopped: bool = False
+    """``running`` but known to have no run going (its run was cancelled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +282,7 @@ class LocalBackend:
             error=info.error,
             metadata=info.metadata,
             spend=spent,
+            stopped=self._stopped(info.thread_id, info.status, metadata_of(info)),
         )
 
     async def _own(self, thread_id: str) -> list[Snapshot]:
@@ -342,10 +345,10 @@ class LocalBackend:
             runnable=app is not None,
             pending=pending,
             cancellable=self._cancellable(thread_id, info.status),
-            stopped=self._stopped(thread_id, info.status, head),
+            stopped=self._stopped(thread_id, info.status, metadata_of(head)),
         )
 
-    def _stopped(self, thread_id: str, status: str, head: Snapshot) -> bool:
+    def _stopped(self, thread_id: str, status: str, head_metadata: Mapping[str, Any] | None) -> bool:
         """Whether a ``running`` thread is known to have no run going (a stand-alone UI cannot know that)."""
         return False
 

@@ -24,8 +24,7 @@ import hmac
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from graphckpt.checkpoint import Snapshot, ThreadInfo
-from graphckpt.cli.records import metadata_of
+from graphckpt.checkpoint import ThreadInfo
 from graphckpt.diff import Diff
 from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
@@ -134,10 +133,10 @@ class ServiceBackend(LocalBackend):
     def _cancellable(self, thread_id: str, status: str) -> bool:
         return self.service.runs.active(thread_id)
 
-    def _stopped(self, thread_id: str, status: str, head: Snapshot) -> bool:
+    def _stopped(self, thread_id: str, status: str, head_metadata: Mapping[str, Any] | None) -> bool:
         """Running, no run here, and its head is the record of a cancel (without leases, a thread run by another
         process looks the same as a crashed one: only a cancel is known for sure)."""
-        tags = (metadata_of(head) or {}).get("tags")
+        tags = (head_metadata or {}).get("tags")
         cancelled = isinstance(tags, Mapping) and tags.get("ui_action") == "cancel"
         return status == "running" and cancelled and not self.service.runs.active(thread_id)
 
