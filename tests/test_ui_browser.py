@@ -404,6 +404,14 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
     steps = page.inner_text(".steps")  # the audit record: the failed first attempt stays after the resume
     assert "check: 1 failed attempt" in steps and "resume via UI" in steps
+    page.click(".steps a:has-text('step 3')")
+    page.wait_for_url("**/ui/threads/demo-failed@*")
+    audit = page.inner_text("section[aria-labelledby=audit-h]")
+    assert "Failed attempts" in audit and "TimeoutError: simulated timeout" in audit and "External calls" in audit
+    shoot(page, "checkpoint-audit")
+    page.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", AXE.read_text())
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    assert not [v["id"] for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
 def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: Any, db: Path) -> None:

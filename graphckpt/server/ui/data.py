@@ -176,6 +176,11 @@ class CheckpointPage:
     runnable: bool
     graph_ref: str | None
     nodes: list[str]
+    audit: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The checkpoint's audit record (``calls``, ``attempts``, ``answers``; see :mod:`graphckpt.audit`)."""
+    replayed: Mapping[str, float] = field(default_factory=dict)
+    """Nodes of this step answered from the journal, with the original calls' duration in ms."""
+    cancellable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +399,9 @@ class LocalBackend:
             runnable=app is not None,
             graph_ref=graph_ref,
             nodes=list(app.graph.nodes) if app is not None else [],
+            audit=audit_of(metadata_of(snap)),
+            replayed=_step_row(snap, thread_id).replayed,
+            cancellable=is_head and self._cancellable(thread_id, info.status),
         )
 
     async def diff(self, a: tuple[str, str | None], b: tuple[str, str | None]) -> Diff:
