@@ -167,8 +167,12 @@ def test_openapi_lists_every_route() -> None:
     from server_graphs import counter
 
     app = create_app(counter())
-    routes = {(m, r.path) for r in app.routes for m in (getattr(r, "methods", None) or ())
-              if m != "HEAD" and getattr(r, "include_in_schema", True)}  # fmt: skip (not: the UI's redirect at /)
+    routes = {
+        (m, r.path)
+        for r in app.routes
+        for m in (getattr(r, "methods", None) or ())
+        if m != "HEAD" and getattr(r, "include_in_schema", True)
+    }  # fmt: skip (not: the UI's redirect at /)
     routes.discard(("GET", "/openapi.json"))
     assert routes == set(openapi.SPEC)
 
