@@ -275,6 +275,8 @@ def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Pa
 
 def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: Any, server: Server, db: Path) -> None:
     start_gated(server, "live-1")
+    streams: list[Any] = []
+    page.on("request", lambda r: streams.append(r) if "/ui/events/" in r.url else None)
     page.goto("/ui/threads/live-1")
     assert page.get_attribute("#live", "data-status") == "running"
     assert page.get_attribute("#live", "data-stream") == "/ui/events/live-1"  # SSE, not polling
@@ -289,6 +291,11 @@ def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: 
     Path(f"{db}.gate.plan").touch()
     server.start()  # the restarted server takes the run over; the page's stream reconnects with its last id
     page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start + 1}", timeout=20_000)
+    # the stream that reached the restarted server went on from the last event seen (no replay from the start)
+    last = streams[-1].all_headers().get("last-event-id") or urllib.parse.unquote(
+        urllib.parse.urlsplit(streams[-1].url).query
+    )
+    assert len(streams) > 1 and last.removeprefix("after=").startswith("live-1:1:"), last
     for node in ("act", "report"):
         Path(f"{db}.gate.{node}").touch()
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
@@ -493,6 +500,8 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         form = {"csrf": csrf or jar["graphckpt_csrf"], "thread": "beta/b1"}
         assert http(s.base + "/ui/actions/cancel", form, both)[0] == 404
         assert http(s.base + "/ui/actions/resume", form, both)[0] == 404
+        assert http(s.base + "/ui/actions/answer", {**form, "interrupt": "x", "text": "yes"}, both)[0] == 404
+        assert http(s.base + "/ui/actions/fork", {**form, "checkpoint": "x"}, both)[0] == 404
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1")  # no session: redirected to the login form
         assert status == 401 and "Sign in" in html and "alpha/a1" not in html
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", headers={"Authorization": "Bearer tok-alpha"})
