@@ -467,6 +467,8 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
             auth = {"Authorization": f"Bearer {token}"}
             status, text, _ = http(s.base + f"/threads/{thread}/runs/wait", headers=auth, json_body=body)
             assert status == 200, text
+        status, text, _ = http(s.base + "/")  # a client that does not ask for HTML: the API's own 404, as before
+        assert status == 404 and json.loads(text)["error"]
         context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=s.base)
         seen: list[str] = []
         context.on("request", lambda r: seen.append(r.url))
