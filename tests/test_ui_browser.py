@@ -443,6 +443,11 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
         head = reader.get_state("deploy-api")
         assert head.values["deployed"] is True and head.values["comment"] == "ship it"
         assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "answer"
+        answers = [
+            a for cp in reader.history("deploy-api") for a in (cp.metadata.get("audit") or {}).get("answers", [])
+        ]
+        assert ["refused" in a for a in answers] == [True, False], answers  # the refused "maybe", then the answer
+        assert answers[0]["answer"] == "maybe" and answers[1]["answer"] == {"approved": True, "comment": "ship it"}
     page.goto("/ui/interrupts")
     item = page.locator("article.inbox", has_text="deploy-web")
     assert "stopped before deploy" in item.inner_text() and item.locator("textarea").count() == 0
