@@ -155,3 +155,23 @@ def _fail_once_and_kill_inside_a_call(db: Path) -> None:
 
 def _unblock(db: Path) -> None:
     Path(f"{db}.block").unlink()
+
+
+def test_the_stand_alone_ui_serves_a_database(db: Path) -> None:
+    """``create_ui_app`` (``python -m graphckpt.server.ui``): the same pages over one saver, polling while a thread
+    runs, no cancel (only ``graphckpt serve`` has a run queue)."""
+    from starlette.testclient import TestClient
+
+    from graphckpt.server.ui import create_ui_app
+
+    saver = SqliteSaver(db)
+    with TestClient(create_ui_app(saver, {APPROVAL: approval_graph().compile(saver=saver)})) as client:
+        home = client.get("/", follow_redirects=False)
+        assert home.status_code == 307 and home.headers["location"] == "/ui/"
+        page = client.get("/ui/")
+        assert page.status_code == 200 and 'href="/ui/threads/deploy-0-alt"' in page.text
+        assert client.get("/ui/threads/deploy-1").status_code == 200
+        assert client.get("/ui/events/deploy-1").status_code == 404  # no live stream: it polls
+        token = client.cookies["graphckpt_csrf"]
+        cancel = client.post("/ui/actions/cancel", data={"csrf": token, "thread": "deploy-1"})
+        assert cancel.status_code == 422 and "only `graphckpt serve`" in cancel.text

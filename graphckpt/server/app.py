@@ -109,7 +109,7 @@ def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
 
     async def home(request: Request) -> Response:
         if "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse("/ui/", status_code=307)
+            return RedirectResponse(request.scope.get("root_path", "") + "/ui/", status_code=307)
         raise HTTPException(404)
 
     ui = Mount("/ui", routes=[*server_routes(tokens), *ui_routes(backend_of, stream=True)])
@@ -119,7 +119,8 @@ def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
 async def _login_required(request: Request, exc: Exception) -> Response:
     """A UI request without a session: a page goes to the login form, anything else is 401."""
     if request.method == "GET" and not request.url.path.startswith("/ui/events/"):
-        return RedirectResponse(f"/ui/login?next={quote(request.url.path)}", status_code=303)
+        where = request.scope.get("root_path", "") + "/ui/login"
+        return RedirectResponse(f"{where}?next={quote(request.url.path)}", status_code=303)
     return PlainTextResponse("sign in first: /ui/login", status_code=401)
 
 

@@ -31,7 +31,7 @@ from graphckpt.records import NO_ANSWER
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError
 from graphckpt.server.executor import RunInfo, RunRequest
-from graphckpt.server.ui.data import CheckpointPage, InterruptItem, LocalBackend, StepRow, ThreadPage, ThreadView
+from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, ThreadView
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -101,12 +101,8 @@ class ServiceBackend(LocalBackend):
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
 
     async def _infos(self, status: str | None = None) -> list[ThreadInfo]:
+        """Only this namespace's threads: the list, the inbox, the fork tree and the diff choices read these."""
         return [i for i in await super()._infos(status) if self._mine(i.thread_id)]
-
-    async def thread_page(
-        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
-    ) -> ThreadPage:
-        return await super().thread_page(status=status, graph=graph, q=q, page=page, per_page=per_page)
 
     async def thread_view(self, thread_id: str) -> ThreadView:
         self._check(thread_id)
@@ -124,9 +120,6 @@ class ServiceBackend(LocalBackend):
         self._check(a[0])
         self._check(b[0])
         return await super().diff(a, b)
-
-    async def inbox(self) -> list[InterruptItem]:
-        return await super().inbox()
 
     # -- running: through the service's queue -------------------------------------------------------------------------
 
