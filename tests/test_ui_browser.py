@@ -481,6 +481,7 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         pg.set_default_timeout(15_000)
         pg.goto("/")  # a browser asking for / is sent to the UI, which asks for a token first
         pg.wait_for_url("**/ui/login**")
+        pg.wait_for_selector("#token")
         shoot(pg, "login")
         pg.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", AXE.read_text())
         result = pg.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
@@ -509,6 +510,19 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         assert http(s.base + "/ui/actions/resume", form, both)[0] == 404
         assert http(s.base + "/ui/actions/answer", {**form, "interrupt": "x", "text": "yes"}, both)[0] == 404
         assert http(s.base + "/ui/actions/fork", {**form, "checkpoint": "x"}, both)[0] == 404
+        pg.goto("/ui/threads/alpha%2Fa1")
+        shoot(pg, "thread-namespaced")
+        pg.goto("/ui/interrupts")
+        item = pg.locator("article.inbox", has_text="alpha/a1")
+        item.get_by_label("Approve", exact=True).check()
+        item.locator("button:has-text('Answer and resume')").click()
+        pg.wait_for_url("**/ui/threads/alpha%2Fa1")
+        assert pg.get_attribute("#live", "data-status") == "done"
+        status, text, _ = http(s.base + "/threads/a1/state", headers={"Authorization": "Bearer tok-alpha"})
+        assert json.loads(text)["metadata"]["tags"]["ui_by"] == "alpha"  # the record names who answered
+        pg.click("button:has-text('Sign out')")
+        pg.wait_for_url("**/ui/login")
+        assert not [c for c in context.cookies() if c["name"] == "graphckpt_session"]
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1")  # no session: redirected to the login form
         assert status == 401 and "Sign in" in html and "alpha/a1" not in html
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", headers={"Authorization": "Bearer tok-alpha"})

@@ -119,7 +119,7 @@ def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
 async def _login_required(request: Request, exc: Exception) -> Response:
     """A UI request without a session: a page goes to the login form, anything else is 401."""
     if request.method == "GET" and not request.url.path.startswith("/ui/events/"):
-        where = request.scope.get("root_path", "") + "/ui/login"
+        where = request.scope.get("root_path", "") + "/login"  # raised inside the /ui mount: its root path
         return RedirectResponse(f"{where}?next={quote(request.url.path)}", status_code=303)
     return PlainTextResponse("sign in first: /ui/login", status_code=401)
 

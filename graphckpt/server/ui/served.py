@@ -91,6 +91,12 @@ class ServiceBackend(LocalBackend):
         self.apps = dict(service.apps)
         self.default_graph = service.default_graph
 
+    async def _app_for(self, thread_id: str, action: str) -> tuple[Any, dict[str, Any]]:
+        """As :meth:`LocalBackend._app_for`; under a token, the tags also name the namespace that acted
+        (``ui_by``)."""
+        app, tags = await super()._app_for(thread_id, action)
+        return app, ({**tags, "ui_by": self.ns} if self.ns else tags)
+
     # -- the namespace -----------------------------------------------------------------------------------------------
 
     def _mine(self, thread_id: str) -> bool:
@@ -223,6 +229,7 @@ def server_routes(tokens: Tokens) -> list[Any]:
 
     return [
         Route("/login", _login(tokens), methods=["GET", "POST"], name="ui_login"),
+        Route("/logout", _logout, methods=["POST"], name="ui_logout"),
         Route("/events/{thread_id:path}", _events(tokens), methods=["GET"], name="ui_events"),
     ]
 
@@ -254,6 +261,21 @@ def _login(tokens: Tokens) -> Any:
         return response
 
     return login
+
+
+async def _logout(request: Any) -> Any:
+    """End the browser's session (a POST with the CSRF token, like every action)."""
+    from starlette.responses import RedirectResponse
+
+    from graphckpt.server.ui import csrf
+    from graphckpt.server.ui.routes import _forbidden, _form
+
+    if not csrf.check(request, await _form(request)):
+        return _forbidden(request)
+    base = request.scope.get("root_path", "")
+    response = RedirectResponse(base + "/login", status_code=303)
+    response.delete_cookie(SESSION, path=base or "/", httponly=True, samesite="strict")
+    return response
 
 
 def _events(tokens: Tokens) -> Any:
