@@ -36,6 +36,7 @@ from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, Thre
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
 
+    from graphckpt.app import App
     from graphckpt.server.service import Service
 
 __all__ = ["SESSION", "LoginRequired", "ServiceBackend", "namespace_of", "session_value"]
@@ -91,7 +92,7 @@ class ServiceBackend(LocalBackend):
         self.apps = dict(service.apps)
         self.default_graph = service.default_graph
 
-    async def _app_for(self, thread_id: str, action: str) -> tuple[Any, dict[str, Any]]:
+    async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
         """As :meth:`LocalBackend._app_for`; under a token, the tags also name the namespace that acted
         (``ui_by``)."""
         app, tags = await super()._app_for(thread_id, action)
