@@ -271,6 +271,8 @@ def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Pa
         head = reader.get_state("live-0")
         assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "cancel"
         assert head.metadata["source"] == "update" and head.values["log"] == ["start"]
+    status, text, _ = http(server.base + "/threads/live-0/runs", json_body={"command": {"resume": None}})
+    assert status == 200, text  # resumed through the API (it waits at the closed gate of fetch)
 
 
 def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: Any, server: Server, db: Path) -> None:
@@ -303,6 +305,10 @@ def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: 
     assert page.get_attribute("#live", "data-stream") is None  # done: the page stopped following
     with read_db(db) as reader:
         assert reader.get_state("live-1").values["log"] == ["start", *(f"{n} done" for n in GATED_NODES)]
+    with read_db(db) as reader:  # live-0's API resume went on with the gates: its steps are not UI actions
+        wait_for(lambda: reader.thread("live-0").status == "done", 30, "live-0 to finish")
+        tags = [s.metadata["tags"] for s in reader.history("live-0")]
+        assert tags[0].get("via") is None and tags[-2]["ui_action"] == "cancel", tags
 
 
 def test_fork_from_step_2_with_an_edited_field_then_diff(page: Any, db: Path) -> None:
@@ -520,6 +526,9 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         assert pg.get_attribute("#live", "data-status") == "done"
         status, text, _ = http(s.base + "/threads/a1/state", headers={"Authorization": "Bearer tok-alpha"})
         assert json.loads(text)["metadata"]["tags"]["ui_by"] == "alpha"  # the record names who answered
+        _, text, _ = http(s.base + "/threads/a1/history", headers={"Authorization": "Bearer tok-alpha"})
+        metas = [h["metadata"] for h in json.loads(text)]
+        assert [a["by"] for m in metas for a in (m.get("audit") or {}).get("answers", [])] == ["alpha"]
         pg.click("button:has-text('Sign out')")
         pg.wait_for_url("**/ui/login")
         assert not [c for c in context.cookies() if c["name"] == "graphckpt_session"]

@@ -36,6 +36,9 @@ logger = logging.getLogger("graphckpt.server")
 RunStatus = Literal["pending", "running", "success", "error", "interrupted", "cancelled"]
 """LangGraph's run statuses (``cancelled`` where it says ``interrupted`` for a cancel: ours is the thread's)."""
 
+UI_TAGS = frozenset({"via", "ui_action", "ui_by"})
+"""The tags the web UI adds to the runs it starts (see :mod:`graphckpt.server.ui.data`)."""
+
 _FINISHED = frozenset({"success", "error", "interrupted", "cancelled"})
 
 
@@ -164,6 +167,15 @@ class InProcessRuns:
             raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
         app.graph.validate_input(request.input or {})
 
+    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
+        """The tags a resume without its own keeps: the thread's, less the marks of a web UI action (``via``,
+        ``ui_action``, ``ui_by``: an API run after a UI cancel is not a UI action); ``None``: keep them all."""
+        record = await self.service.saver.get_thread(thread_id)
+        found = record.metadata.get("tags") if record is not None else None
+        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
+            return None
+        return {k: v for k, v in found.items() if k not in UI_TAGS}
+
     def get(self, run_id: str) -> RunInfo | None:
         return self._runs.get(run_id)
 
@@ -222,9 +234,10 @@ class InProcessRuns:
         info.status, info.updated_at = "running", ids.now()
         try:
             if request.resume:
+                tags = request.tags if request.tags is not None else await self._inherited_tags(request.thread_id)
                 snap = await app.aresume(
                     request.thread_id, request.answer, recursion_limit=request.recursion_limit,
-                    **({"tags": dict(request.tags)} if request.tags is not None else {}),
+                    **({"tags": dict(tags)} if tags is not None else {}),
                 )  # fmt: skip
             else:
                 tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}

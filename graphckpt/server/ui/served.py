@@ -94,9 +94,11 @@ class ServiceBackend(LocalBackend):
 
     async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
         """As :meth:`LocalBackend._app_for`; under a token, the tags also name the namespace that acted
-        (``ui_by``)."""
+        (``ui_by``; for an answer also ``user``, which the audit record's answer keeps as ``by``)."""
         app, tags = await super()._app_for(thread_id, action)
-        return app, ({**tags, "ui_by": self.ns} if self.ns else tags)
+        if not self.ns:
+            return app, tags
+        return app, {**tags, "ui_by": self.ns, **({"user": self.ns} if action == "answer" else {})}
 
     # -- the namespace -----------------------------------------------------------------------------------------------
 
