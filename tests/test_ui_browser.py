@@ -257,6 +257,8 @@ def start_gated(server: Server, thread_id: str) -> None:
 
 def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Path) -> None:
     start_gated(server, "live-0")
+    status, html, _ = http(server.base + "/ui/threads/live-0")  # without JavaScript a running page refreshes itself
+    assert status == 200 and '<noscript><meta http-equiv="refresh"' in html
     page.goto("/ui/threads/live-0")
     assert page.get_attribute("#live", "data-status") == "running"
     page.click("button:has-text('Cancel the run')")
