@@ -41,8 +41,9 @@ from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
 from graphckpt.errors import GraphckptError
 from graphckpt.reader import RawReader
-from graphckpt.records import NO_ANSWER, Recorded
+from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
+from graphckpt.server.ui.records import interrupt_record, pending_rows
 
 __all__ = [
     "CheckpointPage",
@@ -391,8 +392,8 @@ class LocalBackend:
                 {"id": t.id, "node": t.node, "payload": to_jsonable(t.payload) if t.has_payload else None}
                 for t in snap.tasks
             ],
-            interrupts=[_interrupt_record(i) for i in snap.interrupts],
-            pending=_pending(recorded),
+            interrupts=[interrupt_record(i) for i in snap.interrupts],
+            pending=pending_rows(recorded),
             metadata=_plain(dict(metadata_of(snap) or {})),
             is_head=is_head,
             status=info.status if is_head else snap.status,
@@ -593,24 +594,3 @@ def _plain(values: Any) -> dict[str, Any]:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _interrupt_record(it: Interrupt) -> dict[str, Any]:
-    return {"id": it.id, "node": it.node, "when": it.when, "payload": to_jsonable(it.payload)}
-
-
-def _pending(recorded: Recorded) -> list[dict[str, Any]]:
-    """The pending writes recorded against a checkpoint, one row per task result, effect, interrupt, error."""
-    rows: list[dict[str, Any]] = []
-    for task_id, result in recorded.results.items():
-        rows.append({"kind": "result", "task": task_id, "node": result.task.node, "value": to_jsonable(result.update)})
-    for (task_id, i), value in recorded.effects.items():
-        rows.append({"kind": "journaled effect", "task": task_id, "node": f"call {i}", "value": to_jsonable(value)})
-    for (task_id, i), value in recorded.interrupts.items():
-        answered = (task_id, i) in recorded.answers
-        value = {"asked": to_jsonable(value), "answer": to_jsonable(recorded.answers.get((task_id, i)))}
-        kind = "interrupt (answered)" if answered else "interrupt (open)"
-        rows.append({"kind": kind, "task": task_id, "node": f"call {i}", "value": value})
-    for task_id, error in recorded.errors.items():
-        rows.append({"kind": "error", "task": task_id, "node": error.node, "value": f"{error.type}: {error.message}"})
-    return rows
