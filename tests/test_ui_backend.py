@@ -4,6 +4,7 @@ do. The pages themselves are tested in a real browser in test_ui_browser.py."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,82 @@ def test_refs_and_line_diffs() -> None:
     lines = _line_diff("\n".join(f"l{i}" for i in range(20)), "\n".join(f"l{i}" for i in range(19)) + "\nlast")
     assert lines is not None
     assert lines[0] == ("…", "17 unchanged lines") and lines[-2:] == [("-", "l19"), ("+", "last")]
+
+
+async def test_the_timeline_shows_the_audit_record(tmp_path: Path) -> None:
+    """A failed attempt and a replayed call (fail once after the journaled call, resume), a lost call (SIGKILL inside
+    the call, resume) and the spend, as the audit record holds them, read by a real child process's database."""
+    from ui_world import EFFECT, effect_graph
+
+    db = tmp_path / "e.db"
+    _fail_once_and_kill_inside_a_call(db)
+    saver = SqliteSaver(db)
+    backend = LocalBackend(saver, {EFFECT: effect_graph(str(db)).compile(saver=saver)})
+    try:
+        view = await backend.thread_view("killed")
+        assert view.info.status == "running"
+        assert [(p["kind"], p["node"]) for p in view.pending] == [("lost call", "ask")]  # not committed yet
+        view = await backend.thread_view("flaky")
+        assert view.info.status == "failed" and [p["kind"] for p in view.pending] == ["failed attempt"]
+        _unblock(db)
+        await backend.resume("flaky")
+        await backend.resume("killed")
+        for _ in range(500):
+            if {(await backend.thread_view(t)).info.status for t in ("flaky", "killed")} == {"done"}:
+                break
+            await asyncio.sleep(0.01)
+        flaky = (await backend.thread_view("flaky")).steps[-1]
+        assert flaky.attempts == {"ask": 1} and "ConnectionError: the weather service hung up" in flaky.failures[0]
+        assert set(flaky.replayed) == {"ask"} and flaky.replayed["ask"] >= 50  # the original call's duration
+        killed = await backend.thread_view("killed")
+        assert killed.steps[-1].lost == {"ask": 1} and killed.pending == []
+        assert killed.row.spend["total"]["lost_calls"] == 1
+    finally:
+        await backend.aclose()
+
+
+def _fail_once_and_kill_inside_a_call(db: Path) -> None:
+    """``flaky``: failed once after its journaled call; ``killed``: SIGKILLed inside its call (children of
+    ``ui_world.py effect``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    world = [sys.executable, str(Path(__file__).parent / "ui_world.py"), "effect", str(db)]
+    Path(f"{db}.fail").touch()
+    subprocess.run([*world, "flaky"], env=env, check=True, timeout=60)  # fails once after the call
+    Path(f"{db}.block").touch()
+    child = subprocess.Popen([*world, "killed"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "in-call"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def _unblock(db: Path) -> None:
+    Path(f"{db}.block").unlink()
+
+
+def test_the_stand_alone_ui_serves_a_database(db: Path) -> None:
+    """``create_ui_app`` (``python -m graphckpt.server.ui``): the same pages over one saver, polling while a thread
+    runs, no cancel (only ``graphckpt serve`` has a run queue)."""
+    from starlette.testclient import TestClient
+
+    from graphckpt.server.ui import create_ui_app
+
+    saver = SqliteSaver(db)
+    with TestClient(create_ui_app(saver, {APPROVAL: approval_graph().compile(saver=saver)})) as client:
+        home = client.get("/", follow_redirects=False)
+        assert home.status_code == 307 and home.headers["location"] == "/ui/"
+        page = client.get("/ui/")
+        assert page.status_code == 200 and 'href="/ui/threads/deploy-0-alt"' in page.text
+        assert client.get("/ui/threads/deploy-1").status_code == 200
+        assert client.get("/ui/events/deploy-1").status_code == 404  # no live stream: it polls
+        token = client.cookies["graphckpt_csrf"]
+        cancel = client.post("/ui/actions/cancel", data={"csrf": token, "thread": "deploy-1"})
+        assert cancel.status_code == 422 and "only `graphckpt serve`" in cancel.text

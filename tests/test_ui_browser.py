@@ -1,13 +1,16 @@
-"""The web UI in a real headless Chromium (Playwright), against a real uvicorn serving a SQLite file real graphs wrote.
+"""The web UI in a real headless Chromium (Playwright), against a real ``graphckpt serve`` (uvicorn, a child process)
+serving a SQLite file real graphs wrote.
 
 One server and one browser for the module (Chromium is heavy): the database is built by ``tests/ui_world.py`` in a
-child process (the demo's threads, done and failed, and an approval thread), the UI is served by another child on a
-free port of 127.0.0.1, and a third child runs a gated graph whose nodes wait for files the test creates, so a
-running thread grows exactly when the test says. The tests run in order (they change the database): the list and
-its filters, a running thread growing live across a server kill and restart, a fork from step 2 with an edited field
-and the diff it makes, accessibility (axe-core, vendored in tests/data) and screenshots of every view at 1280x800 and
-390x844, keyboard-only use, and answering an interrupt with one invalid answer first. Every request the browser
-makes is recorded: all of them stay on 127.0.0.1.
+child process (the demo's threads, done and failed, and an approval thread), ``graphckpt serve`` serves it on a free
+port of 127.0.0.1 with a price table, and its gated graph's nodes wait for files the test creates, so a running
+thread (started through the JSON API, run by the server) grows exactly when the test says. The tests run in order
+(they change the database): the list and its filters, a running thread growing live over SSE across a server kill
+and restart (the restarted server takes the run over), cancelling a run, a fork from step 2 with an edited field and
+the diff it makes, accessibility (axe-core, vendored in tests/data) and screenshots of every view at 1280x800 and
+390x844, keyboard-only use, answering an interrupt with one invalid answer first, and a second server with tokens
+in two namespaces (login form, session cookie, another namespace's thread is 404). Every request the browser makes
+is recorded: all of them stay on 127.0.0.1.
 
 Screenshots go to ``$GRAPHCKPT_UI_ARTIFACTS`` or ``tests/artifacts/ui`` (gitignored).
 """
@@ -38,6 +41,7 @@ AXE = HERE / "data" / "axe-4.14.1.min.js"
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("GRAPHCKPT_UI_ARTIFACTS", HERE / "artifacts" / "ui"))
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+GATED_NODES = ("fetch", "plan", "act", "report")
 FORK_INSTRUCTION = "Report the temperature in Fahrenheit instead of Celsius."
 
 # .ci/run installs Chromium: there (CI set) a missing browser fails the tests instead of skipping them
@@ -68,9 +72,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def http(url: str, data: dict[str, str] | None = None, cookie: str | None = None) -> tuple[int, str, Any]:
+def http(
+    url: str, data: dict[str, str] | None = None, cookie: str | None = None, *, json_body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, str, Any]:  # fmt: skip
     body = urllib.parse.urlencode(data).encode() if data is not None else None
-    request = urllib.request.Request(url, data=body, headers={"Cookie": cookie} if cookie else {})
+    sent = {"Cookie": cookie} if cookie else {}
+    if json_body is not None:
+        body, sent["Content-Type"] = json.dumps(json_body).encode(), "application/json"
+    request = urllib.request.Request(url, data=body, headers={**sent, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             return r.status, r.read().decode(), r.headers
@@ -78,22 +88,31 @@ def http(url: str, data: dict[str, str] | None = None, cookie: str | None = None
         return exc.code, exc.read().decode(), exc.headers
 
 
-class Server:
-    """``ui_world.py serve`` in a child process on a fixed port; stopped with SIGKILL by its pid."""
+SERVED = ("graphckpt.cli.demo:graph", "ui_world:approval_graph", "ui_world:gated_graph")
+PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 
-    def __init__(self, db: Path, port: int) -> None:
-        self.db, self.port, self.proc = db, port, None
+
+class Server:
+    """``graphckpt serve`` (the ui_world graphs) in a child process on a fixed port; stopped with SIGKILL by its pid."""
+
+    def __init__(self, db: Path, port: int, tokens: Path | None = None) -> None:
+        self.db, self.port, self.proc, self.tokens = db, port, None, tokens
         self.base = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
+        prices = self.db.with_suffix(".prices.json")
+        prices.write_text(json.dumps(PRICES))
+        env = {**child_env(), "UI_WORLD_GATES": str(self.db), "GRAPHCKPT_PRICES": str(prices)}
+        argv = [sys.executable, "-m", "graphckpt", "--db", str(self.db), "serve", *SERVED, "--port", str(self.port)]
+        if self.tokens is not None:
+            argv += ["--tokens-file", str(self.tokens)]
         with open(self.db.with_suffix(".serve.log"), "ab") as log:  # the child keeps its own copy of the fd
-            self.proc = subprocess.Popen([sys.executable, str(WORLD), "serve", str(self.db), str(self.port)],
-                                         env=child_env(), stdout=log, stderr=log)  # fmt: skip
+            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=self.db.parent)
 
         def up() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, "the UI server exited"
+            assert self.proc is not None and self.proc.poll() is None, "the server exited"
             try:
-                return http(self.base + "/ui/")[0] == 200
+                return http(self.base + "/ok")[0] == 200
             except OSError:
                 return False
 
@@ -207,6 +226,8 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     page.goto("/ui/")
     rows = page.locator("table.threads tbody tr")
     assert rows.count() == 7
+    demo = page.locator("table.threads tbody tr", has=page.locator("a", has_text="demo")).last
+    assert demo.locator("td[data-label=Cost]").inner_text().startswith("$0.00")  # the price table's cost
     shoot(page, "threads")
     page.select_option("select[name=status]", "failed")
     page.click("button:has-text('Filter')")
@@ -226,31 +247,70 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
     shoot(page, "thread-failed")
 
 
+def start_gated(server: Server, thread_id: str) -> None:
+    """A run of the gated graph on a new thread, through the JSON API (the server runs it)."""
+    status, text, _ = http(server.base + f"/threads/{thread_id}/runs",
+                           json_body={"assistant_id": "ui_world:gated_graph", "input": {"log": ["start"]}})  # fmt: skip
+    assert status == 200, text
+    wait_for(lambda: http(server.base + f"/ui/threads/{thread_id}")[0] == 200, 30, f"thread {thread_id} to exist")
+
+
+def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Path) -> None:
+    start_gated(server, "live-0")
+    status, html, _ = http(server.base + "/ui/threads/live-0")  # without JavaScript a running page refreshes itself
+    assert status == 200 and '<noscript><meta http-equiv="refresh"' in html
+    page.goto("/ui/threads/live-0")
+    assert page.get_attribute("#live", "data-status") == "running"
+    page.click("button:has-text('Cancel the run')")
+    page.wait_for_url("**/ui/threads/live-0")
+    assert page.locator("button:has-text('Cancel the run')").count() == 0
+    assert "cancel via UI" in page.inner_text(".steps") and "run cancelled" in page.inner_text(".facts")
+    assert page.locator("button.resume").count() == 1  # a cancelled run can be resumed
+    shoot(page, "thread-cancelled")
+    status, text, _ = http(server.base + "/threads/live-0/runs")
+    assert status == 200 and [r["status"] for r in json.loads(text)] == ["cancelled"]
+    with read_db(db) as reader:
+        head = reader.get_state("live-0")
+        assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "cancel"
+        assert head.metadata["source"] == "update" and head.values["log"] == ["start"]
+    status, text, _ = http(server.base + "/threads/live-0/runs", json_body={"command": {"resume": None}})
+    assert status == 200, text  # resumed through the API (it waits at the closed gate of fetch)
+
+
 def test_a_running_thread_grows_live_and_continues_after_a_server_restart(page: Any, server: Server, db: Path) -> None:
-    runner = subprocess.Popen([sys.executable, str(WORLD), "gated", str(db), "live-1"], env=child_env())
-    try:
-        wait_for(lambda: http(server.base + "/ui/threads/live-1")[0] == 200, 30, "the gated thread to exist")
-        page.goto("/ui/threads/live-1")
-        assert page.get_attribute("#live", "data-status") == "running"
-        start = steps_shown(page)
-        Path(f"{db}.gate.fetch").touch()
-        page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start}")  # htmx, no reload
-        assert page.locator("svg.graph .node.current text").all_text_contents() == ["fetch"]
-        assert page.locator("svg.graph .node.next text").all_text_contents() == ["plan"]
-        shoot(page, "thread-running")
-        server.kill()
-        Path(f"{db}.gate.plan").touch()
-        server.start()  # the page keeps polling through the outage and picks up again
-        page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start + 1}", timeout=20_000)
-        for node in ("act", "report"):
-            Path(f"{db}.gate.{node}").touch()
-        page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
-        assert "report" in page.inner_text(".steps")
-        assert runner.wait(30) == 0
-    finally:
-        if runner.poll() is None:
-            os.kill(runner.pid, signal.SIGKILL)
-            runner.wait(10)
+    start_gated(server, "live-1")
+    streams: list[Any] = []
+    page.on("request", lambda r: streams.append(r) if "/ui/events/" in r.url else None)
+    page.goto("/ui/threads/live-1")
+    assert page.get_attribute("#live", "data-status") == "running"
+    assert page.get_attribute("#live", "data-stream") == "/ui/events/live-1"  # SSE, not polling
+    assert page.get_attribute("#live", "hx-trigger") is None
+    start = steps_shown(page)
+    Path(f"{db}.gate.fetch").touch()
+    page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start}")  # pushed, no reload
+    assert page.locator("svg.graph .node.current text").all_text_contents() == ["fetch"]
+    assert page.locator("svg.graph .node.next text").all_text_contents() == ["plan"]
+    shoot(page, "thread-running")
+    server.kill()
+    Path(f"{db}.gate.plan").touch()
+    server.start()  # the restarted server takes the run over; the page's stream reconnects with its last id
+    page.wait_for_function(f"document.querySelector('#live').dataset.steps > {start + 1}", timeout=20_000)
+    # the stream that reached the restarted server went on from the last event seen (no replay from the start)
+    last = streams[-1].all_headers().get("last-event-id") or urllib.parse.unquote(
+        urllib.parse.urlsplit(streams[-1].url).query
+    )
+    assert len(streams) > 1 and last.removeprefix("after=").startswith("live-1:1:"), last
+    for node in ("act", "report"):
+        Path(f"{db}.gate.{node}").touch()
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
+    assert "report" in page.inner_text(".steps")
+    assert page.get_attribute("#live", "data-stream") is None  # done: the page stopped following
+    with read_db(db) as reader:
+        assert reader.get_state("live-1").values["log"] == ["start", *(f"{n} done" for n in GATED_NODES)]
+    with read_db(db) as reader:  # live-0's API resume went on with the gates: its steps are not UI actions
+        wait_for(lambda: reader.thread("live-0").status == "done", 30, "live-0 to finish")
+        tags = [s.metadata["tags"] for s in reader.history("live-0")]
+        assert tags[0].get("via") is None and tags[-2]["ui_action"] == "cancel", tags
 
 
 def test_fork_from_step_2_with_an_edited_field_then_diff(page: Any, db: Path) -> None:
@@ -357,6 +417,16 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/threads/demo-failed")
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)
+    steps = page.inner_text(".steps")  # the audit record: the failed first attempt stays after the resume
+    assert "check: 1 failed attempt" in steps and "resume via UI" in steps
+    page.click(".steps a:has-text('step 3')")
+    page.wait_for_url("**/ui/threads/demo-failed@*")
+    audit = page.inner_text("section[aria-labelledby=audit-h]")
+    assert "Failed attempts" in audit and "TimeoutError: simulated timeout" in audit and "External calls" in audit
+    shoot(page, "checkpoint-audit")
+    page.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", AXE.read_text())
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    assert not [v["id"] for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
 def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: Any, db: Path) -> None:
@@ -381,6 +451,11 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
         head = reader.get_state("deploy-api")
         assert head.values["deployed"] is True and head.values["comment"] == "ship it"
         assert head.metadata["tags"]["via"] == "ui" and head.metadata["tags"]["ui_action"] == "answer"
+        answers = [
+            a for cp in reader.history("deploy-api") for a in (cp.metadata.get("audit") or {}).get("answers", [])
+        ]
+        assert ["refused" in a for a in answers] == [True, False], answers  # the refused "maybe", then the answer
+        assert answers[0]["answer"] == "maybe" and answers[1]["answer"] == {"approved": True, "comment": "ship it"}
     page.goto("/ui/interrupts")
     item = page.locator("article.inbox", has_text="deploy-web")
     assert "stopped before deploy" in item.inner_text() and item.locator("textarea").count() == 0
@@ -389,3 +464,82 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert page.get_attribute("#live", "data-status") == "done"
     page.goto("/ui/interrupts")
     assert "Nothing is waiting" in page.inner_text("main")
+
+
+def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> None:
+    """A second server, with two tokens in two namespaces: the UI asks for a token (a login form setting an
+    HttpOnly, SameSite=Strict session cookie that holds no token), lists only the token's namespace, and another
+    namespace's thread is 404 on every UI path, its events and its actions too."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alpha alpha\ntok-beta beta\n")
+    s = Server(tmp_path / "ns.db", free_port(), tokens=tokens)
+    s.start()
+    try:
+        for token, thread in (("tok-alpha", "a1"), ("tok-beta", "b1")):
+            body = {"assistant_id": "ui_world:approval_graph", "input": {"service": thread}}
+            auth = {"Authorization": f"Bearer {token}"}
+            status, text, _ = http(s.base + f"/threads/{thread}/runs/wait", headers=auth, json_body=body)
+            assert status == 200, text
+        status, text, _ = http(s.base + "/")  # a client that does not ask for HTML: the API's own 404, as before
+        assert status == 404 and json.loads(text)["error"]
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=s.base)
+        seen: list[str] = []
+        context.on("request", lambda r: seen.append(r.url))
+        pg = context.new_page()
+        pg.set_default_timeout(15_000)
+        pg.goto("/")  # a browser asking for / is sent to the UI, which asks for a token first
+        pg.wait_for_url("**/ui/login**")
+        pg.wait_for_selector("#token")
+        shoot(pg, "login")
+        pg.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", AXE.read_text())
+        result = pg.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        assert not [v["id"] for v in result["violations"] if v["impact"] in ("serious", "critical")]
+        pg.fill("#token", "tok-wrong")
+        pg.click("button:has-text('Sign in')")
+        assert "not valid" in pg.inner_text("[role=alert]")
+        pg.fill("#token", "tok-alpha")
+        pg.click("button:has-text('Sign in')")
+        pg.wait_for_url("**/ui/")
+        assert pg.locator("table.threads tbody td:first-child a").all_inner_texts() == ["alpha/a1"]
+        cookie = next(c for c in context.cookies() if c["name"] == "graphckpt_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and "tok-alpha" not in cookie["value"]
+        pg.goto("/ui/interrupts")
+        assert "alpha/a1" in pg.inner_text("main") and "beta" not in pg.inner_text("main")
+        for path in ("/ui/threads/beta%2Fb1", "/ui/events/beta/b1", "/ui/diff?a=alpha/a1&b=beta/b1"):
+            response = pg.goto(path)
+            assert response is not None and response.status == 404, path
+        pg.goto("/ui/threads/alpha%2Fa1")
+        csrf = pg.get_attribute("input[name=csrf]", "value") if pg.locator("input[name=csrf]").count() else None
+        session = f"graphckpt_session={cookie['value']}"
+        jar = {c["name"]: c["value"] for c in context.cookies()}
+        both = f"{session}; graphckpt_csrf={jar['graphckpt_csrf']}"
+        form = {"csrf": csrf or jar["graphckpt_csrf"], "thread": "beta/b1"}
+        assert http(s.base + "/ui/actions/cancel", form, both)[0] == 404
+        assert http(s.base + "/ui/actions/resume", form, both)[0] == 404
+        assert http(s.base + "/ui/actions/answer", {**form, "interrupt": "x", "text": "yes"}, both)[0] == 404
+        assert http(s.base + "/ui/actions/fork", {**form, "checkpoint": "x"}, both)[0] == 404
+        pg.goto("/ui/threads/alpha%2Fa1")
+        shoot(pg, "thread-namespaced")
+        pg.goto("/ui/interrupts")
+        item = pg.locator("article.inbox", has_text="alpha/a1")
+        item.get_by_label("Approve", exact=True).check()
+        item.locator("button:has-text('Answer and resume')").click()
+        pg.wait_for_url("**/ui/threads/alpha%2Fa1")
+        assert pg.get_attribute("#live", "data-status") == "done"
+        status, text, _ = http(s.base + "/threads/a1/state", headers={"Authorization": "Bearer tok-alpha"})
+        assert json.loads(text)["metadata"]["tags"]["ui_by"] == "alpha"  # the record names who answered
+        _, text, _ = http(s.base + "/threads/a1/history", headers={"Authorization": "Bearer tok-alpha"})
+        metas = [h["metadata"] for h in json.loads(text)]
+        assert [a["by"] for m in metas for a in (m.get("audit") or {}).get("answers", [])] == ["alpha"]
+        pg.click("button:has-text('Sign out')")
+        pg.wait_for_url("**/ui/login")
+        assert not [c for c in context.cookies() if c["name"] == "graphckpt_session"]
+        status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1")  # no session: redirected to the login form
+        assert status == 401 and "Sign in" in html and "alpha/a1" not in html
+        status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", headers={"Authorization": "Bearer tok-alpha"})
+        assert status == 200 and "alpha/a1" in html  # a bearer header works too
+        context.close()
+        hosts = {urllib.parse.urlsplit(u).hostname for u in seen if not u.startswith(("data:", "about:"))}
+        assert hosts == {"127.0.0.1"}, sorted(set(seen))
+    finally:
+        s.kill()

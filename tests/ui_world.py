@@ -1,8 +1,11 @@
 """The database and server the UI tests look at, made by real graphs in real processes.
 
 ``python tests/ui_world.py build DB``     the demo's threads (done, failed, a fork) and an approval thread
-``python tests/ui_world.py serve DB PORT`` the UI on uvicorn at 127.0.0.1:PORT with the three graphs loaded
+``python tests/ui_world.py serve DB PORT`` the stand-alone UI on uvicorn at 127.0.0.1:PORT with the three graphs
 ``python tests/ui_world.py gated DB THREAD`` run the gated graph on THREAD: each node waits for its gate file
+
+The browser tests serve it with ``graphckpt serve`` itself (:data:`SERVED`); there the gated graph's gates are the
+files of the database named by ``$UI_WORLD_GATES``.
 
 Graph ids are what threads record in ``tags.graph``: the demo's ``graphckpt.cli.demo:graph``, and this module's
 ``ui_world:approval_graph`` and ``ui_world:gated_graph`` (this directory is on ``sys.path`` when it runs).
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +35,8 @@ APPROVAL = "ui_world:approval_graph"
 GATED = "ui_world:gated_graph"
 GATED_NODES = ("fetch", "plan", "act", "report")
 GATE_TIMEOUT = 60.0
+SERVED = (DEMO, APPROVAL, GATED)
+"""The graph ids ``graphckpt serve`` loads for the browser tests."""
 
 
 class Deploy(BaseModel):
@@ -60,6 +66,8 @@ def gate(db: str | Path, node: str) -> Path:
 
 
 def gated_graph(db: str | None = None) -> StateGraph:
+    """Four nodes in a row; with ``db`` (default ``$UI_WORLD_GATES``), each waits for its :func:`gate` file."""
+    db = db or os.environ.get("UI_WORLD_GATES") or None
     g = StateGraph(GatedJob)
 
     def make(name: str) -> Any:
@@ -81,6 +89,41 @@ def gated_graph(db: str | None = None) -> StateGraph:
     for a, b in itertools.pairwise(GATED_NODES):
         g.add_edge(a, b)
     g.add_edge(GATED_NODES[-1], END)
+    return g
+
+
+class Lookup(BaseModel):
+    city: str = "Oslo"
+    answer: str = ""
+
+
+EFFECT = "ui_world:effect_graph"
+
+
+def effect_graph(db: str | None = None) -> StateGraph:
+    """One node that journals an external call, then checks: with ``{db}.fail`` present the node fails once after
+    the call (the resume answers the call from the journal: a replay); with ``{db}.block`` present the call blocks
+    (printing ``in-call``) so a parent can SIGKILL the process inside it (a lost call)."""
+
+    def lookup(city: str) -> str:
+        if db is not None and Path(f"{db}.block").exists():
+            print("in-call", flush=True)
+            time.sleep(GATE_TIMEOUT)
+        time.sleep(0.05)
+        return f"sunny in {city}"
+
+    def ask(state: Lookup, ctx: Any) -> dict[str, Any]:
+        answer = ctx.effect(lookup, state.city)
+        flag = Path(f"{db}.fail")
+        if db is not None and flag.exists():
+            flag.unlink()
+            raise ConnectionError("the weather service hung up")
+        return {"answer": answer}
+
+    g = StateGraph(Lookup)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
     return g
 
 
@@ -148,6 +191,13 @@ if __name__ == "__main__":
         build(Path(db))
     elif command == "serve":
         serve(db, int(rest[0]))
+    elif command == "effect":  # run (or resume) the effect graph on THREAD
+        app = effect_graph(db).compile(saver=SqliteSaver(db))
+        with app, contextlib.suppress(NodeError):
+            if app.saver is not None and rest[0] in {i.thread_id for i in app.threads()}:
+                app.resume(rest[0])
+            else:
+                app.invoke({"city": "Oslo"}, thread_id=rest[0], tags={"graph": EFFECT})
     elif command == "gated":
         run_gated(db, rest[0])
     else:

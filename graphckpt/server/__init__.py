@@ -1,4 +1,5 @@
-"""``graphckpt serve``: an HTTP API over graphckpt threads, with SSE streams replayed from the durable event log.
+"""``graphckpt serve``: an HTTP API over graphckpt threads, with SSE streams replayed from the durable event log,
+and the web UI.
 
 Needs the ``server`` extra (``pip install 'graphckpt[server]'``: Starlette, sse-starlette, uvicorn). Modules:
 
@@ -7,6 +8,7 @@ Needs the ``server`` extra (``pip install 'graphckpt[server]'``: Starlette, sse-
 - :mod:`.streams`: the SSE generator over the event log (a cursor, nothing else); :mod:`.hub`: its wake-ups;
 - :mod:`.service`: what the handlers call (namespaced thread operations); :mod:`.queries`: JSON views of the
   results (both reusable by a web UI); :mod:`.executor`: the run executor interface and the in-process one;
+- :mod:`.ui`: the web UI at ``/ui/`` (server-rendered pages over the same service, tokens and namespaces);
 - :mod:`.models`: request models and body limits; :mod:`.auth`: tokens and namespaces; :mod:`.errors`: the one
   error-to-HTTP mapping; :mod:`.openapi`: ``/openapi.json``.
 """

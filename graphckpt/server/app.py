@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 
 from graphckpt.app import App
 from graphckpt.errors import GraphckptError
@@ -45,11 +46,13 @@ def create_app(
     keepalive: float = 15.0,
     poll_interval: float = 0.01,
     recover: bool = True,
+    ui: bool = True,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
     no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: take over the threads a
-    crash left behind (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
+    crash left behind (see :class:`~graphckpt.server.executor.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
+    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
@@ -73,7 +76,13 @@ def create_app(
 
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
                                      allow_headers=["*"], expose_headers=["Content-Location", "Location"]))  # fmt: skip
-    routes = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    handlers: dict[Any, Any] = {}
+    if ui:
+        routes.extend(_ui_routes(config.tokens))
+        from graphckpt.server.ui.served import LoginRequired
+
+        handlers[LoginRequired] = _login_required
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -81,6 +90,7 @@ def create_app(
             ApiError: handle_error,
             GraphckptError: handle_error,
             HTTPException: handle_http,
+            **handlers,
             Exception: handle_error,  # last resort (Starlette re-raises it after the 500 is sent: it is logged)
         },
         lifespan=lifespan,
@@ -88,6 +98,32 @@ def create_app(
     app.state.service = service
     app.state.config = config
     return app
+
+
+def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
+    """``/ui/...`` (the UI, on a :class:`~graphckpt.server.ui.served.ServiceBackend` per request, for the caller's
+    namespace) and ``GET /`` (a browser is sent to ``/ui/``; any other client gets the JSON 404 as before)."""
+    from graphckpt.server.ui.routes import ui_routes
+    from graphckpt.server.ui.served import ServiceBackend, namespace_of, server_routes
+
+    def backend_of(request: Request) -> ServiceBackend:
+        return ServiceBackend(request.app.state.service, namespace_of(tokens, request))
+
+    async def home(request: Request) -> Response:
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(request.scope.get("root_path", "") + "/ui/", status_code=307)
+        raise HTTPException(404)
+
+    ui = Mount("/ui", routes=[*server_routes(tokens), *ui_routes(backend_of, stream=True)])
+    return [Route("/", home, include_in_schema=False), ui]
+
+
+async def _login_required(request: Request, exc: Exception) -> Response:
+    """A UI request without a session: a page goes to the login form, anything else is 401."""
+    if request.method == "GET" and not request.url.path.startswith("/ui/events/"):
+        where = request.scope.get("root_path", "") + "/login"  # raised inside the /ui mount: its root path
+        return RedirectResponse(f"{where}?next={quote(request.url.path)}", status_code=303)
+    return PlainTextResponse("sign in first: /ui/login", status_code=401)
 
 
 def _apps(graphs: Any) -> dict[str, App]:

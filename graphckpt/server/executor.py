@@ -39,6 +39,9 @@ logger = logging.getLogger("graphckpt.server")
 RunStatus = Literal["pending", "running", "success", "error", "interrupted", "cancelled"]
 """LangGraph's run statuses (``cancelled`` where it says ``interrupted`` for a cancel: ours is the thread's)."""
 
+UI_TAGS = frozenset({"via", "ui_action", "ui_by"})
+"""The tags the web UI adds to the runs it starts (see :mod:`graphckpt.server.ui.data`)."""
+
 _FINISHED = frozenset({"success", "error", "interrupted", "cancelled"})
 
 
@@ -62,6 +65,8 @@ class RunRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The thread's metadata, kept in the run's checkpoints (``tags.metadata``)."""
     recursion_limit: int | None = None
+    tags: Mapping[str, Any] | None = None
+    """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
 
 
 @dataclass
@@ -186,6 +191,15 @@ class InProcessRuns:
             raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
         app.graph.validate_input(request.input or {})
 
+    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
+        """The tags a resume without its own keeps: the thread's, less the marks of a web UI action (``via``,
+        ``ui_action``, ``ui_by``: an API run after a UI cancel is not a UI action); ``None``: keep them all."""
+        record = await self.service.saver.get_thread(thread_id)
+        found = record.metadata.get("tags") if record is not None else None
+        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
+            return None
+        return {k: v for k, v in found.items() if k not in UI_TAGS}
+
     def get(self, run_id: str) -> RunInfo | None:
         return self._runs.get(run_id)
 
@@ -244,7 +258,11 @@ class InProcessRuns:
         info.status, info.updated_at = "running", ids.now()
         try:
             if request.resume:
-                snap = await app.aresume(request.thread_id, request.answer, recursion_limit=request.recursion_limit)
+                tags = request.tags if request.tags is not None else await self._inherited_tags(request.thread_id)
+                snap = await app.aresume(
+                    request.thread_id, request.answer, recursion_limit=request.recursion_limit,
+                    **({"tags": dict(tags)} if tags is not None else {}),
+                )  # fmt: skip
             else:
                 tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
                 snap = await app.ainvoke(

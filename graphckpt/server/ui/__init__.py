@@ -9,7 +9,11 @@ forms); htmx only refreshes a running thread's page. Modules:
 - :mod:`~graphckpt.server.ui.graphsvg`: the compiled graph as inline SVG;
 - :mod:`~graphckpt.server.ui.csrf`: the double-submit cookie every POST needs.
 
-Mounting. The UI lives under a prefix (``/ui``: the JSON API owns ``/threads``)::
+- :mod:`~graphckpt.server.ui.served`: the UI inside ``graphckpt serve`` (:class:`ServiceBackend`, login, the live
+  stream).
+
+Mounting. The UI lives under a prefix (``/ui``: the JSON API owns ``/threads``). ``graphckpt serve`` mounts it on
+its :class:`~graphckpt.server.service.Service` (see :func:`graphckpt.server.create_app`); any other backend::
 
     Mount("/ui", routes=ui_routes(lambda request: backend))
 

@@ -1,6 +1,7 @@
 """``python -m graphckpt.server.ui [DB] [--graph MODULE:ATTR ...] [--port N]``: serve the UI over a SQLite file.
 
-Until ``graphckpt serve`` mounts the UI, this is how to look at a database (the demo's: ``graphckpt demo`` writes
+``graphckpt serve`` serves the same UI at ``/ui/`` (with SSE, cancel, tokens); this stand-alone server polls and
+has no run queue. It looks at one database (the demo's: ``graphckpt demo`` writes
 ``graphckpt.db``; its threads record ``graphckpt.cli.demo:graph``, which is loaded by default so they can be forked
 and resumed from the UI). Listens on 127.0.0.1 only.
 """

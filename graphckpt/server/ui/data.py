@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from graphckpt.app import App
+from graphckpt.audit import Prices
 from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
 from graphckpt.cli.records import (
+    audit_of,
     duration_ms,
     graph_of,
     metadata_of,
@@ -39,8 +41,9 @@ from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
 from graphckpt.errors import GraphckptError
 from graphckpt.reader import RawReader
-from graphckpt.records import NO_ANSWER, Recorded
+from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
+from graphckpt.server.ui.records import interrupt_record, pending_rows
 
 __all__ = [
     "CheckpointPage",
@@ -56,6 +59,15 @@ __all__ = [
 
 UI_TAG = "via"
 """The tag key that marks a run started from the UI (value ``"ui"``); ``ui_action`` says which action."""
+
+
+RECORD = {
+    "replayed": "replayed_ms",  # checkpoint metadata: {node: ms of the journaled calls replayed}
+    "audit": "audit",  # checkpoint metadata: {calls: [...], attempts: [...], answers: [...]} (graphckpt.audit)
+    "owner": "owner",  # thread record (leases, issue 14): who runs a running thread
+    "crashed": "crashed",  # thread status (leases): running with an expired lease
+}
+"""The names of the audit-record fields the UI reads, in one place (the leases branch adds ``owner``/``crashed``)."""
 
 
 CLAIM_WAIT = 5.0
@@ -81,6 +93,10 @@ class ThreadRow:
     forked_from: str | None
     error: str | None
     metadata: Mapping[str, Any]
+    spend: Mapping[str, Any] = field(default_factory=dict)
+    """``own``, ``inherited`` and ``total`` spend (tokens, calls, lost_calls, cost with a price table)."""
+    stopped: bool = False
+    """``running`` but known to have no run going (its run was cancelled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +127,14 @@ class StepRow:
     created_at: dt.datetime
     own: bool
     """False for an ancestor's checkpoint (before the fork point)."""
-    replayed: list[str] = field(default_factory=list)
-    """Nodes whose results came from the journal (when the audit record says so)."""
+    replayed: Mapping[str, float] = field(default_factory=dict)
+    """Nodes whose model/tool calls were answered from the journal, with the original calls' duration in ms."""
     attempts: Mapping[str, int] = field(default_factory=dict)
-    """Failed attempts per node before the one that counted (when the audit record says so)."""
+    """Failed attempts per node before the one that counted (the audit record's ``attempts``)."""
+    lost: Mapping[str, int] = field(default_factory=dict)
+    """Calls per node started and never finished (the process died: tokens billed, answer never read)."""
+    failures: list[str] = field(default_factory=list)
+    """The failed attempts as ``node (attempt N): Type: message`` lines."""
     via_ui: str | None = None
 
 
@@ -131,6 +151,13 @@ class ThreadView:
     done_nodes: set[str]
     tree: dict[str, Any]
     runnable: bool
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    """The head's uncommitted record (a failed or crashed step): failed attempts and lost calls not in a
+    checkpoint yet."""
+    cancellable: bool = False
+    """A run of this thread is going in this server (the Cancel button stops it)."""
+    stopped: bool = False
+    """Status ``running`` but known to have no run going (a cancelled run; Resume continues it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +177,11 @@ class CheckpointPage:
     runnable: bool
     graph_ref: str | None
     nodes: list[str]
+    audit: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The checkpoint's audit record (``calls``, ``attempts``, ``answers``; see :mod:`graphckpt.audit`)."""
+    replayed: Mapping[str, float] = field(default_factory=dict)
+    """Nodes of this step answered from the journal, with the original calls' duration in ms."""
+    cancellable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +226,8 @@ class UIBackend(Protocol):
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None: ...
 
+    async def cancel(self, thread_id: str) -> None: ...
+
 
 class LocalBackend:
     """:class:`UIBackend` over one saver and the apps of the graphs the server loaded (``apps``: graph id, i.e. the
@@ -202,9 +236,15 @@ class LocalBackend:
     grow); fork runs and answers are awaited, so the page they lead to shows the outcome."""
 
     def __init__(
-        self, saver: Saver, apps: Mapping[str, App] | None = None, *, default_graph: str | None = None
+        self,
+        saver: Saver,
+        apps: Mapping[str, App] | None = None,
+        *,
+        default_graph: str | None = None,
+        prices: Prices | None = None,
     ) -> None:
         self.reader = RawReader(saver)
+        self.prices = prices if prices is not None else Prices.from_env()
         self.apps = {name: app.with_saver(saver) for name, app in (apps or {}).items()}
         self.default_graph = default_graph
         self._running: set[asyncio.Task[Any]] = set()
@@ -214,7 +254,7 @@ class LocalBackend:
     async def thread_page(
         self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
     ) -> ThreadPage:
-        infos = await self.reader.athreads()
+        infos = await self._infos()
         statuses: list[str] = sorted({str(i.status) for i in infos})
         graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
         chosen = [i for i in infos if _keep(i, status, graph, q)]
@@ -224,25 +264,31 @@ class LocalBackend:
         rows = list(await asyncio.gather(*(self._row(i) for i in shown)))
         return ThreadPage(rows, len(chosen), page, pages, statuses, graphs)
 
+    async def _infos(self, status: str | None = None) -> list[ThreadInfo]:
+        """The threads this backend shows (every one of the saver; the server's backend keeps its namespace's)."""
+        return await self.reader.athreads(status=status)  # type: ignore[arg-type]
+
     async def _row(self, info: ThreadInfo, own: Sequence[Snapshot] | None = None) -> ThreadRow:
         if own is None:
             own = await self._own(info.thread_id)
         record = await self.reader.store.thread(info.thread_id)
-        owner = getattr(record, "owner", None)  # leases (issue 14) add the running thread's owner to the record
-        cost = [m.get("cost") for s in own if isinstance(m := metadata_of(s), Mapping)]
-        costs = [c for c in cost if isinstance(c, int | float)]
+        owner = self._owner(info.thread_id, record)
+        spent = await self.reader.aspend(info.thread_id, prices=self.prices)
+        total = spent.get("total", {})
         return ThreadRow(
             thread_id=info.thread_id,
             graph=graph_of(metadata_of(info)),
             status=info.status,
-            owner=str(owner) if owner else None,
+            owner=owner,
             step=info.step,
-            tokens=sum(tokens(metadata_of(s)) for s in own),
-            cost=sum(costs) if costs else None,
+            tokens=int(total.get("tokens", 0)),
+            cost=total.get("cost"),
             updated_at=info.updated_at,
             forked_from=f"{info.forked_from.thread_id}@{info.forked_from.checkpoint_id}" if info.forked_from else None,
             error=info.error,
             metadata=info.metadata,
+            spend=spent,
+            stopped=self._stopped(info.thread_id, info.status, metadata_of(info)),
         )
 
     async def _own(self, thread_id: str) -> list[Snapshot]:
@@ -250,7 +296,7 @@ class LocalBackend:
         return [s for s in await self.reader.ahistory(thread_id) if s.thread_id == thread_id]
 
     async def all_thread_ids(self) -> list[str]:
-        return [i.thread_id for i in await self.reader.athreads()]
+        return [i.thread_id for i in await self._infos()]
 
     async def checkpoints_of(self, thread_id: str) -> list[StepRow]:
         return [_step_row(s, thread_id) for s in reversed(await self.reader.ahistory(thread_id))]
@@ -260,7 +306,7 @@ class LocalBackend:
         history = await self.reader.ahistory(thread_id)
         head = await self.reader.aget_state(thread_id)
         own = [s for s in history if s.thread_id == thread_id]
-        infos = await self.reader.athreads()
+        infos = await self._infos()
         root = info
         by_id = {i.thread_id: i for i in infos}
         seen = {root.thread_id}
@@ -282,6 +328,17 @@ class LocalBackend:
         done: set[str] = set()
         for s in history:
             done.update(ran_nodes(metadata_of(s)))
+        pending: list[dict[str, Any]] = []
+        if info.status != "done":
+            record = await self.reader.aaudit(thread_id, prices=self.prices)
+            for key in ("attempts", "calls"):
+                for item in record.get(key, []):
+                    if (
+                        isinstance(item, Mapping)
+                        and item.get("pending")
+                        and (key == "attempts" or item.get("status") == "lost")
+                    ):
+                        pending.append({"kind": "failed attempt" if key == "attempts" else "lost call", **item})
         return ThreadView(
             info=info,
             row=await self._row(info, own),
@@ -292,7 +349,22 @@ class LocalBackend:
             done_nodes=done,
             tree=tree,
             runnable=app is not None,
+            pending=pending,
+            cancellable=self._cancellable(thread_id, info.status),
+            stopped=self._stopped(thread_id, info.status, metadata_of(head)),
         )
+
+    def _stopped(self, thread_id: str, status: str, head_metadata: Mapping[str, Any] | None) -> bool:
+        """Whether a ``running`` thread is known to have no run going (a stand-alone UI cannot know that)."""
+        return False
+
+    def _owner(self, thread_id: str, record: Any) -> str | None:
+        owner = getattr(record, RECORD["owner"], None)  # leases (issue 14) add the running thread's owner
+        return str(owner) if owner else None
+
+    def _cancellable(self, thread_id: str, status: str) -> bool:
+        """Whether :meth:`cancel` can stop a run of the thread (a stand-alone UI cannot: it runs no queue)."""
+        return False
 
     async def _own_oldest_first(self, thread_id: str) -> list[Snapshot]:
         return list(reversed(await self._own(thread_id)))
@@ -320,14 +392,17 @@ class LocalBackend:
                 {"id": t.id, "node": t.node, "payload": to_jsonable(t.payload) if t.has_payload else None}
                 for t in snap.tasks
             ],
-            interrupts=[_interrupt_record(i) for i in snap.interrupts],
-            pending=_pending(recorded),
+            interrupts=[interrupt_record(i) for i in snap.interrupts],
+            pending=pending_rows(recorded),
             metadata=_plain(dict(metadata_of(snap) or {})),
             is_head=is_head,
             status=info.status if is_head else snap.status,
             runnable=app is not None,
             graph_ref=graph_ref,
             nodes=list(app.graph.nodes) if app is not None else [],
+            audit=audit_of(metadata_of(snap)),
+            replayed=_step_row(snap, thread_id).replayed,
+            cancellable=is_head and self._cancellable(thread_id, info.status),
         )
 
     async def diff(self, a: tuple[str, str | None], b: tuple[str, str | None]) -> Diff:
@@ -339,7 +414,7 @@ class LocalBackend:
 
     async def inbox(self) -> list[InterruptItem]:
         items: list[InterruptItem] = []
-        for info in await self.reader.athreads(status="interrupted"):
+        for info in await self._infos("interrupted"):
             head = await self.reader.aget_state(info.thread_id)
             runnable = self._app_or_none(graph_of(metadata_of(info))) is not None
             for it in head.interrupts:
@@ -421,6 +496,9 @@ class LocalBackend:
             return
         await _run_quietly(app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags))
 
+    async def cancel(self, thread_id: str) -> None:
+        raise UIError(f"cannot cancel thread {thread_id!r}: only `graphckpt serve` runs a cancellable run queue")
+
     async def aclose(self) -> None:
         for task in list(self._running):
             task.cancel()
@@ -473,8 +551,18 @@ def _step_row(s: Snapshot, thread_id: str) -> StepRow:
         if isinstance(usage, Mapping)
         else set()
     )
-    replayed = meta.get("replayed")
-    attempts = meta.get("attempts")
+    replayed = meta.get(RECORD["replayed"])
+    record = audit_of(meta)
+    attempts: dict[str, int] = {}
+    failures = []
+    for a in record["attempts"]:
+        node = str(a.get("node", "?"))
+        attempts[node] = attempts.get(node, 0) + 1
+        failures.append(f"{node} (attempt {a.get('attempt', '?')}): {a.get('type', 'Error')}: {a.get('message', '')}")
+    lost: dict[str, int] = {}
+    for c in record["calls"]:
+        if c.get("status") == "lost":
+            lost[str(c.get("node", "?"))] = lost.get(str(c.get("node", "?")), 0) + 1
     tags = meta.get("tags")
     via = tags.get("ui_action") if isinstance(tags, Mapping) and tags.get(UI_TAG) == "ui" else None
     return StepRow(
@@ -489,10 +577,12 @@ def _step_row(s: Snapshot, thread_id: str) -> StepRow:
         next=list(s.next),
         created_at=s.created_at,
         own=s.thread_id == thread_id,
-        replayed=[str(n) for n in replayed] if isinstance(replayed, list) else [],
-        attempts={str(k): int(v) for k, v in attempts.items() if isinstance(v, int)}
-        if isinstance(attempts, Mapping)
+        replayed={str(k): round(float(v), 1) for k, v in replayed.items() if isinstance(v, int | float)}
+        if isinstance(replayed, Mapping)
         else {},
+        attempts=attempts,
+        lost=lost,
+        failures=failures,
         via_ui=str(via) if via else None,
     )
 
@@ -504,24 +594,3 @@ def _plain(values: Any) -> dict[str, Any]:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _interrupt_record(it: Interrupt) -> dict[str, Any]:
-    return {"id": it.id, "node": it.node, "when": it.when, "payload": to_jsonable(it.payload)}
-
-
-def _pending(recorded: Recorded) -> list[dict[str, Any]]:
-    """The pending writes recorded against a checkpoint, one row per task result, effect, interrupt, error."""
-    rows: list[dict[str, Any]] = []
-    for task_id, result in recorded.results.items():
-        rows.append({"kind": "result", "task": task_id, "node": result.task.node, "value": to_jsonable(result.update)})
-    for (task_id, i), value in recorded.effects.items():
-        rows.append({"kind": "journaled effect", "task": task_id, "node": f"call {i}", "value": to_jsonable(value)})
-    for (task_id, i), value in recorded.interrupts.items():
-        answered = (task_id, i) in recorded.answers
-        value = {"asked": to_jsonable(value), "answer": to_jsonable(recorded.answers.get((task_id, i)))}
-        kind = "interrupt (answered)" if answered else "interrupt (open)"
-        rows.append({"kind": kind, "task": task_id, "node": f"call {i}", "value": value})
-    for task_id, error in recorded.errors.items():
-        rows.append({"kind": "error", "task": task_id, "node": error.node, "value": f"{error.type}: {error.message}"})
-    return rows

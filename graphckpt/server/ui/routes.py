@@ -12,6 +12,7 @@ Paths (relative to where the UI is mounted, ``/ui`` under ``graphckpt serve``):
 ``POST /actions/fork``                      fork from a checkpoint with edited fields, then run the branch
 ``POST /actions/resume``                    resume a thread (in the background)
 ``POST /actions/answer``                    answer an interrupt (the thread resumes)
+``POST /actions/cancel``                    cancel a thread's run (``graphckpt serve`` only)
 ``GET /static/...``                         htmx and the stylesheet
 ==========================================  =====================================================================
 
@@ -116,11 +117,14 @@ def _split_ref(ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
-def ui_routes(backend_of: BackendOf) -> list[BaseRoute]:
-    """The UI's routes, to mount where the UI lives (``Mount("/ui", routes=ui_routes(...))``)."""
+def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]:
+    """The UI's routes, to mount where the UI lives (``Mount("/ui", routes=ui_routes(...))``). ``stream``: a running
+    thread's page follows ``GET /events/{thread}`` (the server's SSE stream, see
+    :mod:`~graphckpt.server.ui.served`) instead of polling."""
 
     def handler(fn: Callable[[Request, UIBackend], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            request.state.ui_stream = stream
             try:
                 return await fn(request, backend_of(request))
             except (ThreadNotFoundError, CheckpointNotFoundError) as exc:
@@ -142,6 +146,7 @@ def ui_routes(backend_of: BackendOf) -> list[BaseRoute]:
         Route("/actions/fork", handler(fork_action), methods=["POST"], name="ui_fork"),
         Route("/actions/resume", handler(resume_action), methods=["POST"], name="ui_resume"),
         Route("/actions/answer", handler(answer_action), methods=["POST"], name="ui_answer"),
+        Route("/actions/cancel", handler(cancel_action), methods=["POST"], name="ui_cancel"),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="ui_static"),
     ]
 
@@ -175,7 +180,7 @@ async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response
     return await _checkpoint(request, backend, thread_id, checkpoint_id, {}, None)
 
 
-async def _live_context(backend: UIBackend, thread_id: str) -> dict[str, Any]:
+async def _live_context(request: Request, backend: UIBackend, thread_id: str) -> dict[str, Any]:
     view = await backend.thread_view(thread_id)
     last = view.steps[-1] if view.steps else None
     current = set(last.nodes) if last is not None else set()
@@ -183,15 +188,18 @@ async def _live_context(backend: UIBackend, thread_id: str) -> dict[str, Any]:
     if view.graph is not None:
         failed = {e.node for e in view.head.errors}
         svg = graph_svg(view.graph, current=current, next=set(view.head.next), done=view.done_nodes, failed=failed)
-    return {"view": view, "svg": svg, "poll": POLL if view.info.status == "running" else None}
+    running = view.info.status == "running"
+    streamed = running and bool(request.state.ui_stream)
+    return {"view": view, "svg": svg, "poll": POLL if running and not streamed else None, "running": running,
+            "stream": f"/events/{quote(thread_id, safe='')}" if streamed else None}  # fmt: skip
 
 
 async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Response:
-    return _render(request, "thread.html", await _live_context(backend, thread_id))
+    return _render(request, "thread.html", await _live_context(request, backend, thread_id))
 
 
 async def live_fragment(request: Request, backend: UIBackend) -> Response:
-    return _render(request, "_live.html", await _live_context(backend, request.path_params["thread_id"]))
+    return _render(request, "_live.html", await _live_context(request, backend, request.path_params["thread_id"]))
 
 
 async def _checkpoint(
@@ -317,6 +325,15 @@ async def resume_action(request: Request, backend: UIBackend) -> Response:
         return _forbidden(request)
     thread_id = form.get("thread", "")
     await backend.resume(thread_id)
+    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
+
+
+async def cancel_action(request: Request, backend: UIBackend) -> Response:
+    form = await _form(request)
+    if not csrf.check(request, form):
+        return _forbidden(request)
+    thread_id = form.get("thread", "")
+    await backend.cancel(thread_id)
     return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
 
 

@@ -1,0 +1,33 @@
+"""Plain records of what a checkpoint holds beyond its values, for the checkpoint page: its open interrupts and the
+pending writes recorded against it (task results, journaled effects, interrupts and their answers, errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphckpt.checkpoint import Interrupt
+from graphckpt.cli.records import to_jsonable
+from graphckpt.records import Recorded
+
+__all__ = ["interrupt_record", "pending_rows"]
+
+
+def interrupt_record(it: Interrupt) -> dict[str, Any]:
+    return {"id": it.id, "node": it.node, "when": it.when, "payload": to_jsonable(it.payload)}
+
+
+def pending_rows(recorded: Recorded) -> list[dict[str, Any]]:
+    """The pending writes recorded against a checkpoint, one row per task result, effect, interrupt, error."""
+    rows: list[dict[str, Any]] = []
+    for task_id, result in recorded.results.items():
+        rows.append({"kind": "result", "task": task_id, "node": result.task.node, "value": to_jsonable(result.update)})
+    for (task_id, i), value in recorded.effects.items():
+        rows.append({"kind": "journaled effect", "task": task_id, "node": f"call {i}", "value": to_jsonable(value)})
+    for (task_id, i), value in recorded.interrupts.items():
+        answered = (task_id, i) in recorded.answers
+        value = {"asked": to_jsonable(value), "answer": to_jsonable(recorded.answers.get((task_id, i)))}
+        kind = "interrupt (answered)" if answered else "interrupt (open)"
+        rows.append({"kind": kind, "task": task_id, "node": f"call {i}", "value": value})
+    for task_id, error in recorded.errors.items():
+        rows.append({"kind": "error", "task": task_id, "node": error.node, "value": f"{error.type}: {error.message}"})
+    return rows
