@@ -173,9 +173,9 @@ def _make_sqlite(path: str) -> Saver:
             self._kill_in_txn = HOOKS.kind == "commit" and checkpoint.step == HOOKS.n + 1
             await super().commit(checkpoint, expected_head=expected_head, run_id=run_id, **kw)
 
-        async def _write(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
+        async def _write(self, body: Callable[[sqlite3.Connection], Any], **kw: Any) -> Any:
             if not self._kill_in_txn:
-                return await super()._write(body)
+                return await super()._write(body, **kw)
 
             def killing_body(conn: sqlite3.Connection) -> Any:
                 result = body(conn)  # the UPDATE of the head, the INSERTs, the DELETE of pending writes
@@ -183,7 +183,7 @@ def _make_sqlite(path: str) -> Saver:
                 HOOKS.fire("commit", HOOKS.n)
                 return result
 
-            return await super()._write(killing_body)
+            return await super()._write(killing_body, **kw)
 
     saver = KillingSqliteSaver(path)
     saver.put_writes = _put_writes_hook(saver.put_writes)  # type: ignore[method-assign]

@@ -117,6 +117,7 @@ def test_kill_and_resume_links_traces_marks_replays_and_keeps_token_sums(
 ) -> None:
     """The child is killed inside the tool call of ``act`` (after that task's model call was journaled); the
     resumed run replays that model call from the journal."""
+    from audit_child import wait_unleased
     from test_audit_crash import Proc
 
     db, exported = tmp_path / "t.db", tmp_path / "child-spans.jsonl"
@@ -134,6 +135,7 @@ def test_kill_and_resume_links_traces_marks_replays_and_keeps_token_sums(
 
     app = build_agent_graph().compile(saver=SqliteSaver(db))
     try:
+        wait_unleased(app, "t")  # the killed child's lease (0.5 s) expires: the thread is crashed, so resumable
         app.resume("t")
         resumed = list(spans.get_finished_spans())
         spans.clear()

@@ -102,7 +102,12 @@ class Server:
     def start(self) -> None:
         prices = self.db.with_suffix(".prices.json")
         prices.write_text(json.dumps(PRICES))
-        env = {**child_env(), "UI_WORLD_GATES": str(self.db), "GRAPHCKPT_PRICES": str(prices)}
+        env = {
+            **child_env(),
+            "UI_WORLD_GATES": str(self.db),
+            "GRAPHCKPT_PRICES": str(prices),
+            "GRAPHCKPT_LEASE_SECONDS": "1.5",
+        }  # a killed server's runs are crashed, so taken over, that soon
         argv = [sys.executable, "-m", "graphckpt", "--db", str(self.db), "serve", *SERVED, "--port", str(self.port)]
         if self.tokens is not None:
             argv += ["--tokens-file", str(self.tokens)]
