@@ -60,6 +60,27 @@ class Worker:
         """How many runs this worker finished (any end but a re-queue)."""
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        self._executing: set[str] = set()
+        self._cancelled: set[str] = set()
+        self.run_tags: dict[str, Mapping[str, Any]] = {}
+        """Tags for a run's checkpoints by run id, merged over the thread's (e.g. a server's metadata for a thread
+        that has none stored yet); taken when the run starts."""
+
+    def wake(self) -> None:
+        """Claim now rather than at the next poll (a run was just queued by this process)."""
+        self._wake.set()
+
+    def executing(self, run_id: str) -> bool:
+        """Whether this worker is running ``run_id`` now."""
+        return run_id in self._executing
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop the running run ``run_id`` of this worker after its current step (its lease is released and the run
+        ends ``cancelled``); ``False`` when this worker is not running it."""
+        if run_id not in self._executing:
+            return False
+        self._cancelled.add(run_id)
+        return True
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler on the loop: it only sets flags)."""
@@ -100,16 +121,19 @@ class Worker:
     async def execute(self, run: RunRecord, fence: str) -> None:
         """One claimed run: drive it step by step; stop after a step when asked; record how it ended."""
         app = self.apps[run.graph or ""]
-        tags = {"graph": run.graph, "run": run.run_id}
         end: RunStatus = "done"
         error: str | None = None
+        self._executing.add(run.run_id)
         try:
+            tags = await self._tags(app, run)
             engine = await app._begin(run, fence, tags)
             async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
                 async for _ in steps:
-                    if self.stopping:
+                    if self.stopping or run.run_id in self._cancelled:
                         break
-            end = "queued" if self.stopping and engine.status == "running" else _ended(engine.status)
+            end = _ended(engine.status)
+            if engine.status == "running":
+                end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
@@ -121,11 +145,22 @@ class Worker:
         except Exception as exc:  # the store failed: back to the queue (or its lease expires and the sweeper does it)
             logger.warning("run %s of thread %r: %r; re-queued", run.run_id, run.thread_id, exc)
             end, error = "queued", f"{type(exc).__name__}: {exc}"
+        finally:
+            self._executing.discard(run.run_id)
+            self._cancelled.discard(run.run_id)
         with contextlib.suppress(Exception):
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)
         if end != "queued":
             self.ran += 1
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
+
+    async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
+        """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them), then the ones
+        given for this run, then ``graph`` and ``run`` (merged, never replaced)."""
+        record = await app.saver.get_thread(run.thread_id)
+        old = record.metadata.get("tags") if record is not None else None
+        given = self.run_tags.pop(run.run_id, {})
+        return {**(old if isinstance(old, Mapping) else {}), **given, "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""

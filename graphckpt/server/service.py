@@ -61,7 +61,13 @@ class Service:
     """The graphs ``apps`` (id -> app, all on ``saver``); the first is the default for threads that name none."""
 
     def __init__(
-        self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True
+        self,
+        apps: Mapping[str, App],
+        saver: Saver,
+        *,
+        poll_interval: float = 0.01,
+        recover: bool = True,
+        workers: int = 1,
     ) -> None:
         if not apps:
             raise ValueError("serve at least one graph")
@@ -73,9 +79,15 @@ class Service:
         self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}
         """SSE encodings of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
         self.hub = Hub(saver, poll_interval=poll_interval)
-        from graphckpt.server.executor import InProcessRuns
+        from graphckpt.server.executor import InProcessRuns, RunExecutor
+        from graphckpt.server.queue_runs import QueueRuns
+        from graphckpt.savers.queue import RunQueue
 
-        self.runs = InProcessRuns(self, recover=recover)
+        self.runs: RunExecutor
+        if isinstance(saver, RunQueue):  # runs are rows of the durable queue, executed by workers
+            self.runs = QueueRuns(self, workers=workers)
+        else:
+            self.runs = InProcessRuns(self, recover=recover)
 
     async def start(self) -> None:
         await self.saver.setup()
