@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -62,9 +63,6 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self._executing: set[str] = set()
         self._cancelled: set[str] = set()
-        self.run_tags: dict[str, Mapping[str, Any]] = {}
-        """Tags for a run's checkpoints by run id, merged over the thread's (e.g. a server's metadata for a thread
-        that has none stored yet); taken when the run starts."""
 
     def wake(self) -> None:
         """Claim now rather than at the next poll (a run was just queued by this process)."""
@@ -155,12 +153,14 @@ class Worker:
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
-        """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them), then the ones
-        given for this run, then ``graph`` and ``run`` (merged, never replaced)."""
+        """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
+        has no checkpoint yet, the ones it was created with), with ``graph`` and ``run`` set (merged, not replaced)."""
         record = await app.saver.get_thread(run.thread_id)
-        old = record.metadata.get("tags") if record is not None else None
-        given = self.run_tags.pop(run.run_id, {})
-        return {**(old if isinstance(old, Mapping) else {}), **given, "graph": run.graph, "run": run.run_id}
+        old: Any = record.metadata.get("tags") if record is not None else None
+        if record is None:  # a thread created before its first checkpoint (a server's POST /threads)?
+            created = await self.queue.get_created_thread(run.thread_id)
+            old = json.loads(created[0]) if created is not None else None
+        return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""

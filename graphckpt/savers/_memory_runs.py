@@ -125,3 +125,23 @@ class MemoryRuns(RunQueue):
                 self._runs[run_id] = RunRecord(run_id, thread_id, "resume", "queued", graph, created_at=now)
                 moved += 1
         return moved
+
+    @property
+    def _created(self) -> dict[str, tuple[str, float]]:
+        created: dict[str, tuple[str, float]] | None = self.__dict__.get("_created_rows")
+        if created is None:
+            created = self.__dict__["_created_rows"] = {}
+        return created
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        if thread_id in self._created:
+            return False
+        self._created[thread_id] = (tags, created_at)
+        return True
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        return self._created.get(thread_id)
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        self._created.pop(thread_id, None)

@@ -79,6 +79,11 @@ RUN_SQL: dict[str, LiteralString] = {
                     AND r.status IN ('queued', 'running'))
             RETURNING 1)
         SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM n), pg_notify(%(channel)s, '')""",
+    # A thread created before its first checkpoint; the first one of an id wins.
+    "put_created": "INSERT INTO {created_threads} (thread_id, tags, created_at) VALUES (%(tid)s, %(tags)s, %(now)s) "
+    "ON CONFLICT DO NOTHING RETURNING 1",
+    "get_created": "SELECT tags, created_at FROM {created_threads} WHERE thread_id = %(tid)s",
+    "delete_created": "DELETE FROM {created_threads} WHERE thread_id = %(tid)s RETURNING 1",
 }
 
 
@@ -158,3 +163,15 @@ class PostgresRuns(RunQueue):
         params = {"now": now, "salt": ids.new_id(), "channel": self.channel}
         [(count, _)] = await self._fetch("requeue of expired runs", "requeue_expired", params)
         return int(count)
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        params = {"tid": thread_id, "tags": tags, "now": created_at}
+        return bool(await self._fetch(f"create of thread {brief(thread_id)!r}", "put_created", params))
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        rows = await self._fetch(f"get of created thread {brief(thread_id)!r}", "get_created", {"tid": thread_id})
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        await self._fetch(f"delete of created thread {brief(thread_id)!r}", "delete_created", {"tid": thread_id})

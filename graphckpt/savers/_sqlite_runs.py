@@ -57,6 +57,11 @@ CRASHED_WITHOUT_RUN = (
 """Crashed threads nobody queued: recovery queues a resume for each (not a subgraph's child thread, whose
 head metadata links it to its parent: the parent's resume continues it)."""
 
+PUT_CREATED = "INSERT INTO created_threads (thread_id, tags, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+"""A thread created before its first checkpoint; the first one of an id wins."""
+GET_CREATED = "SELECT tags, created_at FROM created_threads WHERE thread_id = ?"
+DELETE_CREATED = "DELETE FROM created_threads WHERE thread_id = ?"
+
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
@@ -130,6 +135,18 @@ class SqliteRuns(RunQueue):
 
         count: int = await self._write(body)
         return count
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        added: int = await self._write(lambda conn: conn.execute(PUT_CREATED, (thread_id, tags, created_at)).rowcount)
+        return added == 1
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        rows = await self._fetch(GET_CREATED, (thread_id,))
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        await self._write(lambda conn: conn.execute(DELETE_CREATED, (thread_id,)))
 
 
 def _check_not_busy(conn: sqlite3.Connection, thread_id: str, now: float) -> None:

@@ -63,6 +63,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued'",
         "CREATE INDEX runs_by_thread ON runs (thread_id, created_at)",
     ),
+    (  # 4: threads created before their first checkpoint (the server's POST /threads), with their first tags
+        "CREATE TABLE created_threads (thread_id TEXT PRIMARY KEY, tags TEXT NOT NULL, created_at REAL NOT NULL)",
+    ),
 )
 
 

@@ -100,3 +100,17 @@ class RunQueue:
         died); and queue a ``resume`` run for every crashed thread that has no queued or running run (a process
         outside the queue died running it; its graph is the thread's ``graph`` tag). Returns how many."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    # -- threads created before their first checkpoint (what a server's ``POST /threads`` makes) ----------------------
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        """Record a thread that has no checkpoint yet, with the tags (JSON text) its first run's checkpoints take;
+        ``False`` (nothing written) when one of that id is recorded already."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        """The recorded thread's tags (JSON text) and creation time; ``None`` when none is recorded."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")

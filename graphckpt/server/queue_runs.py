@@ -125,7 +125,6 @@ class QueueRuns:
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
         self._active[sid] = run.run_id
         for worker in self.workers:
-            worker.run_tags[run.run_id] = {"graph": request.graph_id, "metadata": dict(request.metadata)}
             worker.wake()
         self._waiters[run.run_id] = asyncio.Event()
         return self._info(run)
@@ -154,6 +153,7 @@ class QueueRuns:
         )  # fmt: skip
         if run.status in TERMINAL:
             info.done.set()
+            self._settle(info)
         return info
 
     async def get(self, run_id: str) -> RunInfo | None:
