@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--no-recover", dest="recover", action="store_false",
                    help="(a store without a run queue) do not take over the threads a crash left behind")  # fmt: skip
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="in-process workers executing the queued runs (default 1; each runs up to 8 at a time)")  # fmt: skip
+                   help="in-process workers running the queued runs (default 1; each up to 8 at a time)")  # fmt: skip
     p.add_argument("--no-workers", dest="workers", action="store_const", const=0,
                    help="execute no run here: separate 'graphckpt worker' processes on the same --db do")  # fmt: skip
 

@@ -292,7 +292,8 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         return sql.Identifier(schema, table) if schema else sql.Identifier(table)
 
     tables = ("threads", "checkpoints", "blobs", "writes", "runs", "graphckpt_migrations", "graphckpt_commit", "events",
-              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes", "created_threads")  # fmt: skip
+              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes",
+              "created_threads")  # fmt: skip
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 
 

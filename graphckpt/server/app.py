@@ -49,10 +49,10 @@ def create_app(
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: take over the threads a
-    crash left behind (a saver without a run queue: see :class:`~graphckpt.server.executor.InProcessRuns`). Runs are
-queued and executed by ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker``
-processes on the same database; see :mod:`graphckpt.server.queue_runs`)."""
+    no authentication). CORS is off unless ``cors_origins`` lists origins. Runs are queued and executed by
+    ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker`` processes on the
+    same database; see :mod:`graphckpt.server.queue_runs`). ``recover`` only matters for a saver without a run queue
+    (see :class:`~graphckpt.server.executor.InProcessRuns`)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.errors import ThreadBusyError, ThreadStateError
+from graphckpt.runs import Multitask
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
 from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus
@@ -113,13 +114,13 @@ class QueueRuns:
             raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         if not busy:
             await self._check(request)
+        mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
         try:
             if request.resume:
-                run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=multitask,
-                                        graph=request.graph_id)  # type: ignore[arg-type]  # fmt: skip
-            else:
-                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=multitask,  # type: ignore[arg-type]
+                run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
                                         graph=request.graph_id)  # fmt: skip
+            else:
+                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id)
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
