@@ -8,6 +8,9 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   the engine's heartbeat task, never on the super-step's path.
 - **Graceful stop**: :meth:`Worker.stop` (what SIGTERM and Ctrl-C call) only sets a flag. Each running run stops after
   its current step commits, its lease is released and the run goes back to the queue; nothing new is claimed.
+- **Cancel**: :meth:`Worker.cancel` (this process) or :meth:`RunQueue.request_cancel` (any process) stops a running
+  run after its current step: its lease is released (the thread stays ``running`` with no owner, which recovery
+  leaves alone) and the run ends ``cancelled``.
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
   itself: a claim runs what it queued.
@@ -37,6 +40,10 @@ logger = logging.getLogger("graphckpt")
 SWEEP_EVERY = 1.0
 """The sweeper runs at least this often (seconds; every half lease when that is shorter): a dead worker's run is
 re-queued at most this long after its lease expired (one cheap statement when nothing expired)."""
+
+CANCEL_CHECK = 0.25
+"""A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
+this often (seconds): one cheap read, never on every step of a fast run."""
 
 
 class Worker:
@@ -125,8 +132,13 @@ class Worker:
         try:
             tags = await self._tags(app, run)
             engine = await app._begin(run, fence, tags)
+            next_check = ids.now() + CANCEL_CHECK
             async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
                 async for _ in steps:
+                    if ids.now() >= next_check:  # a cancel asked through the queue (by another process)
+                        next_check = ids.now() + CANCEL_CHECK
+                        if await self.queue.cancel_requested(run.run_id):
+                            self._cancelled.add(run.run_id)
                     if self.stopping or run.run_id in self._cancelled:
                         break
             end = _ended(engine.status)

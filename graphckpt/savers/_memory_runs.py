@@ -98,6 +98,24 @@ class MemoryRuns(RunQueue):
         self._runs[run_id] = dataclasses.replace(run, status="cancelled", ended_at=ids.now())
         return True
 
+    @property
+    def _cancel_asked(self) -> set[str]:
+        asked: set[str] | None = self.__dict__.get("_cancel_rows")
+        if asked is None:
+            asked = self.__dict__["_cancel_rows"] = set()
+        return asked
+
+    async def request_cancel(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status != "running":
+            return False
+        self._cancel_asked.add(run_id)
+        return True
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        return run is not None and run.status == "running" and run_id in self._cancel_asked
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)
 

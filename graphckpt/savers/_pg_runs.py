@@ -56,6 +56,10 @@ RUN_SQL: dict[str, LiteralString] = {
     # Only a queued run is cancelled.
     "cancel_run": "UPDATE {runs} SET status = 'cancelled', ended_at = %(now)s WHERE run_id = %(run)s "
     "AND status = 'queued' RETURNING 1",
+    # Ask a running run's worker to stop it after its step (the worker ends it cancelled), and its check.
+    "request_cancel": "UPDATE {runs} SET cancel_requested = true WHERE run_id = %(run)s AND status = 'running' "
+    "RETURNING 1",
+    "cancel_requested": "SELECT cancel_requested FROM {runs} WHERE run_id = %(run)s AND status = 'running'",
     "get_run": "SELECT " + RUN_COLS + " FROM {runs} WHERE run_id = %(run)s",
     "list_runs": "SELECT "
     + RUN_COLS
@@ -150,6 +154,13 @@ class PostgresRuns(RunQueue):
     async def cancel_run(self, run_id: str) -> bool:
         return bool(await self._fetch(f"cancel of run {brief(run_id)!r}", "cancel_run", {"run": run_id,
                                                                                        "now": ids.now()}))  # fmt: skip
+
+    async def request_cancel(self, run_id: str) -> bool:
+        return bool(await self._fetch(f"cancel request of run {brief(run_id)!r}", "request_cancel", {"run": run_id}))
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        rows = await self._fetch(f"cancel check of run {brief(run_id)!r}", "cancel_requested", {"run": run_id})
+        return bool(rows and rows[0][0])
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})

@@ -275,10 +275,12 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     ),
     (
         6,
-        # Threads created before their first checkpoint (the server's POST /threads), with their first tags.
+        # Threads created before their first checkpoint (the server's POST /threads), with their first tags; a
+        # cancel asked of a running run (its worker stops after its step).
         (
             """CREATE TABLE {created_threads} (
                 thread_id text COLLATE "C" PRIMARY KEY, tags text NOT NULL, created_at double precision NOT NULL)""",
+            "ALTER TABLE {runs} ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false",
         ),
     ),
 )

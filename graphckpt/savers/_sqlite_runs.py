@@ -43,7 +43,10 @@ FINISH_RUN = (
 )
 """Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing."""
 CANCEL_RUN = "UPDATE runs SET status = 'cancelled', ended_at = ? WHERE run_id = ? AND status = 'queued'"
-"""Only a queued run is cancelled (a running one is the worker's to stop)."""
+"""Only a queued run is cancelled here (a running one is the worker's to stop: :data:`REQUEST_CANCEL`)."""
+REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND status = 'running'"
+"""Ask a running run's worker to stop it after its step; the worker ends it ``cancelled``."""
+CANCEL_REQUESTED = "SELECT cancel_requested FROM runs WHERE run_id = ? AND status = 'running'"
 REQUEUE_EXPIRED = (
     "UPDATE runs SET status = 'queued', fence = NULL, lease_until = NULL WHERE status = 'running' AND lease_until < ?"
 )
@@ -112,6 +115,14 @@ class SqliteRuns(RunQueue):
         now = ids.now()
         cancelled: int = await self._write(lambda conn: conn.execute(CANCEL_RUN, (now, run_id)).rowcount)
         return cancelled == 1
+
+    async def request_cancel(self, run_id: str) -> bool:
+        asked: int = await self._write(lambda conn: conn.execute(REQUEST_CANCEL, (run_id,)).rowcount)
+        return asked == 1
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        rows = await self._fetch(CANCEL_REQUESTED, (run_id,))
+        return bool(rows and rows[0][0])
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))

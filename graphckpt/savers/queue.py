@@ -88,6 +88,15 @@ class RunQueue:
         """Cancel a ``queued`` run; ``False`` when it is not queued (running, ended, or unknown)."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
+    async def request_cancel(self, run_id: str) -> bool:
+        """Ask the worker running ``run_id`` to stop it after its current step (it ends ``cancelled``; see
+        :meth:`cancel_requested`); ``False`` when the run is not running."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        """Whether a cancel was asked of the running run ``run_id`` (what its worker checks between steps)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 

@@ -10,8 +10,9 @@ its own.
 
 Statuses are LangGraph's: ``queued`` is ``pending``, ``done`` is ``success``, ``failed`` is ``error``;
 ``running``, ``interrupted`` and ``cancelled`` keep their names. Cancel: a queued run is cancelled in the queue; a
-running run of this server's own worker stops after its current step (lease released, run ``cancelled``); a run a
-separate worker process is running cannot be cancelled from here (409: the queue has no cancel request yet).
+running run stops after its current step (lease released, run ``cancelled``): at once when this server's own
+worker runs it, else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
+steps (at most every :data:`~graphckpt.worker.CANCEL_CHECK` seconds). A cancel answers once the run has stopped.
 
 What only the creating process knows (the run's own metadata, its multitask strategy, the event cursor its stream
 starts at, a recursion limit) is kept in memory; a run read back after a restart has its metadata empty and its
@@ -171,8 +172,7 @@ class QueueRuns:
             run = await saver.get_run(run_id)
             if run is not None and run.status == "running":
                 if not any(worker.cancel(run_id) for worker in self.workers):
-                    raise ApiError(409, "RunConflict", f"run {run_id} is being executed by worker {run.worker} "
-                                   "outside this server; only a queued run can be cancelled from here")  # fmt: skip
+                    await saver.request_cancel(run_id)  # another process's worker: it stops after its step
                 return await self.join(run_id)
         info = await self.get(run_id)
         if info is None:
