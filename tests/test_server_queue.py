@@ -110,6 +110,8 @@ def test_cancel_a_queued_and_a_running_run(serve: Callable[..., Served]) -> None
         wait_for(lambda: c.get("/threads/s").json().get("head") is not None, 10, what="a first step")
         cancelled = c.post(f"/threads/s/runs/{slow['run_id']}/cancel").json()
         assert cancelled["status"] == "cancelled"
+        joined = read_events(c, f"/threads/s/runs/{slow['run_id']}/stream")  # a cancelled run's stream ends
+        assert joined[-1][1] == "end" and durable(joined)[0][1] == "run.started"
         assert c.get(f"/threads/s/runs/{slow['run_id']}").json()["status"] == "cancelled"
         state = c.get("/threads/s/state").json()
         assert state["values"]["n"] < 400

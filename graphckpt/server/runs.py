@@ -74,7 +74,7 @@ async def stream_run(request: Request) -> Response:
     modes = [b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode
     return await sse_response(
         request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
-        headers=_locations(request, run), modes=modes,
+        headers=_locations(request, run), modes=modes, run_id=run.run_id,
     )  # fmt: skip
 
 
@@ -132,7 +132,7 @@ async def join_stream(request: Request) -> Response:
     run = await service.runs.get(request.path_params["run_id"])
     thread_id = request.path_params["thread_id"]
     if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
-        return await sse_response(request, thread_id, default=run.start, run_stream=True)
+        return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
     await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
         raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow "
