@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from graphckpt.server.service import Service
     from graphckpt.worker import Worker
 
-__all__ = ["STATUS", "QueueRuns"]
+__all__ = ["KEEP_LOCAL", "STATUS", "WATCH_EVERY", "QueueRuns"]
 
 logger = logging.getLogger("graphckpt.server")
 
@@ -53,6 +53,9 @@ STATUS: Mapping[str, RunStatus] = {
 
 WATCH_EVERY = 0.05
 """How often (seconds) the runs someone waits for are read back from the queue."""
+
+KEEP_LOCAL = 10_000
+"""How many recent runs' in-memory facts (metadata, strategy, stream start) this process keeps."""
 
 
 @dataclass
@@ -125,6 +128,8 @@ class QueueRuns:
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
+        while len(self._local) > KEEP_LOCAL:  # the oldest runs are read back like a restart's
+            del self._local[next(iter(self._local))]
         self._active[sid] = run.run_id
         for worker in self.workers:
             worker.wake()
