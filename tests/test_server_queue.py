@@ -52,10 +52,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return int(proc.returncode)
 
 
+def _db(tmp_path: Path, store: str, request: pytest.FixtureRequest) -> str:
+    if store == "postgres":
+        schema = request.getfixturevalue("pg_schema_name")
+        return f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+    return str(tmp_path / "shared.db")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_no_workers_a_separate_worker_process_runs_it_and_the_server_streams_it(
-    serve: Callable[..., Served],
+    serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    server = serve(["server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.02"})
+    server = serve(["server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.02"},
+                   db=_db(tmp_path, store, request))  # fmt: skip
     with httpx.Client(base_url=server.url, timeout=30) as c:
         c.post("/threads", json={"thread_id": "w", "metadata": {"owner": "ann"}}).raise_for_status()
         run = c.post("/threads/w/runs", json={"input": {"limit": 5}}).json()
@@ -121,8 +130,12 @@ def test_cancel_a_queued_and_a_running_run(serve: Callable[..., Served]) -> None
         assert c.get(f"/threads/s/runs/{slow['run_id']}").json()["status"] == "cancelled"
 
 
-def test_cancel_of_a_run_a_separate_worker_runs(serve: Callable[..., Served]) -> None:
-    server = serve(["server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.05"})
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_cancel_of_a_run_a_separate_worker_runs(
+    serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    server = serve(["server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.05"},
+                   db=_db(tmp_path, store, request))  # fmt: skip
     with httpx.Client(base_url=server.url, timeout=30) as c:
         run = c.post("/threads/x/runs", json={"input": {"limit": 400}}).json()
         worker = _worker(server, "server_graphs:counter")
