@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
@@ -68,6 +68,8 @@ class Worker:
         """How many runs this worker finished (any end but a re-queue)."""
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        self.on_end: list[Callable[[str], None]] = []
+        """Called with the run id each time a run of this worker ends (or goes back to the queue)."""
         self._executing: set[str] = set()
         self._cancelled: set[str] = set()
 
@@ -162,6 +164,8 @@ class Worker:
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)
         if end != "queued":
             self.ran += 1
+        for callback in self.on_end:
+            callback(run.run_id)
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:

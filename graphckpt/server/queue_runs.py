@@ -88,6 +88,7 @@ class QueueRuns:
 
         for n in range(self._count):
             worker = Worker(self.service.apps, concurrency=self._concurrency, poll=0.25)
+            worker.on_end.append(self._ended)
             self.workers.append(worker)
             self._tasks.append(asyncio.create_task(worker.run(), name=f"graphckpt-worker-{n}"))
         self._watcher = asyncio.create_task(self._watch(), name="graphckpt-run-watcher")
@@ -194,15 +195,23 @@ class QueueRuns:
 
     async def join(self, run_id: str) -> RunInfo:
         event = self._waiters.setdefault(run_id, asyncio.Event())
-        info = await self.get(run_id)
-        while info is not None and not info.finished:
+        while True:
+            event.clear()  # before the read: an end after it sets it again
+            info = await self.get(run_id)
+            if info is None or info.finished:
+                break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), 1.0)
-            info = await self.get(run_id)
         if info is None:
             raise ApiError(404, "NotFound", f"no run {run_id!r}")
         self._settle(info)
         return info
+
+    def _ended(self, run_id: str) -> None:
+        """An in-process worker ended ``run_id``: wake whoever waits for it now, not at the next watch."""
+        waiter = self._waiters.get(run_id)
+        if waiter is not None:
+            waiter.set()
 
     def _settle(self, info: RunInfo) -> None:
         if info.finished:
