@@ -8,6 +8,9 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   the engine's heartbeat task, never on the super-step's path.
 - **Graceful stop**: :meth:`Worker.stop` (what SIGTERM and Ctrl-C call) only sets a flag. Each running run stops after
   its current step commits, its lease is released and the run goes back to the queue; nothing new is claimed.
+- **Cancel**: :meth:`Worker.cancel` (this process) or :meth:`RunQueue.request_cancel` (any process) stops a running
+  run after its current step: its lease is released (the thread stays ``running`` with no owner, which recovery
+  leaves alone) and the run ends ``cancelled``.
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
   itself: a claim runs what it queued.
@@ -17,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
@@ -36,6 +40,10 @@ logger = logging.getLogger("graphckpt")
 SWEEP_EVERY = 1.0
 """The sweeper runs at least this often (seconds; every half lease when that is shorter): a dead worker's run is
 re-queued at most this long after its lease expired (one cheap statement when nothing expired)."""
+
+CANCEL_CHECK = 0.25
+"""A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
+this often (seconds): one cheap read, never on every step of a fast run."""
 
 
 class Worker:
@@ -60,6 +68,26 @@ class Worker:
         """How many runs this worker finished (any end but a re-queue)."""
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        self.on_end: list[Callable[[str], None]] = []
+        """Called with the run id each time a run of this worker ends (or goes back to the queue)."""
+        self._executing: set[str] = set()
+        self._cancelled: set[str] = set()
+
+    def wake(self) -> None:
+        """Claim now rather than at the next poll (a run was just queued by this process)."""
+        self._wake.set()
+
+    def executing(self, run_id: str) -> bool:
+        """Whether this worker is running ``run_id`` now."""
+        return run_id in self._executing
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop the running run ``run_id`` of this worker after its current step (its lease is released and the run
+        ends ``cancelled``); ``False`` when this worker is not running it."""
+        if run_id not in self._executing:
+            return False
+        self._cancelled.add(run_id)
+        return True
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler on the loop: it only sets flags)."""
@@ -100,16 +128,24 @@ class Worker:
     async def execute(self, run: RunRecord, fence: str) -> None:
         """One claimed run: drive it step by step; stop after a step when asked; record how it ended."""
         app = self.apps[run.graph or ""]
-        tags = {"graph": run.graph, "run": run.run_id}
         end: RunStatus = "done"
         error: str | None = None
+        self._executing.add(run.run_id)
         try:
+            tags = await self._tags(app, run)
             engine = await app._begin(run, fence, tags)
+            next_check = ids.now() + CANCEL_CHECK
             async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
                 async for _ in steps:
-                    if self.stopping:
+                    if ids.now() >= next_check:  # a cancel asked through the queue (by another process)
+                        next_check = ids.now() + CANCEL_CHECK
+                        if await self.queue.cancel_requested(run.run_id):
+                            self._cancelled.add(run.run_id)
+                    if self.stopping or run.run_id in self._cancelled:
                         break
-            end = "queued" if self.stopping and engine.status == "running" else _ended(engine.status)
+            end = _ended(engine.status)
+            if engine.status == "running":
+                end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
@@ -121,11 +157,26 @@ class Worker:
         except Exception as exc:  # the store failed: back to the queue (or its lease expires and the sweeper does it)
             logger.warning("run %s of thread %r: %r; re-queued", run.run_id, run.thread_id, exc)
             end, error = "queued", f"{type(exc).__name__}: {exc}"
+        finally:
+            self._executing.discard(run.run_id)
+            self._cancelled.discard(run.run_id)
         with contextlib.suppress(Exception):
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)
         if end != "queued":
             self.ran += 1
+        for callback in self.on_end:
+            callback(run.run_id)
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
+
+    async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
+        """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
+        has no checkpoint yet, the ones it was created with), with ``graph`` and ``run`` set (merged, not replaced)."""
+        record = await app.saver.get_thread(run.thread_id)
+        old: Any = record.metadata.get("tags") if record is not None else None
+        if record is None:  # a thread created before its first checkpoint (a server's POST /threads)?
+            created = await self.queue.get_created_thread(run.thread_id)
+            old = json.loads(created[0]) if created is not None else None
+        return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""

@@ -63,3 +63,69 @@ async def test_submit_rejects_a_busy_thread_or_queues_behind(saver: Saver) -> No
     assert await app.acancel_run(behind.run_id) and not await app.acancel_run(behind.run_id)
     with pytest.raises(ValueError, match="multitask must be one of"):
         await app.asubmit({"n": 0}, thread_id="q2", multitask="sometimes")  # type: ignore[arg-type]
+
+
+async def test_created_threads_and_cancel_requests_in_the_queue(saver: Saver) -> None:
+    from graphckpt.savers.queue import RunQueue, RunRecord
+
+    assert isinstance(saver, RunQueue)
+    assert await saver.put_created_thread("c", '{"metadata": {"a": 1}}', 5.0)
+    assert not await saver.put_created_thread("c", "{}", 6.0)  # the first one of an id wins
+    assert await saver.get_created_thread("c") == ('{"metadata": {"a": 1}}', 5.0)
+    await saver.delete_created_thread("c")
+    assert await saver.get_created_thread("c") is None
+    await saver.enqueue_run(RunRecord("r1", "t", "input", "queued", "g:g", None), reject_busy=True)
+    assert not await saver.request_cancel("r1")  # queued: cancel_run is the way
+    claimed = await saver.claim_run(lease.owner(), graphs=["g:g"], fence="f1", lease_until=1e12)
+    assert claimed is not None and claimed.run_id == "r1"
+    assert not await saver.cancel_requested("r1")
+    assert await saver.request_cancel("r1") and await saver.cancel_requested("r1")
+    await saver.finish_run("r1", fence="f1", status="cancelled")
+    run = await saver.get_run("r1")
+    assert run is not None and run.status == "cancelled"
+    assert not await saver.request_cancel("r1") and not await saver.cancel_requested("r1")
+
+
+async def _until(condition: Any, what: str, within: float = 10.0) -> None:
+    """Wait for the async ``condition()`` to hold (polled every 20 ms), at most ``within`` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_worker_keeps_the_thread_tags_and_stops_a_cancelled_run(saver: Saver) -> None:
+    from graphckpt import Worker
+
+    queue: Any = saver
+    app = _graph().compile(saver=saver)
+    await queue.put_created_thread("w", '{"metadata": {"owner": "ann"}, "graph": "old"}', 1.0)
+    worker = Worker({"tests:graph": app}, poll=0.05)
+    loop = asyncio.ensure_future(worker.run())
+
+    async def status(run_id: str) -> str:
+        return str((await queue.get_run(run_id)).status)
+
+    try:
+        run = await app.asubmit({"n": 0}, thread_id="w", graph="tests:graph")
+        await _until(lambda: _is(status(run.run_id), "done"), "the first run")
+        tags = (await app.athread("w")).metadata["tags"]
+        assert tags == {"metadata": {"owner": "ann"}, "graph": "tests:graph", "run": run.run_id}  # merged
+        again = await app.asubmit({"n": -100}, thread_id="w", graph="tests:graph")
+
+        async def stepping() -> bool:
+            return await status(again.run_id) == "running" and (await app.athread("w")).step >= 5
+
+        await _until(stepping, "a few steps of the second run")
+        assert await queue.request_cancel(again.run_id)
+        await _until(lambda: _is(status(again.run_id), "cancelled"), "the cancel")
+        info = await app.athread("w")
+        assert (info.status, info.lease) == ("running", None)  # stopped after a step; nobody on it
+        assert info.metadata["tags"]["metadata"] == {"owner": "ann"} and info.step < 100
+    finally:
+        worker.stop()
+        await loop
+
+
+async def _is(value: Any, expected: str) -> bool:
+    return bool(await value == expected)

@@ -139,7 +139,7 @@ async def test_filter_is_a_bound_parameter(pg_dsn: str, pg_schema: str) -> None:
         assert await saver.list_checkpoints("t", filter={"a') OR 1=1 --": "y"}) == []
         assert len(await saver.list_checkpoints("t", filter={"a') OR 1=1 --": "x"})) == 1
     tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(pg_schema))
-    assert tables == [(7,)]  # threads, checkpoints, blobs, writes, events, runs, graphckpt_migrations
+    assert tables == [(8,)]  # threads, checkpoints, blobs, writes, events, runs, created_threads, graphckpt_migrations
 
 
 async def test_unreachable_server_is_a_saver_error_naming_host_and_port_not_password() -> None:
@@ -333,6 +333,6 @@ async def test_schema_names_that_need_quoting_work_everywhere(pg_dsn: str, pg_sc
                 await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
                 assert [b.data for b in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"1", b"2"]
             tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(name))
-            assert tables == [(7,)]  # with events and runs
+            assert tables == [(8,)]  # with events, runs and created_threads
         finally:
             _query(pg_dsn, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

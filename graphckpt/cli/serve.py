@@ -38,7 +38,11 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
     p.add_argument("--no-recover", dest="recover", action="store_false",
-                   help="do not take over the threads a crash left behind (crashed: their lease expired)")  # fmt: skip
+                   help="(a store without a run queue) do not take over the threads a crash left behind")  # fmt: skip
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="in-process workers running the queued runs (default 1; each up to 8 at a time)")  # fmt: skip
+    p.add_argument("--no-workers", dest="workers", action="store_const", const=0,
+                   help="execute no run here: separate 'graphckpt worker' processes on the same --db do")  # fmt: skip
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -58,6 +62,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"refusing to bind {args.host!r} without tokens: anyone who can reach it could read and run every thread "
             "(give --tokens-file FILE or $GRAPHCKPT_TOKENS, or bind 127.0.0.1)"
         )
+    if args.workers < 0:
+        raise UsageError(f"--workers must be 0 or more, not {args.workers}")
     db = Database(getattr(args, "db", None))
     saver = db.saver(create=True)
     apps = {}
@@ -67,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             name, spec = target, target
         apps[name] = compile_with(load_target(spec), saver)
     app = create_app(apps, saver, tokens=tokens, cors_origins=args.cors_origin, max_body=args.max_body,
-                     recover=args.recover)  # fmt: skip
+                     recover=args.recover, workers=args.workers)  # fmt: skip
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
         timeout_graceful_shutdown=args.graceful_timeout,

@@ -98,6 +98,24 @@ class MemoryRuns(RunQueue):
         self._runs[run_id] = dataclasses.replace(run, status="cancelled", ended_at=ids.now())
         return True
 
+    @property
+    def _cancel_asked(self) -> set[str]:
+        asked: set[str] | None = self.__dict__.get("_cancel_rows")
+        if asked is None:
+            asked = self.__dict__["_cancel_rows"] = set()
+        return asked
+
+    async def request_cancel(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status != "running":
+            return False
+        self._cancel_asked.add(run_id)
+        return True
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        return run is not None and run.status == "running" and run_id in self._cancel_asked
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)
 
@@ -125,3 +143,23 @@ class MemoryRuns(RunQueue):
                 self._runs[run_id] = RunRecord(run_id, thread_id, "resume", "queued", graph, created_at=now)
                 moved += 1
         return moved
+
+    @property
+    def _created(self) -> dict[str, tuple[str, float]]:
+        created: dict[str, tuple[str, float]] | None = self.__dict__.get("_created_rows")
+        if created is None:
+            created = self.__dict__["_created_rows"] = {}
+        return created
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        if thread_id in self._created:
+            return False
+        self._created[thread_id] = (tags, created_at)
+        return True
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        return self._created.get(thread_id)
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        self._created.pop(thread_id, None)

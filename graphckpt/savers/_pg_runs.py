@@ -56,6 +56,10 @@ RUN_SQL: dict[str, LiteralString] = {
     # Only a queued run is cancelled.
     "cancel_run": "UPDATE {runs} SET status = 'cancelled', ended_at = %(now)s WHERE run_id = %(run)s "
     "AND status = 'queued' RETURNING 1",
+    # Ask a running run's worker to stop it after its step (the worker ends it cancelled), and its check.
+    "request_cancel": "UPDATE {runs} SET cancel_requested = true WHERE run_id = %(run)s AND status = 'running' "
+    "RETURNING 1",
+    "cancel_requested": "SELECT cancel_requested FROM {runs} WHERE run_id = %(run)s AND status = 'running'",
     "get_run": "SELECT " + RUN_COLS + " FROM {runs} WHERE run_id = %(run)s",
     "list_runs": "SELECT "
     + RUN_COLS
@@ -79,6 +83,11 @@ RUN_SQL: dict[str, LiteralString] = {
                     AND r.status IN ('queued', 'running'))
             RETURNING 1)
         SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM n), pg_notify(%(channel)s, '')""",
+    # A thread created before its first checkpoint; the first one of an id wins.
+    "put_created": "INSERT INTO {created_threads} (thread_id, tags, created_at) VALUES (%(tid)s, %(tags)s, %(now)s) "
+    "ON CONFLICT DO NOTHING RETURNING 1",
+    "get_created": "SELECT tags, created_at FROM {created_threads} WHERE thread_id = %(tid)s",
+    "delete_created": "DELETE FROM {created_threads} WHERE thread_id = %(tid)s RETURNING 1",
 }
 
 
@@ -146,6 +155,13 @@ class PostgresRuns(RunQueue):
         return bool(await self._fetch(f"cancel of run {brief(run_id)!r}", "cancel_run", {"run": run_id,
                                                                                        "now": ids.now()}))  # fmt: skip
 
+    async def request_cancel(self, run_id: str) -> bool:
+        return bool(await self._fetch(f"cancel request of run {brief(run_id)!r}", "request_cancel", {"run": run_id}))
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        rows = await self._fetch(f"cancel check of run {brief(run_id)!r}", "cancel_requested", {"run": run_id})
+        return bool(rows and rows[0][0])
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})
         return run_from_row(rows[0]) if rows else None
@@ -158,3 +174,15 @@ class PostgresRuns(RunQueue):
         params = {"now": now, "salt": ids.new_id(), "channel": self.channel}
         [(count, _)] = await self._fetch("requeue of expired runs", "requeue_expired", params)
         return int(count)
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        params = {"tid": thread_id, "tags": tags, "now": created_at}
+        return bool(await self._fetch(f"create of thread {brief(thread_id)!r}", "put_created", params))
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        rows = await self._fetch(f"get of created thread {brief(thread_id)!r}", "get_created", {"tid": thread_id})
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        await self._fetch(f"delete of created thread {brief(thread_id)!r}", "delete_created", {"tid": thread_id})

@@ -273,6 +273,16 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             "CREATE INDEX runs_by_thread ON {runs} (thread_id, created_at)",
         ),
     ),
+    (
+        6,
+        # Threads created before their first checkpoint (the server's POST /threads), with their first tags; a
+        # cancel asked of a running run (its worker stops after its step).
+        (
+            """CREATE TABLE {created_threads} (
+                thread_id text COLLATE "C" PRIMARY KEY, tags text NOT NULL, created_at double precision NOT NULL)""",
+            "ALTER TABLE {runs} ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false",
+        ),
+    ),
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -284,7 +294,8 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         return sql.Identifier(schema, table) if schema else sql.Identifier(table)
 
     tables = ("threads", "checkpoints", "blobs", "writes", "runs", "graphckpt_migrations", "graphckpt_commit", "events",
-              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes")  # fmt: skip
+              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes",
+              "created_threads")  # fmt: skip
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 
 

@@ -43,7 +43,10 @@ FINISH_RUN = (
 )
 """Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing."""
 CANCEL_RUN = "UPDATE runs SET status = 'cancelled', ended_at = ? WHERE run_id = ? AND status = 'queued'"
-"""Only a queued run is cancelled (a running one is the worker's to stop)."""
+"""Only a queued run is cancelled here (a running one is the worker's to stop: :data:`REQUEST_CANCEL`)."""
+REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND status = 'running'"
+"""Ask a running run's worker to stop it after its step; the worker ends it ``cancelled``."""
+CANCEL_REQUESTED = "SELECT cancel_requested FROM runs WHERE run_id = ? AND status = 'running'"
 REQUEUE_EXPIRED = (
     "UPDATE runs SET status = 'queued', fence = NULL, lease_until = NULL WHERE status = 'running' AND lease_until < ?"
 )
@@ -56,6 +59,11 @@ CRASHED_WITHOUT_RUN = (
 )
 """Crashed threads nobody queued: recovery queues a resume for each (not a subgraph's child thread, whose
 head metadata links it to its parent: the parent's resume continues it)."""
+
+PUT_CREATED = "INSERT INTO created_threads (thread_id, tags, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+"""A thread created before its first checkpoint; the first one of an id wins."""
+GET_CREATED = "SELECT tags, created_at FROM created_threads WHERE thread_id = ?"
+DELETE_CREATED = "DELETE FROM created_threads WHERE thread_id = ?"
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
@@ -108,6 +116,14 @@ class SqliteRuns(RunQueue):
         cancelled: int = await self._write(lambda conn: conn.execute(CANCEL_RUN, (now, run_id)).rowcount)
         return cancelled == 1
 
+    async def request_cancel(self, run_id: str) -> bool:
+        asked: int = await self._write(lambda conn: conn.execute(REQUEST_CANCEL, (run_id,)).rowcount)
+        return asked == 1
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        rows = await self._fetch(CANCEL_REQUESTED, (run_id,))
+        return bool(rows and rows[0][0])
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         return run_from_row(rows[0]) if rows else None
@@ -130,6 +146,18 @@ class SqliteRuns(RunQueue):
 
         count: int = await self._write(body)
         return count
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        check_storable(thread_id=thread_id)
+        added: int = await self._write(lambda conn: conn.execute(PUT_CREATED, (thread_id, tags, created_at)).rowcount)
+        return added == 1
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        rows = await self._fetch(GET_CREATED, (thread_id,))
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+    async def delete_created_thread(self, thread_id: str) -> None:
+        await self._write(lambda conn: conn.execute(DELETE_CREATED, (thread_id,)))
 
 
 def _check_not_busy(conn: sqlite3.Connection, thread_id: str, now: float) -> None:

@@ -63,6 +63,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX runs_queued ON runs (created_at) WHERE status = 'queued'",
         "CREATE INDEX runs_by_thread ON runs (thread_id, created_at)",
     ),
+    (  # 4: threads created before their first checkpoint (the server's POST /threads), with their first tags; a
+        # cancel asked of a running run (its worker stops after its step)
+        "CREATE TABLE created_threads (thread_id TEXT PRIMARY KEY, tags TEXT NOT NULL, created_at REAL NOT NULL)",
+        "ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0",
+    ),
 )
 
 

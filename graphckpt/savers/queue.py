@@ -88,6 +88,15 @@ class RunQueue:
         """Cancel a ``queued`` run; ``False`` when it is not queued (running, ended, or unknown)."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
+    async def request_cancel(self, run_id: str) -> bool:
+        """Ask the worker running ``run_id`` to stop it after its current step (it ends ``cancelled``; see
+        :meth:`cancel_requested`); ``False`` when the run is not running."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        """Whether a cancel was asked of the running run ``run_id`` (what its worker checks between steps)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
@@ -99,4 +108,18 @@ class RunQueue:
         """The sweeper: put every ``running`` run whose lease expired before ``now`` back to ``queued`` (its worker
         died); and queue a ``resume`` run for every crashed thread that has no queued or running run (a process
         outside the queue died running it; its graph is the thread's ``graph`` tag). Returns how many."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    # -- threads created before their first checkpoint (what a server's ``POST /threads`` makes) ----------------------
+
+    async def put_created_thread(self, thread_id: str, tags: str, created_at: float) -> bool:
+        """Record a thread that has no checkpoint yet, with the tags (JSON text) its first run's checkpoints take;
+        ``False`` (nothing written) when one of that id is recorded already."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def get_created_thread(self, thread_id: str) -> tuple[str, float] | None:
+        """The recorded thread's tags (JSON text) and creation time; ``None`` when none is recorded."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def delete_created_thread(self, thread_id: str) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no run queue")

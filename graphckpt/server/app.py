@@ -46,17 +46,20 @@ def create_app(
     keepalive: float = 15.0,
     poll_interval: float = 0.01,
     recover: bool = True,
+    workers: int = 1,
     ui: bool = True,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins. ``recover``: take over the threads a
-    crash left behind (see :class:`~graphckpt.server.executor.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
-    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
+    no authentication). CORS is off unless ``cors_origins`` lists origins. Runs are queued and executed by
+    ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker`` processes on the
+    same database; see :mod:`graphckpt.server.queue_runs`). ``recover`` only matters for a saver without a run queue
+    (see :class:`~graphckpt.server.executor.InProcessRuns`). ``ui``: serve the web UI at ``/ui/`` (a browser asking
+    for ``/`` is sent there), over the same service, tokens and namespaces."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
-    service = Service(apps, saver, poll_interval=poll_interval, recover=recover)
+    service = Service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
     config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
 
     @contextlib.asynccontextmanager

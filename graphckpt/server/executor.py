@@ -10,9 +10,8 @@ one serving its stream.
 ``InProcessRuns`` keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes
 the threads a crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running``
 with an expired lease: their process died), through the engine's lease claim, so a thread another live process runs
-is never touched. It is the place to switch to the durable run queue (``App.asubmit``, ``graphckpt.Worker``, in
-this tree since issue 14 but not used here yet): a ``RunExecutor`` over it, with a ``Worker`` started in
-:meth:`Service.start`, replaces this class and nothing else."""
+is never touched. The server uses :class:`~graphckpt.server.queue_runs.QueueRuns` (the durable run queue and
+``graphckpt.Worker``) by default; this class remains for an app whose saver has no run queue."""
 
 from __future__ import annotations
 
@@ -74,8 +73,9 @@ class RunInfo:
     run_id: str
     request: RunRequest
     multitask_strategy: str
-    start: tuple[int, int]
-    """The event cursor before the run: its stream is the thread's events after it."""
+    start: tuple[int, int] | None
+    """The event cursor before the run: its stream is the thread's events after it (``None``: not known here, a
+    run read back from the queue after a restart)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The run's own metadata."""
     status: RunStatus = "pending"
@@ -94,10 +94,10 @@ class RunExecutor(Protocol):
     async def stop(self) -> None: ...
     def active(self, thread_id: str) -> bool: ...
     async def submit(
-        self, request: RunRequest, *, multitask: str, start: tuple[int, int], metadata: Mapping[str, Any] = ...
+        self, request: RunRequest, *, multitask: str, start: tuple[int, int], metadata: Mapping[str, Any] | None = ...
     ) -> RunInfo: ...
-    def get(self, run_id: str) -> RunInfo | None: ...
-    def list(self, thread_id: str) -> list[RunInfo]: ...
+    async def get(self, run_id: str) -> RunInfo | None: ...
+    async def list(self, thread_id: str) -> list[RunInfo]: ...
     async def cancel(self, run_id: str) -> RunInfo: ...
     async def cancel_thread(self, thread_id: str) -> None: ...
     async def join(self, run_id: str) -> RunInfo: ...
@@ -200,10 +200,10 @@ class InProcessRuns:
             return None
         return {k: v for k, v in found.items() if k not in UI_TAGS}
 
-    def get(self, run_id: str) -> RunInfo | None:
+    async def get(self, run_id: str) -> RunInfo | None:
         return self._runs.get(run_id)
 
-    def list(self, thread_id: str) -> list[RunInfo]:
+    async def list(self, thread_id: str) -> list[RunInfo]:
         runs = [r for r in self._runs.values() if r.request.thread_id == thread_id]
         return sorted(runs, key=lambda r: r.created_at, reverse=True)
 

@@ -52,9 +52,9 @@ async def _submit(request: Request, b: models.RunBody, *, resume: bool = False, 
     return await service.runs.submit(run, multitask=b.multitask_strategy, start=start, metadata=b.metadata)
 
 
-def _run(request: Request) -> RunInfo:
+async def _run(request: Request) -> RunInfo:
     service, ns, _ = scope_of(request)
-    run = service.runs.get(request.path_params["run_id"])
+    run = await service.runs.get(request.path_params["run_id"])
     if run is None or run.request.thread_id != store_id(ns, request.path_params["thread_id"]):
         raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} in this thread")
     return run
@@ -73,8 +73,8 @@ async def stream_run(request: Request) -> Response:
     metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
     modes = [b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode
     return await sse_response(
-        request, request.path_params["thread_id"], default=run.start, run_stream=True, preamble=[metadata],
-        headers=_locations(request, run), modes=modes,
+        request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
+        headers=_locations(request, run), modes=modes, run_id=run.run_id,
     )  # fmt: skip
 
 
@@ -104,35 +104,35 @@ async def list_runs(request: Request) -> Response:
     q = models.query(request, RunsQuery)
     thread_id = request.path_params["thread_id"]
     await service.find(ns, thread_id)
-    runs = service.runs.list(store_id(ns, thread_id))[q.offset : q.offset + q.limit]
+    runs = (await service.runs.list(store_id(ns, thread_id)))[q.offset : q.offset + q.limit]
     return json_response([queries.run_view(ns, r) for r in runs])
 
 
 async def get_run(request: Request) -> Response:
     _, ns, _ = scope_of(request)
-    return json_response(queries.run_view(ns, _run(request)))
+    return json_response(queries.run_view(ns, await _run(request)))
 
 
 async def cancel_run(request: Request) -> Response:
     service, ns, _ = scope_of(request)
-    run = await service.runs.cancel(_run(request).run_id)
+    run = await service.runs.cancel((await _run(request)).run_id)
     return json_response(queries.run_view(ns, run))
 
 
 async def join_run(request: Request) -> Response:
     service, _, _ = scope_of(request)
-    run = await service.runs.join(_run(request).run_id)
+    run = await service.runs.join((await _run(request)).run_id)
     return await _final(request, run)
 
 
 async def join_stream(request: Request) -> Response:
     """A run's stream again: after ``Last-Event-ID``, else from the run's start. A run this process does not know
-    (it restarted since) is followed as the thread's stream from ``Last-Event-ID``."""
+    (it restarted since, or another server made it) is followed as the thread's stream from ``Last-Event-ID``."""
     service, ns, _ = scope_of(request)
-    run = service.runs.get(request.path_params["run_id"])
+    run = await service.runs.get(request.path_params["run_id"])
     thread_id = request.path_params["thread_id"]
-    if run is not None and run.request.thread_id == store_id(ns, thread_id):
-        return await sse_response(request, thread_id, default=run.start, run_stream=True)
+    if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
+        return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
     await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
         raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow "

@@ -23,6 +23,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.savers.base import Saver, StoredEvent, ThreadRecord
+from graphckpt.savers.queue import RunQueue
 from graphckpt.server.auth import api_id, store_id
 from graphckpt.server.errors import ApiError
 from graphckpt.server.hub import Hub
@@ -41,8 +42,9 @@ NO_END = 2**62
 
 @dataclass
 class PendingThread:
-    """A thread created by ``POST /threads`` that has no checkpoint yet: it lives in this process until its first
-    run commits the input (a thread is stored from its first checkpoint on)."""
+    """A thread created by ``POST /threads`` that has no checkpoint yet (a thread is stored from its first checkpoint
+    on): a row of the run queue's ``created_threads`` (its tags are its first run's), so it survives a restart and a
+    separate worker's run keeps its metadata; in this process's memory on a saver without a run queue."""
 
     thread_id: str
     metadata: dict[str, Any]
@@ -61,7 +63,13 @@ class Service:
     """The graphs ``apps`` (id -> app, all on ``saver``); the first is the default for threads that name none."""
 
     def __init__(
-        self, apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True
+        self,
+        apps: Mapping[str, App],
+        saver: Saver,
+        *,
+        poll_interval: float = 0.01,
+        recover: bool = True,
+        workers: int = 1,
     ) -> None:
         if not apps:
             raise ValueError("serve at least one graph")
@@ -73,9 +81,14 @@ class Service:
         self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}
         """SSE encodings of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
         self.hub = Hub(saver, poll_interval=poll_interval)
-        from graphckpt.server.executor import InProcessRuns
+        from graphckpt.server.executor import InProcessRuns, RunExecutor
+        from graphckpt.server.queue_runs import QueueRuns
 
-        self.runs = InProcessRuns(self, recover=recover)
+        self.runs: RunExecutor
+        if isinstance(saver, RunQueue):  # runs are rows of the durable queue, executed by workers
+            self.runs = QueueRuns(self, workers=workers)
+        else:
+            self.runs = InProcessRuns(self, recover=recover)
 
     async def start(self) -> None:
         await self.saver.setup()
@@ -125,7 +138,33 @@ class Service:
             return record
         if sid in self.pending:
             return self.pending[sid]
+        created = await self._created(sid, thread_id)
+        if created is not None:
+            return created
         raise ThreadNotFoundError(f"no thread {thread_id!r}")
+
+    async def _created(self, sid: str, thread_id: str) -> PendingThread | None:
+        """A thread ``POST /threads`` stored before its first checkpoint (in the run queue's ``created_threads``)."""
+        if not isinstance(self.saver, RunQueue):
+            return None
+        found = await self.saver.get_created_thread(sid)
+        if found is None:
+            return None
+        tags = json.loads(found[0])
+        graph = tags.get("graph")
+        metadata = tags.get("metadata")
+        return PendingThread(thread_id, dict(metadata) if isinstance(metadata, dict) else {},
+                             graph if isinstance(graph, str) and graph in self.apps else self.default_graph,
+                             found[1])  # fmt: skip
+
+    async def _store_created(self, sid: str, thread: PendingThread, *, replace: bool = False) -> bool:
+        if not isinstance(self.saver, RunQueue):
+            self.pending[sid] = thread
+            return True
+        if replace:
+            await self.saver.delete_created_thread(sid)
+        tags = json.dumps({"graph": thread.graph_id, "metadata": thread.metadata})
+        return await self.saver.put_created_thread(sid, tags, thread.created_at)
 
     async def create_thread(
         self, ns: str, thread_id: str | None, metadata: Mapping[str, Any], graph_id: str | None, *, exist_ok: bool
@@ -133,15 +172,17 @@ class Service:
         """A new (pending) thread; an existing id is 409 unless ``exist_ok`` (then the existing one)."""
         tid = thread_id or ids.new_id()
         sid = store_id(ns, tid)
-        existing = self.pending.get(sid) or await self.saver.get_thread(sid)
+        existing = self.pending.get(sid) or await self.saver.get_thread(sid) or await self._created(sid, tid)
         if existing is not None:
             if exist_ok:
                 return existing
             raise ApiError(409, "ThreadConflictError", f"thread {tid!r} already exists")
         graph = graph_id if graph_id is not None else self.default_graph
         self.app(graph)
-        self.pending[sid] = PendingThread(tid, dict(metadata), graph)
-        return self.pending[sid]
+        thread = PendingThread(tid, dict(metadata), graph)
+        if not await self._store_created(sid, thread):  # another request created it meanwhile
+            return await self.create_thread(ns, thread_id, metadata, graph_id, exist_ok=exist_ok)
+        return thread
 
     async def threads(self, ns: str) -> list[ThreadRecord]:
         """Every stored thread of ``ns``, most recently updated first."""
@@ -155,6 +196,7 @@ class Service:
         found = await self.find(ns, thread_id)
         if isinstance(found, PendingThread):
             found.metadata.update(metadata)
+            await self._store_created(store_id(ns, thread_id), found, replace=True)
             return found
         record, sid = found, found.thread_id
         if record.status == "running" or self.runs.active(sid):
@@ -168,6 +210,12 @@ class Service:
         sid = store_id(ns, thread_id)
         if self.pending.pop(sid, None) is not None:
             return
+        if isinstance(self.saver, RunQueue):
+            created = await self.saver.get_created_thread(sid)
+            await self.saver.delete_created_thread(sid)
+            if created is not None and await self.saver.get_thread(sid) is None:
+                await self.runs.cancel_thread(sid)
+                return
         record = await self.record(ns, thread_id)
         await self.runs.cancel_thread(sid)
         await self.app_of(record).adelete_thread(sid)

@@ -94,9 +94,11 @@ async def event_source(
     values: bool = False,
     run_stream: bool = False,
     preamble: Sequence[ServerSentEvent] = (),
+    run_id: str | None = None,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
     """The stream itself: owns only ``cursor`` (and the kind of the event there). Each read's events go out as one
-    write (their encodings are shared by the thread's subscribers)."""
+    write (their encodings are shared by the thread's subscribers). A run's stream (``run_id``) also ends when the
+    run was cancelled (a cancel writes no event: it is seen at the next wake-up, within 5 s)."""
     for item in preamble:
         yield item
     sid = store_id(ns, thread_id)
@@ -118,6 +120,9 @@ async def event_source(
         if batch:
             continue
         if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
+            yield END
+            return
+        if run_id is not None and (run := await service.runs.get(run_id)) is not None and run.status == "cancelled":
             yield END
             return
         await service.wait_events(seen, within=5.0)
@@ -165,6 +170,7 @@ async def sse_response(
     preamble: Sequence[ServerSentEvent] = (),
     headers: dict[str, str] | None = None,
     modes: Sequence[str] | None = None,
+    run_id: str | None = None,
 ) -> EventSourceResponse:
     """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters)."""
     service, ns, config = scope_of(request)
@@ -177,7 +183,7 @@ async def sse_response(
     wanted = set(q.stream_mode or modes or ())
     source = event_source(
         service, ns, thread_id, segments, cursor, last_kind=kind, kinds=set(q.kinds) if q.kinds else None,
-        values="values" in wanted and not q.kinds, run_stream=run_stream, preamble=first,
+        values="values" in wanted and not q.kinds, run_stream=run_stream, preamble=first, run_id=run_id,
     )  # fmt: skip
     return EventSourceResponse(source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive)
 

@@ -1,0 +1,239 @@
+"""``QueueRuns``: the server's :class:`~graphckpt.server.executor.RunExecutor` over the durable run queue (issue 14).
+
+A run the server creates is a ``runs`` row (:func:`graphckpt.runs.submit`); a :class:`~graphckpt.worker.Worker`
+claims and executes it: by default ``workers`` in-process ones started with the server, or none (``workers=0``,
+``graphckpt serve --no-workers``) when separate ``graphckpt worker`` processes on the same database execute them.
+Either way the stream a client reads comes from the event log, so the process serving it need not be the one
+running the thread. Run records are read from the ``runs`` table and survive a restart; the Worker's sweeper is the
+recovery (a run whose worker died is re-queued, a crashed thread gets a resume queued), so the server has no scan of
+its own.
+
+Statuses are LangGraph's: ``queued`` is ``pending``, ``done`` is ``success``, ``failed`` is ``error``;
+``running``, ``interrupted`` and ``cancelled`` keep their names. Cancel: a queued run is cancelled in the queue; a
+running run stops after its current step (lease released, run ``cancelled``): at once when this server's own
+worker runs it, else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
+steps (at most every :data:`~graphckpt.worker.CANCEL_CHECK` seconds). A cancel answers once the run has stopped.
+
+What only the creating process knows (the run's own metadata, its multitask strategy, the event cursor its stream
+starts at, a recursion limit) is kept in memory; a run read back after a restart has its metadata empty and its
+stream followed from a ``Last-Event-ID``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graphckpt.errors import ThreadBusyError, ThreadStateError
+from graphckpt.runs import Multitask
+from graphckpt.savers.queue import TERMINAL, RunRecord
+from graphckpt.server.errors import ApiError
+from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus
+
+if TYPE_CHECKING:
+    from graphckpt.server.service import Service
+    from graphckpt.worker import Worker
+
+__all__ = ["KEEP_LOCAL", "STATUS", "WATCH_EVERY", "QueueRuns"]
+
+logger = logging.getLogger("graphckpt.server")
+
+STATUS: Mapping[str, RunStatus] = {
+    "queued": "pending",
+    "running": "running",
+    "done": "success",
+    "failed": "error",
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+}
+"""The queue's run statuses as LangGraph's."""
+
+WATCH_EVERY = 0.05
+"""How often (seconds) the runs someone waits for are read back from the queue."""
+
+KEEP_LOCAL = 10_000
+"""How many recent runs' in-memory facts (metadata, strategy, stream start) this process keeps."""
+
+
+@dataclass
+class _Local:
+    """What this process knows of a run it created (not in the queue's row)."""
+
+    multitask: str
+    start: tuple[int, int]
+    metadata: Mapping[str, Any]
+
+
+class QueueRuns:
+    """Runs through the queue of ``service.saver``, executed by ``workers`` in-process workers (0: by others)."""
+
+    def __init__(self, service: Service, *, workers: int = 1, concurrency: int = 8) -> None:
+        if type(workers) is not int or workers < 0:
+            raise ValueError(f"workers must be a number of in-process workers (0 or more), not {workers!r}")
+        self.service = service
+        self.workers: list[Worker] = []
+        self._count, self._concurrency = workers, concurrency
+        self._tasks: list[asyncio.Task[None]] = []
+        self._local: dict[str, _Local] = {}
+        self._active: dict[str, str] = {}
+        """Thread id -> run id of the unfinished runs this process created (what :meth:`active` answers)."""
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from graphckpt.worker import Worker
+
+        for n in range(self._count):
+            worker = Worker(self.service.apps, concurrency=self._concurrency, poll=0.25)
+            worker.on_end.append(self._ended)
+            self.workers.append(worker)
+            self._tasks.append(asyncio.create_task(worker.run(), name=f"graphckpt-worker-{n}"))
+        self._watcher = asyncio.create_task(self._watch(), name="graphckpt-run-watcher")
+
+    async def stop(self) -> None:
+        """Stop the in-process workers gracefully: each running run stops after its step and goes back to the
+        queue (another server or worker takes it from there)."""
+        for worker in self.workers:
+            worker.stop()
+        for task in self._tasks:
+            with contextlib.suppress(Exception):
+                await task
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+
+    def active(self, thread_id: str) -> bool:
+        return thread_id in self._active
+
+    async def submit(
+        self, request: RunRequest, *, multitask: str, start: tuple[int, int], metadata: Mapping[str, Any] | None = None
+    ) -> RunInfo:
+        sid = request.thread_id
+        app = self.service.app(request.graph_id)
+        busy = [r for r in await app.aruns(thread_id=sid) if r.status in ("queued", "running")]
+        if busy and multitask == "reject":
+            raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
+        if not busy:
+            await self._check(request)
+        mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
+        try:
+            if request.resume:
+                run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
+                                        graph=request.graph_id)  # fmt: skip
+            else:
+                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id)
+        except ThreadBusyError as exc:
+            raise RunConflict(str(exc)) from None
+        self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
+        while len(self._local) > KEEP_LOCAL:  # the oldest runs are read back like a restart's
+            del self._local[next(iter(self._local))]
+        self._active[sid] = run.run_id
+        for worker in self.workers:
+            worker.wake()
+        self._waiters[run.run_id] = asyncio.Event()
+        return self._info(run)
+
+    async def _check(self, request: RunRequest) -> None:
+        """Refuse at once what the run would refuse: input for a thread that waits for an answer or a resume (or
+        that another process runs), input that does not fit the graph, a resume of no thread."""
+        record = await self.service.saver.get_thread(request.thread_id)
+        if request.resume:
+            if record is None:
+                raise ApiError(404, "ThreadNotFoundError", f"no thread {request.thread_id!r} to resume")
+            return
+        if record is not None and record.status != "done":
+            hint = "answer it with command.resume" if record.status == "interrupted" else "resume it with a command"
+            raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
+        self.service.app(request.graph_id).graph.validate_input(request.input or {})
+
+    def _info(self, run: RunRecord) -> RunInfo:
+        local = self._local.get(run.run_id)
+        graph = run.graph if run.graph in self.service.apps else self.service.default_graph
+        info = RunInfo(
+            run.run_id, RunRequest(run.thread_id, graph, resume=run.kind == "resume"),
+            local.multitask if local else "enqueue", local.start if local else None,
+            dict(local.metadata) if local else {}, STATUS.get(run.status, "error"), run.error, run.created_at,
+            run.ended_at or run.started_at or run.created_at,
+        )  # fmt: skip
+        if run.status in TERMINAL:
+            info.done.set()
+            self._settle(info)
+        return info
+
+    async def get(self, run_id: str) -> RunInfo | None:
+        run = await self.service.saver.get_run(run_id)  # type: ignore[attr-defined]
+        return None if run is None else self._info(run)
+
+    async def list(self, thread_id: str) -> list[RunInfo]:
+        runs = await self.service.saver.list_runs(thread_id=thread_id)  # type: ignore[attr-defined]
+        return sorted((self._info(r) for r in runs), key=lambda r: (r.created_at, r.run_id), reverse=True)
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        saver: Any = self.service.saver
+        if not await saver.cancel_run(run_id):
+            run = await saver.get_run(run_id)
+            if run is not None and run.status == "running":
+                if not any(worker.cancel(run_id) for worker in self.workers):
+                    await saver.request_cancel(run_id)  # another process's worker: it stops after its step
+                return await self.join(run_id)
+        info = await self.get(run_id)
+        if info is None:
+            raise ApiError(404, "NotFound", f"no run {run_id!r}")
+        self._settle(info)
+        return info
+
+    async def cancel_thread(self, thread_id: str) -> None:
+        saver: Any = self.service.saver
+        for run in await saver.list_runs(thread_id=thread_id):
+            if run.status in ("queued", "running"):
+                with contextlib.suppress(ApiError):
+                    await self.cancel(run.run_id)
+
+    async def join(self, run_id: str) -> RunInfo:
+        event = self._waiters.setdefault(run_id, asyncio.Event())
+        while True:
+            event.clear()  # before the read: an end after it sets it again
+            info = await self.get(run_id)
+            if info is None or info.finished:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), 1.0)
+        if info is None:
+            raise ApiError(404, "NotFound", f"no run {run_id!r}")
+        self._settle(info)
+        return info
+
+    def _ended(self, run_id: str) -> None:
+        """An in-process worker ended ``run_id``: wake whoever waits for it now, not at the next watch."""
+        waiter = self._waiters.get(run_id)
+        if waiter is not None:
+            waiter.set()
+
+    def _settle(self, info: RunInfo) -> None:
+        if info.finished:
+            if self._active.get(info.request.thread_id) == info.run_id:
+                del self._active[info.request.thread_id]
+            waiter = self._waiters.pop(info.run_id, None)
+            if waiter is not None:
+                waiter.set()
+
+    async def _watch(self) -> None:
+        """Read back the unfinished runs this process created or someone waits for; wake their waiters."""
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            watched = set(self._waiters) | set(self._active.values())
+            for run_id in watched:
+                try:
+                    info = await self.get(run_id)
+                except Exception as exc:  # the store is unreachable for a moment: try again next time
+                    logger.warning("reading run %s failed: %s", run_id, exc)
+                    break
+                if info is None:
+                    self._waiters.pop(run_id, None)
+                    self._active = {t: r for t, r in self._active.items() if r != run_id}
+                else:
+                    self._settle(info)
