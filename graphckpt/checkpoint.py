@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypedDict
 
+from graphckpt.errors import CorruptCheckpointError
 from graphckpt.savers.base import Lease, Status, StoredCheckpoint
 
 __all__ = [
@@ -183,7 +184,10 @@ class Snapshot:
     def namespace(self) -> tuple[str, ...]:
         """``()`` for a thread's own checkpoint; for a subgraph's, the ``"node:task_id"`` of each subgraph node
         from the root thread down (LangGraph's ``checkpoint_ns``, split)."""
-        link = self._cp.metadata.get("subgraph")
+        try:
+            link = self._cp.metadata.get("subgraph")
+        except CorruptCheckpointError:  # a tampered row: shown as a thread's own checkpoint, with ``?`` metadata
+            return ()
         ns = link.get("ns") if isinstance(link, Mapping) else None
         return tuple(str(n) for n in ns) if isinstance(ns, list) else ()
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from graphckpt import begin
 from graphckpt.context import Context, NodeInterrupt
 from graphckpt.control import Command, ParentCommand, Send
+from graphckpt.errors import CorruptCheckpointError
 from graphckpt.records import NO_ANSWER
 from graphckpt.store import ThreadStore
 
@@ -77,8 +78,12 @@ def child_thread_id(parent_thread_id: str, node: str, task_id: str) -> str:
 
 
 def link_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The parent link of a child thread's checkpoint metadata; ``None`` for a thread of its own."""
-    link = metadata.get(LINK)
+    """The parent link of a child thread's checkpoint metadata; ``None`` for a thread of its own (and for a row
+    whose stored metadata does not parse: a tampered database's reading commands show it, they do not fail)."""
+    try:
+        link = metadata.get(LINK) if isinstance(metadata, Mapping) else None
+    except CorruptCheckpointError:
+        return None
     return link if isinstance(link, Mapping) else None
 
 

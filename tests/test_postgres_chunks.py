@@ -18,7 +18,7 @@ from conftest import PG_DSN
 from psycopg import sql
 
 from graphckpt.errors import ThreadConflictError
-from graphckpt.savers import _pg_schema
+from graphckpt.savers import _pg_schema, _pg_sql
 from graphckpt.savers.base import Blob, BlobKind, BlobRange, StoredCheckpoint
 from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.testing import make_checkpoint
@@ -164,12 +164,19 @@ async def test_chunks_are_compressed_when_it_pays_and_read_back_exactly(pg_schem
     assert kinds[("t", "o", 2)] == 4  # chunk, stored as it is
 
 
+V1_COMMIT = """SELECT c.won, c.head, NULL::text FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
+    %b, %b, %b, %b, %b) AS c, (SELECT %s::text, %s::text, %s::int, %s::float8) AS lease_arguments_of_today"""
+
+
 async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
     pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     big = b"compressible " * 100
     with monkeypatch.context() as patch:
         patch.setattr(_pg_schema, "MIGRATIONS", _pg_schema.MIGRATIONS[:1])
+        # version 1's graphckpt_commit takes 17 arguments and returns (won, head); today's call passes the 4 lease
+        # arguments too and reads the owner's run: the old saver calls the old function (the lease ones ignored)
+        patch.setitem(_pg_sql.SQL, "commit", V1_COMMIT)
         async with PostgresSaver(PG_DSN, schema=pg_schema) as old:
             chain = await _deltas(old, "t", 3)
             four = _with_blobs(make_checkpoint("t", 4, parent=chain[-1]), [("m", 4, "delta", big)])
