@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
 from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, ThreadBusyError
-from graphckpt.runs import queue_of
+from graphckpt.runs import queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -195,13 +195,15 @@ class Worker:
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
         """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
-        has no checkpoint yet, the ones it was created with), with ``graph`` and ``run`` set (merged, not replaced)."""
+        has no checkpoint yet, the ones it was created with), the run's own (``submit(tags=...)``) over them, with
+        ``graph`` and ``run`` set (merged, not replaced)."""
         record = await app.saver.get_thread(run.thread_id)
         old: Any = record.metadata.get("tags") if record is not None else None
         if record is None:  # a thread created before its first checkpoint (a server's POST /threads)?
             created = await self.queue.get_created_thread(run.thread_id)
             old = json.loads(created[0]) if created is not None else None
-        return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
+        _, own = unpack(app, run)
+        return {**(old if isinstance(old, Mapping) else {}), **own, "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""

@@ -123,9 +123,10 @@ class QueueRuns:
         try:
             if request.resume:
                 run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
-                                        graph=request.graph_id)  # fmt: skip
+                                        graph=request.graph_id, tags=request.tags)  # fmt: skip
             else:
-                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id)
+                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id,
+                                        tags=request.tags)  # fmt: skip
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))

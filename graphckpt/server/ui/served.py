@@ -208,7 +208,6 @@ class ServiceBackend(LocalBackend):
                 return
             await asyncio.sleep(0.01)
 
-
     async def _bounded(self, run: RunInfo) -> None:
         """Wait (at most :data:`RUN_WAIT`) for ``run`` to end: through the executor's ``join`` (a queue's run info
         is a snapshot, its ``done`` is never set later)."""
