@@ -282,7 +282,7 @@ class App(SyncFacade):
     ) -> RunRecord:
         """Queue a run for a worker (see :func:`graphckpt.runs.submit`): ``multitask="reject"`` raises
         :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one;
-        ``tags`` are merged over the thread's in the run's checkpoints."""
+        ``tags`` (not ``None``) are its checkpoints' tags instead of the thread's."""
         return await runs.submit(self, input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
                                  graph=graph, tags=tags)  # fmt: skip
 

@@ -32,7 +32,7 @@ MULTITASK: tuple[Multitask, ...] = ("reject", "enqueue")
 ENVELOPE = "__graphckpt_run__"
 """The key that marks a run's payload as an envelope ``{ENVELOPE: 1, "tags": {...}, "value": ...}`` (``value``
 absent: a resume with no answer): how a run submitted with ``tags`` carries them to its worker in the opaque payload
-(no column of its own); a payload without it is the input or the answer itself."""
+(no column of its own); a payload without it is the input or the answer itself (the run keeps the thread's tags)."""
 
 
 def queue_of(app: App) -> RunQueue:
@@ -55,8 +55,8 @@ async def submit(
 ) -> RunRecord:
     """Queue a run of ``graph`` (``module:attr``, what workers load; default: ``app.graph_ref``) on ``thread_id``
     (a new id when ``None``): ``input`` starts it (or a new turn of a ``done`` thread), ``resume=True`` continues
-    it (with ``answer`` for an open interrupt). ``tags`` are merged over the thread's in the run's checkpoints
-    (see :data:`ENVELOPE`). Values are checked storable now, not when a worker runs them."""
+    it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
+    the thread's (see :data:`ENVELOPE`). Values are checked storable now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
     graph = graph or app.graph_ref
@@ -69,7 +69,7 @@ async def submit(
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
     value: Any = answer if resume else dict(app.graph.validate_input(input))
-    if tags:
+    if tags is not None:
         envelope = {ENVELOPE: 1, "tags": dict(tags), **({} if value is NO_ANSWER else {"value": value})}
         payload: bytes | None = app.codec.serde.dumps(envelope)
     else:
@@ -79,14 +79,15 @@ async def submit(
     return run
 
 
-def unpack(app: App, run: RunRecord) -> tuple[Any, Mapping[str, Any]]:
-    """The run's input or answer (:data:`~graphckpt.records.NO_ANSWER`: none) and the tags it was submitted with."""
+def unpack(app: App, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:
+    """The run's input or answer (:data:`~graphckpt.records.NO_ANSWER`: none) and the tags it was submitted with
+    (``None``: none, it keeps the thread's)."""
     if run.payload is None:
-        return NO_ANSWER, {}
+        return NO_ANSWER, None
     value = app.codec.serde.loads(run.payload)
     if isinstance(value, dict) and value.get(ENVELOPE) == 1 and isinstance(value.get("tags"), dict):
         return value.get("value", NO_ANSWER), value["tags"]
-    return value, {}
+    return value, None
 
 
 async def list_runs(app: App, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:

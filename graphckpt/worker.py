@@ -195,7 +195,7 @@ class Worker:
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
         """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
-        has no checkpoint yet, the ones it was created with), the run's own (``submit(tags=...)``) over them, with
+        has no checkpoint yet, the ones it was created with), or the run's own instead (``submit(tags=...)``), with
         ``graph`` and ``run`` set (merged, not replaced)."""
         record = await app.saver.get_thread(run.thread_id)
         old: Any = record.metadata.get("tags") if record is not None else None
@@ -203,7 +203,9 @@ class Worker:
             created = await self.queue.get_created_thread(run.thread_id)
             old = json.loads(created[0]) if created is not None else None
         _, own = unpack(app, run)
-        return {**(old if isinstance(old, Mapping) else {}), **own, "graph": run.graph, "run": run.run_id}
+        if own is not None:
+            old = own
+        return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""

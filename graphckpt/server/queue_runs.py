@@ -31,7 +31,7 @@ from graphckpt.errors import ThreadBusyError, ThreadStateError
 from graphckpt.runs import Multitask
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus
+from graphckpt.server.executor import UI_TAGS, RunConflict, RunInfo, RunRequest, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
@@ -120,13 +120,14 @@ class QueueRuns:
         if not busy:
             await self._check(request)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
+        tags = request.tags if request.tags is not None else await self._inherited_tags(sid)
         try:
             if request.resume:
                 run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
-                                        graph=request.graph_id, tags=request.tags)  # fmt: skip
+                                        graph=request.graph_id, tags=tags)  # fmt: skip
             else:
                 run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id,
-                                        tags=request.tags)  # fmt: skip
+                                        tags=tags)  # fmt: skip
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
@@ -137,6 +138,15 @@ class QueueRuns:
             worker.wake()
         self._waiters[run.run_id] = asyncio.Event()
         return self._info(run)
+
+    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
+        """A run without tags of its own keeps the thread's, less the marks of a web UI action (an API run after a
+        UI cancel is not a UI action); ``None``: the thread has no such marks (the worker keeps its tags)."""
+        record = await self.service.saver.get_thread(thread_id)
+        found = record.metadata.get("tags") if record is not None else None
+        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
+            return None
+        return {k: v for k, v in found.items() if k not in UI_TAGS}
 
     async def _check(self, request: RunRequest) -> None:
         """Refuse at once what the run would refuse: input for a thread that waits for an answer or a resume (or
