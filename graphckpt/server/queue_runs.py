@@ -11,8 +11,10 @@ its own.
 Statuses are LangGraph's: ``queued`` is ``pending``, ``done`` is ``success``, ``failed`` is ``error``;
 ``running``, ``interrupted`` and ``cancelled`` keep their names. Cancel: a queued run is cancelled in the queue; a
 running run stops after its current step (lease released, run ``cancelled``): at once when this server's own
-worker runs it, else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
+worker runs it (and within :data:`~graphckpt.worker.CANCEL_GRACE` seconds even when its step does not end: the task is
+cancelled), else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
 steps (at most every :data:`~graphckpt.worker.CANCEL_CHECK` seconds). A cancel answers once the run has stopped.
+A run keeps the request's tags (the UI's ``via``, ``ui_action``) in its payload (:data:`~graphckpt.runs.ENVELOPE`).
 
 What only the creating process knows (the run's own metadata, its multitask strategy, the event cursor its stream
 starts at, a recursion limit) is kept in memory; a run read back after a restart has its metadata empty and its

@@ -206,6 +206,9 @@ class ServiceBackend(LocalBackend):
             now = await self.reader.athread(thread_id)
             if now.status != before.status or now.head != before.head:
                 return
+            ended = await self.service.runs.get(run.run_id)  # a queue's run info is a snapshot: read it back
+            if ended is not None and ended.finished:
+                return
             await asyncio.sleep(0.01)
 
     async def _bounded(self, run: RunInfo) -> None:
