@@ -278,11 +278,13 @@ class App(SyncFacade):
         resume: bool = False,
         answer: Any = NO_ANSWER,
         graph: str | None = None,
+        tags: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Queue a run for a worker (see :func:`graphckpt.runs.submit`): ``multitask="reject"`` raises
-        :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one."""
+        :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one;
+        ``tags`` (not ``None``) are its checkpoints' tags instead of the thread's."""
         return await runs.submit(self, input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
-                                 graph=graph)  # fmt: skip
+                                 graph=graph, tags=tags)  # fmt: skip
 
     async def aruns(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         """Queued, running and ended runs, oldest first."""
@@ -295,7 +297,7 @@ class App(SyncFacade):
     async def _begin(self, run: RunRecord, fence: str, tags: Mapping[str, Any]) -> Run:
         """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``: its input
         starts the thread, unless an earlier attempt of this run already committed it (then it resumes)."""
-        payload = self.codec.serde.loads(run.payload) if run.payload is not None else NO_ANSWER
+        payload, _ = runs.unpack(self, run)
         if run.kind == "input" and run.attempt > 1:
             record = await self.saver.get_thread(run.thread_id)
             old = record.metadata.get("tags") if record is not None else None

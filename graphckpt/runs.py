@@ -13,6 +13,7 @@ runs it when the thread's current run has ended).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphckpt import ids
@@ -23,10 +24,15 @@ from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 if TYPE_CHECKING:
     from graphckpt.app import App
 
-__all__ = ["MULTITASK", "Multitask", "cancel", "list_runs", "queue_of", "submit"]
+__all__ = ["ENVELOPE", "MULTITASK", "Multitask", "cancel", "list_runs", "queue_of", "submit", "unpack"]
 
 Multitask = Literal["reject", "enqueue"]
 MULTITASK: tuple[Multitask, ...] = ("reject", "enqueue")
+
+ENVELOPE = "__graphckpt_run__"
+"""The key that marks a run's payload as an envelope ``{ENVELOPE: 1, "tags": {...}, "value": ...}`` (``value``
+absent: a resume with no answer): how a run submitted with ``tags`` carries them to its worker in the opaque payload
+(no column of its own); a payload without it is the input or the answer itself (the run keeps the thread's tags)."""
 
 
 def queue_of(app: App) -> RunQueue:
@@ -45,10 +51,12 @@ async def submit(
     resume: bool = False,
     answer: Any = NO_ANSWER,
     graph: str | None = None,
+    tags: Mapping[str, Any] | None = None,
 ) -> RunRecord:
     """Queue a run of ``graph`` (``module:attr``, what workers load; default: ``app.graph_ref``) on ``thread_id``
     (a new id when ``None``): ``input`` starts it (or a new turn of a ``done`` thread), ``resume=True`` continues
-    it (with ``answer`` for an open interrupt). Values are checked storable now, not when a worker runs them."""
+    it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
+    the thread's (see :data:`ENVELOPE`). Values are checked storable now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
     graph = graph or app.graph_ref
@@ -60,13 +68,26 @@ async def submit(
         thread_id = ids.new_id()
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
-    if resume:
-        payload = None if answer is NO_ANSWER else app.codec.serde.dumps(answer)
+    value: Any = answer if resume else dict(app.graph.validate_input(input))
+    if tags is not None:
+        envelope = {ENVELOPE: 1, "tags": dict(tags), **({} if value is NO_ANSWER else {"value": value})}
+        payload: bytes | None = app.codec.serde.dumps(envelope)
     else:
-        payload = app.codec.serde.dumps(dict(app.graph.validate_input(input)))
+        payload = None if value is NO_ANSWER else app.codec.serde.dumps(value)
     run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
     await queue_of(app).enqueue_run(run, reject_busy=multitask == "reject")
     return run
+
+
+def unpack(app: App, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:
+    """The run's input or answer (:data:`~graphckpt.records.NO_ANSWER`: none) and the tags it was submitted with
+    (``None``: none, it keeps the thread's)."""
+    if run.payload is None:
+        return NO_ANSWER, None
+    value = app.codec.serde.loads(run.payload)
+    if isinstance(value, dict) and value.get(ENVELOPE) == 1 and isinstance(value.get("tags"), dict):
+        return value.get("value", NO_ANSWER), value["tags"]
+    return value, None
 
 
 async def list_runs(app: App, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:

@@ -10,7 +10,8 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   its current step commits, its lease is released and the run goes back to the queue; nothing new is claimed.
 - **Cancel**: :meth:`Worker.cancel` (this process) or :meth:`RunQueue.request_cancel` (any process) stops a running
   run after its current step: its lease is released (the thread stays ``running`` with no owner, which recovery
-  leaves alone) and the run ends ``cancelled``.
+  leaves alone) and the run ends ``cancelled``. A cancel in this process does not wait for a step that does not end:
+  after :data:`CANCEL_GRACE` seconds the task running the run is cancelled (its current step is lost, as in a crash).
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
   itself: a claim runs what it queued.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
 from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, ThreadBusyError
-from graphckpt.runs import queue_of
+from graphckpt.runs import queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -44,6 +45,11 @@ re-queued at most this long after its lease expired (one cheap statement when no
 CANCEL_CHECK = 0.25
 """A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
 this often (seconds): one cheap read, never on every step of a fast run."""
+
+CANCEL_GRACE = 0.5
+"""A run this process cancels (:meth:`Worker.cancel`) that has not stopped after its step within this many seconds
+(a node that blocks, waits for a model, sleeps) has the task running it cancelled: its nodes stop, the step is not
+committed, the lease is released and the run ends ``cancelled``."""
 
 
 class Worker:
@@ -70,8 +76,11 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self.on_end: list[Callable[[str], None]] = []
         """Called with the run id each time a run of this worker ends (or goes back to the queue)."""
-        self._executing: set[str] = set()
+        self._executing: dict[str, asyncio.Task[Any]] = {}
+        """Run id -> the task executing it."""
         self._cancelled: set[str] = set()
+        self._killed: set[str] = set()
+        """The runs whose task this worker cancelled (a cancel past :data:`CANCEL_GRACE`)."""
 
     def wake(self) -> None:
         """Claim now rather than at the next poll (a run was just queued by this process)."""
@@ -82,12 +91,20 @@ class Worker:
         return run_id in self._executing
 
     def cancel(self, run_id: str) -> bool:
-        """Stop the running run ``run_id`` of this worker after its current step (its lease is released and the run
-        ends ``cancelled``); ``False`` when this worker is not running it."""
+        """Stop the running run ``run_id`` of this worker after its current step, or after :data:`CANCEL_GRACE`
+        seconds at the latest (its lease is released and the run ends ``cancelled``); ``False`` when this worker is
+        not running it."""
         if run_id not in self._executing:
             return False
         self._cancelled.add(run_id)
+        asyncio.get_running_loop().call_later(CANCEL_GRACE, self._kill, run_id)
         return True
+
+    def _kill(self, run_id: str) -> None:
+        task = self._executing.get(run_id)
+        if task is not None and run_id in self._cancelled and run_id not in self._killed:
+            self._killed.add(run_id)
+            task.cancel()
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler on the loop: it only sets flags)."""
@@ -130,7 +147,9 @@ class Worker:
         app = self.apps[run.graph or ""]
         end: RunStatus = "done"
         error: str | None = None
-        self._executing.add(run.run_id)
+        task = asyncio.current_task()
+        assert task is not None
+        self._executing[run.run_id] = task
         try:
             tags = await self._tags(app, run)
             engine = await app._begin(run, fence, tags)
@@ -146,6 +165,11 @@ class Worker:
             end = _ended(engine.status)
             if engine.status == "running":
                 end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
+        except asyncio.CancelledError:
+            if run.run_id not in self._killed:  # not our cancel (the loop shuts down): the lease expires, re-queued
+                raise
+            task.uncancel()
+            end = "cancelled"
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
@@ -158,8 +182,9 @@ class Worker:
             logger.warning("run %s of thread %r: %r; re-queued", run.run_id, run.thread_id, exc)
             end, error = "queued", f"{type(exc).__name__}: {exc}"
         finally:
-            self._executing.discard(run.run_id)
+            self._executing.pop(run.run_id, None)
             self._cancelled.discard(run.run_id)
+            self._killed.discard(run.run_id)
         with contextlib.suppress(Exception):
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)
         if end != "queued":
@@ -170,12 +195,16 @@ class Worker:
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
         """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
-        has no checkpoint yet, the ones it was created with), with ``graph`` and ``run`` set (merged, not replaced)."""
+        has no checkpoint yet, the ones it was created with), or the run's own instead (``submit(tags=...)``), with
+        ``graph`` and ``run`` set (merged, not replaced)."""
         record = await app.saver.get_thread(run.thread_id)
         old: Any = record.metadata.get("tags") if record is not None else None
         if record is None:  # a thread created before its first checkpoint (a server's POST /threads)?
             created = await self.queue.get_created_thread(run.thread_id)
             old = json.loads(created[0]) if created is not None else None
+        _, own = unpack(app, run)
+        if own is not None:
+            old = own
         return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
     async def _idle(self) -> None:

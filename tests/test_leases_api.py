@@ -129,3 +129,52 @@ async def test_a_worker_keeps_the_thread_tags_and_stops_a_cancelled_run(saver: S
 
 async def _is(value: Any, expected: str) -> bool:
     return bool(await value == expected)
+
+
+async def test_a_worker_cancel_stops_a_blocked_node_and_a_run_keeps_its_submitted_tags(saver: Saver) -> None:
+    from typing import TypedDict
+
+    from graphckpt import Worker
+
+    class S(TypedDict):
+        n: int
+
+    release = asyncio.Event()
+
+    async def blocked(state: S) -> dict[str, Any]:
+        await release.wait()  # never set: only a cancel stops it
+        return {"n": state["n"] + 1}
+
+    g = StateGraph(S)
+    g.add_node("blocked", blocked)
+    g.add_edge(START, "blocked")
+    g.add_edge("blocked", END)
+    queue: Any = saver
+    app = g.compile(saver=saver)
+    worker = Worker({"tests:blocked": app}, poll=0.05)
+    loop = asyncio.ensure_future(worker.run())
+    try:
+        run = await app.asubmit({"n": 0}, thread_id="b", graph="tests:blocked", tags={"via": "test"})
+        await _until(lambda: _is(_status(queue, run.run_id), "running"), "the claim")
+        await _until(lambda: _has_head(app, "b"), "the input step")
+        assert (await app.athread("b")).metadata["tags"] == {"via": "test", "graph": "tests:blocked", "run": run.run_id}
+        assert worker.cancel(run.run_id)
+        await _until(lambda: _is(_status(queue, run.run_id), "cancelled"), "the cancel of a blocked node")
+        info = await app.athread("b")
+        assert (info.status, info.lease, info.step) == ("running", None, 0)  # the step never committed; released
+        assert not worker.cancel(run.run_id)  # not running any more
+    finally:
+        worker.stop()
+        await loop
+
+
+async def _status(queue: Any, run_id: str) -> str:
+    return str((await queue.get_run(run_id)).status)
+
+
+async def _has_head(app: Any, thread_id: str) -> bool:
+    try:
+        await app.athread(thread_id)
+    except Exception:
+        return False
+    return True

@@ -11,8 +11,10 @@ its own.
 Statuses are LangGraph's: ``queued`` is ``pending``, ``done`` is ``success``, ``failed`` is ``error``;
 ``running``, ``interrupted`` and ``cancelled`` keep their names. Cancel: a queued run is cancelled in the queue; a
 running run stops after its current step (lease released, run ``cancelled``): at once when this server's own
-worker runs it, else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
+worker runs it (and within :data:`~graphckpt.worker.CANCEL_GRACE` seconds even when its step does not end: the task is
+cancelled), else through the queue's cancel request (``cancel_requested``), which the run's worker reads between
 steps (at most every :data:`~graphckpt.worker.CANCEL_CHECK` seconds). A cancel answers once the run has stopped.
+A run keeps the request's tags (the UI's ``via``, ``ui_action``) in its payload (:data:`~graphckpt.runs.ENVELOPE`).
 
 What only the creating process knows (the run's own metadata, its multitask strategy, the event cursor its stream
 starts at, a recursion limit) is kept in memory; a run read back after a restart has its metadata empty and its
@@ -31,7 +33,7 @@ from graphckpt.errors import ThreadBusyError, ThreadStateError
 from graphckpt.runs import Multitask
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus
+from graphckpt.server.executor import UI_TAGS, RunConflict, RunInfo, RunRequest, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
@@ -120,12 +122,14 @@ class QueueRuns:
         if not busy:
             await self._check(request)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
+        tags = request.tags if request.tags is not None else await self._inherited_tags(sid)
         try:
             if request.resume:
                 run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
-                                        graph=request.graph_id)  # fmt: skip
+                                        graph=request.graph_id, tags=tags)  # fmt: skip
             else:
-                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id)
+                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id,
+                                        tags=tags)  # fmt: skip
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
@@ -136,6 +140,15 @@ class QueueRuns:
             worker.wake()
         self._waiters[run.run_id] = asyncio.Event()
         return self._info(run)
+
+    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
+        """A run without tags of its own keeps the thread's, less the marks of a web UI action (an API run after a
+        UI cancel is not a UI action); ``None``: the thread has no such marks (the worker keeps its tags)."""
+        record = await self.service.saver.get_thread(thread_id)
+        found = record.metadata.get("tags") if record is not None else None
+        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
+            return None
+        return {k: v for k, v in found.items() if k not in UI_TAGS}
 
     async def _check(self, request: RunRequest) -> None:
         """Refuse at once what the run would refuse: input for a thread that waits for an answer or a resume (or

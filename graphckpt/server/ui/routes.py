@@ -189,7 +189,8 @@ async def _live_context(request: Request, backend: UIBackend, thread_id: str) ->
         failed = {e.node for e in view.head.errors}
         svg = graph_svg(view.graph, current=current, next=set(view.head.next), done=view.done_nodes, failed=failed)
     running = view.info.status == "running"
-    streamed = running and bool(request.state.ui_stream)
+    # under the server a crashed thread is taken over by a worker's sweeper within a lease: keep following it
+    streamed = (running or view.info.status == "crashed") and bool(request.state.ui_stream)
     return {"view": view, "svg": svg, "poll": POLL if running and not streamed else None, "running": running,
             "stream": f"/events/{quote(thread_id, safe='')}" if streamed else None}  # fmt: skip
 

@@ -166,7 +166,7 @@ class ServiceBackend(LocalBackend):
         app, tags = await self._app_for(thread_id, "fork")
         snap = await app.afork(thread_id, checkpoint_id, update=update or None, new_thread_id=new_thread_id, tags=tags)
         run = await self._submit(snap.thread_id, "fork")
-        await _bounded(run)
+        await self._bounded(run)
         return snap.thread_id
 
     async def resume(self, thread_id: str) -> None:
@@ -186,7 +186,7 @@ class ServiceBackend(LocalBackend):
                 f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
             )
         value = answer if answer is NO_ANSWER or len(ids) == 1 else {interrupt_id: answer}
-        await _bounded(await self._submit(thread_id, "answer", value))
+        await self._bounded(await self._submit(thread_id, "answer", value))
 
     async def cancel(self, thread_id: str) -> None:
         """Cancel the thread's runs in this server, then record the cancel in the thread's record: a checkpoint of
@@ -206,14 +206,18 @@ class ServiceBackend(LocalBackend):
             now = await self.reader.athread(thread_id)
             if now.status != before.status or now.head != before.head:
                 return
+            ended = await self.service.runs.get(run.run_id)  # a queue's run info is a snapshot: read it back
+            if ended is not None and ended.finished:
+                return
             await asyncio.sleep(0.01)
 
-
-async def _bounded(run: RunInfo) -> None:
-    try:
-        await asyncio.wait_for(run.done.wait(), RUN_WAIT)
-    except TimeoutError:
-        return
+    async def _bounded(self, run: RunInfo) -> None:
+        """Wait (at most :data:`RUN_WAIT`) for ``run`` to end: through the executor's ``join`` (a queue's run info
+        is a snapshot, its ``done`` is never set later)."""
+        try:
+            await asyncio.wait_for(self.service.runs.join(run.run_id), RUN_WAIT)
+        except TimeoutError:
+            return
 
 
 # -- the routes only the server has: login, the live stream of a thread ------------------------------------------------
