@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,10 +120,10 @@ async def _reference(inputs: dict[str, dict[str, str]]) -> dict[str, dict[str, o
         return {t: (await app.aget_state(t)).values.model_dump() for t in inputs}
 
 
-async def _wait(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+async def _wait(condition: Callable[[], Awaitable[bool]], bound: float, what: str) -> None:
+    deadline = time.monotonic() + bound
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out after {bound} s waiting for {what}"
         await asyncio.sleep(0.2)
 
 
