@@ -26,9 +26,12 @@ Retries (429, 5xx, timeouts, connection errors) happen inside the effect, by :cl
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import logging
 import os
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -185,6 +188,7 @@ class ChatModel:
         idempotency_key: str | None,
         on_piece: Callable[[str, str], None] | None = None,
     ) -> ChatResult:
+        await _import_openai()
         import openai  # here, not at module level: importing it costs about 0.6 s, and offline runs never need it
 
         model = self.model_name()
@@ -334,6 +338,13 @@ def chat_node(
 
     node.__name__ = node.__qualname__ = f"chat_node_{output_key}"
     return node
+
+
+async def _import_openai() -> None:
+    """Import ``openai`` off the event loop the first time (it takes 0.6-2 s): the lease's heartbeat keeps beating
+    meanwhile, so a run with a short lease is not taken over, and its call made twice, because of an import."""
+    if "openai" not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, "openai")
 
 
 def build_messages(prompt: Prompt, state: Any, *, system: str | None = None, node: str = "?") -> list[Message]:

@@ -147,6 +147,9 @@ class FakeOpenAIServer:
         billed when it is produced (before a :func:`slow` reply waits): what a provider charges, read or not."""
         self.release = threading.Event()
         """Set to let blocked :func:`slow` handlers answer."""
+        self.latency = 0.0
+        """Seconds every request takes after it is billed (a model's think time: a client killed meanwhile loses
+        a call the server already counted)."""
         self._script: list[Reply] = []
         self._lock = threading.Lock()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
@@ -240,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
         if reply.wait_for_release:
             owner.release.wait(reply.wait_for_release)
+        if owner.latency:
+            owner.release.wait(owner.latency)  # the think time; closing the server cuts it short
         if isinstance(body, dict) and body.get("stream") and reply.status == 200 and reply.raw is None:
             self._stream(payload, body, reply)
             return

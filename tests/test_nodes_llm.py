@@ -339,3 +339,41 @@ def test_a_tool_call_that_is_not_a_function_call_is_an_llm_error() -> None:
     completion = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [custom]}}]}
     with pytest.raises(LLMError, match="returned a tool call of type 'custom'; only function tool calls"):
         _normalize(completion, "m", "http://127.0.0.1:1/v1")
+
+
+_IMPORT_CHILD = """
+import asyncio, sys, time
+import nodes.llm
+assert "openai" not in sys.modules
+async def main():
+    gaps, last, done = [0.0], time.monotonic(), False
+    async def tick():
+        nonlocal last
+        while not done:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+    ticker = asyncio.create_task(tick())
+    started = time.monotonic()
+    await nodes.llm._import_openai()
+    took = time.monotonic() - started
+    done = True
+    await ticker
+    print(took, max(gaps))
+asyncio.run(main())
+"""
+
+
+def test_the_first_online_call_imports_openai_off_the_event_loop() -> None:
+    """The campaign found it: importing ``openai`` (0.6-2 s) on the event loop stalled the lease's heartbeat, so a
+    worker with a short lease was taken over during its first call and the call was made twice."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _IMPORT_CHILD], capture_output=True, text=True, timeout=60,
+                          env=os.environ.copy())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    took, gap = map(float, done.stdout.split())
+    assert gap < max(0.25, took / 2), (took, gap)  # the loop kept running while openai was imported

@@ -4,8 +4,8 @@ new worker up before the old one exits on SIGTERM) strands nothing; every thread
 single-process run, and external calls repeat at most once per kill (only a kill between a call and its journal
 commit repeats one). SQLite: three processes on one file. PostgreSQL: three processes.
 
-This is the CI-sized variant of the issue's campaign (20 threads x 5 steps, two kills and a rolling restart). The
-large one (4 workers x 200 threads, a kill every 2 s for a minute, on the offline model) is not built yet.
+Two kills and a rolling restart on 20 threads x 5 steps; the issue's kill campaign (a random worker SIGKILLed every
+2 s, threads of a ``chat_node`` graph on the loopback model) is ``test_campaign.py``.
 """
 
 from __future__ import annotations
