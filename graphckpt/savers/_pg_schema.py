@@ -209,21 +209,7 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
                 ADD CONSTRAINT blobs_kind_check CHECK (kind IN (0, 1, 2, 3, 4, 6)) NOT VALID""",
             # A chunk at step a deletes its thread's and channel's blobs with a < step < p_step and replaces the row
             # at a (a delta it packs).
-            commit_function(
-                """
-                FOR i IN 1..cardinality(p_b_ch) LOOP
-                    IF p_b_kind[i] < 4 THEN
-                        INSERT INTO {blobs} (step, kind, thread_id, channel, data)
-                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i]);
-                    ELSE
-                        DELETE FROM {blobs} b WHERE b.thread_id = p_b_tid[i] AND b.channel = p_b_ch[i]
-                            AND b.step > p_b_step[i] AND b.step < p_step;
-                        INSERT INTO {blobs} AS b (step, kind, thread_id, channel, data)
-                        VALUES (p_b_step[i], p_b_kind[i], p_b_tid[i], p_b_ch[i], p_b_data[i])
-                        ON CONFLICT (thread_id, channel, step) DO UPDATE SET kind = excluded.kind, data = excluded.data;
-                    END IF;
-                END LOOP;"""
-            ),
+            commit_function(_STORE_BLOBS_V2),
         ),
     ),
     (
