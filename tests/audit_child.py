@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from leasing import wait_unleased
 from pydantic import BaseModel
 
 from graphckpt import END, START, StateGraph, ThreadNotFoundError, current_context
@@ -116,15 +117,6 @@ def enable_file_telemetry(path: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(FileExporter()))
     graphckpt.telemetry.enable(tracer_provider=provider)
-
-
-def wait_unleased(app: Any, thread_id: str) -> None:
-    """Until no live process holds the thread: a killed child's lease (0.5 s here) expires, then it is crashed."""
-    deadline = time.monotonic() + 30
-    while (info := app.thread(thread_id)).status == "running" and info.lease is not None:
-        if time.monotonic() > deadline:
-            sys.exit(f"thread {thread_id!r} is still held by {info.lease.owner}")
-        time.sleep(0.02)
 
 
 def main(db: str, thread: str) -> int:

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
+from leasing import wait_unleased
 from pydantic import BaseModel
 
 from graphckpt import END, START, Context, StateGraph, ThreadConflictError, ThreadNotFoundError, append
@@ -395,7 +396,7 @@ def run_crash(args: argparse.Namespace) -> int:
     app = graph.compile(saver=make_saver(args.backend, args.db, args.schema), recursion_limit=args.steps + 10)
     try:
         if _exists(app, args.thread):
-            _wait_unleased(app, args.thread)
+            wait_unleased(app, args.thread)
             stream = app.stream(None, thread_id=args.thread, mode="checkpoints", resume=True)
         else:
             stream = app.stream({"n": 0}, thread_id=args.thread, mode="checkpoints")
@@ -415,21 +416,12 @@ def _exists(app: Any, thread_id: str) -> bool:
     return True
 
 
-def _wait_unleased(app: Any, thread_id: str) -> None:
-    """Until no live process holds the thread: a killed child's lease expires within :data:`CHILD_LEASE`."""
-    deadline = time.monotonic() + 30
-    while (info := app.thread(thread_id)).status == "running" and info.lease is not None:
-        if time.monotonic() > deadline:
-            sys.exit(f"thread {thread_id!r} is still held by {info.lease.owner}")
-        time.sleep(0.02)
-
-
 def run_race(args: argparse.Namespace) -> int:
     graph = build_graph(steps=args.steps, side=args.side, async_node=args.async_node, delay=args.delay)
     app = graph.compile(saver=make_saver(args.backend, args.db, args.schema), recursion_limit=args.steps + 10)
     try:
         _exists(app, args.thread)  # open the saver (connections, migrations) before the barrier
-        _wait_unleased(app, args.thread)  # the killed owner's lease expired: both racers may take it over
+        wait_unleased(app, args.thread)  # the killed owner's lease expired: both racers may take it over
         _wait_barrier()
         try:
             snap = app.resume(args.thread)

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Annotated
 
+from leasing import await_unleased
 from pydantic import BaseModel
 
 from graphckpt import START, StateGraph, append
@@ -72,15 +73,6 @@ def build_graph(side: str, *, block: bool = False) -> StateGraph:
     return g
 
 
-async def wait_unleased(app: App, thread_id: str) -> None:
-    """Until no live process holds the thread: the killed child's lease (0.5 s here) expires, then it is crashed."""
-    deadline = time.monotonic() + 30
-    while (info := await app.athread(thread_id)).status == "running" and info.lease is not None:
-        if time.monotonic() > deadline:
-            sys.exit(f"thread {thread_id!r} is still held by {info.lease.owner}")
-        await asyncio.sleep(0.02)
-
-
 async def main(args: argparse.Namespace) -> None:
     os.environ.setdefault("GRAPHCKPT_LEASE_SECONDS", "0.5")  # a killed child's thread is crashed that soon
     if args.backend == "sqlite":
@@ -96,7 +88,7 @@ async def main(args: argparse.Namespace) -> None:
         if await saver.get_thread("t") is None:
             snap = await app.ainvoke({"topic": "x"}, thread_id="t")
         else:
-            await wait_unleased(app, "t")
+            await await_unleased(app, "t")
             snap = await app.aresume("t")
         print(f"done {snap.status}", flush=True)
 

@@ -117,7 +117,7 @@ def test_kill_and_resume_links_traces_marks_replays_and_keeps_token_sums(
 ) -> None:
     """The child is killed inside the tool call of ``act`` (after that task's model call was journaled); the
     resumed run replays that model call from the journal."""
-    from audit_child import wait_unleased
+    from leasing import wait_unleased
     from test_audit_crash import Proc
 
     db, exported = tmp_path / "t.db", tmp_path / "child-spans.jsonl"
