@@ -33,6 +33,7 @@ from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.app import App
+    from graphckpt.engine import Run
 
 __all__ = ["Worker"]
 
@@ -76,6 +77,9 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self.on_end: list[Callable[[str], None]] = []
         """Called with the run id each time a run of this worker ends (or goes back to the queue)."""
+        self.on_begin: list[Callable[[RunRecord, Run], None]] = []
+        """Called with each claimed run and its engine run before the first step: where a listener of the run's
+        ephemeral events (``custom``, ``tasks``, ``messages``, ``debug``) attaches itself (the server's hub)."""
         self._executing: dict[str, asyncio.Task[Any]] = {}
         """Run id -> the task executing it."""
         self._cancelled: set[str] = set()
@@ -153,6 +157,8 @@ class Worker:
         try:
             tags = await self._tags(app, run)
             engine = await app._begin(run, fence, tags)
+            for hook in self.on_begin:
+                hook(run, engine)
             next_check = ids.now() + CANCEL_CHECK
             async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
                 async for _ in steps:

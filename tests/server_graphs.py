@@ -53,13 +53,15 @@ _chat = chat_node("step {n}", output_key="last", api_key="test-key", offline=Fal
 
 
 async def ask(state: Counter, ctx: Any) -> dict[str, Any]:
+    ctx.write({"asking": state.n + 1})  # a ``custom`` stream sees it
     await asyncio.sleep(_delay())
     update = await _chat(state, ctx)
     return {**update, "n": state.n + 1}
 
 
 def asking() -> StateGraph:
-    """One journaled model call per step until ``n == limit``."""
+    """One journaled model call per step until ``n == limit`` (each step first writes ``{"asking": n}`` to the
+    ``custom`` stream)."""
     g = StateGraph(Counter)
     g.add_node("ask", ask)
     g.add_edge(START, "ask")

@@ -5,6 +5,10 @@ one index look-up) every ``poll_interval`` seconds; on PostgreSQL a ``LISTEN gra
 at once on each commit's ``NOTIFY`` (sent by the event triggers), and the poll, slowed to ``pg_poll_interval``, is
 the fallback if that connection breaks. Streams never hold events: they wait for the version to pass the one they
 saw, then read the log from their own cursor.
+
+The hub also holds :class:`~graphckpt.server.ephemeral.Ephemera`, the rings of the ephemeral events of this server's
+own runs. A stream registers a wake-up event of its own (:attr:`Hub.wakes`): the poller sets them all when the log
+changed, a thread's ring sets those of its streams.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 from typing import Any, cast
 
 from graphckpt.savers.base import Saver
+from graphckpt.server.ephemeral import Ephemera
 
 __all__ = ["Hub"]
 
@@ -33,6 +38,9 @@ class Hub:
         self._changed = asyncio.Event()
         self._nudge = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
+        self.wakes: set[asyncio.Event] = set()
+        """The open streams' wake-up events: set on each change of the log (and at shutdown)."""
+        self.ephemera = Ephemera(saver)
 
     async def start(self) -> None:
         self._observed = await self.saver.events_version()
@@ -53,6 +61,8 @@ class Hub:
         """Wake every stream for good: the server is shutting down."""
         self.closing = True
         self._changed.set()
+        for wake in self.wakes:
+            wake.set()
 
     async def wait(self, seen: int, within: float) -> int:
         """Wait until the version is past ``seen`` (or ``within`` seconds, or shutdown); returns the version."""
@@ -72,6 +82,8 @@ class Hub:
             self.version += 1
             event, self._changed = self._changed, asyncio.Event()
             event.set()
+            for wake in self.wakes:
+                wake.set()
 
     async def _poll(self) -> None:
         listening = hasattr(self.saver, "dsn")

@@ -91,6 +91,8 @@ class QueueRuns:
         for n in range(self._count):
             worker = Worker(self.service.apps, concurrency=self._concurrency, poll=0.25)
             worker.on_end.append(self._ended)
+            worker.on_begin.append(self.service.hub.ephemera.attach)  # its ephemeral events, while streamed
+            worker.on_end.append(self.service.hub.ephemera.ended)
             self.workers.append(worker)
             self._tasks.append(asyncio.create_task(worker.run(), name=f"graphckpt-worker-{n}"))
         self._watcher = asyncio.create_task(self._watch(), name="graphckpt-run-watcher")

@@ -4,6 +4,8 @@ streams come from the durable event log (:mod:`graphckpt.server.streams`)."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from pydantic import BaseModel, Field
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -18,7 +20,7 @@ from graphckpt.server.errors import ApiError
 from graphckpt.server.executor import RunInfo, RunRequest
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.service import PendingThread, user_metadata
-from graphckpt.server.streams import sse_response, thread_stream
+from graphckpt.server.streams import parse_modes, sse_response, thread_stream
 
 __all__ = ["routes"]
 
@@ -67,14 +69,21 @@ async def create_run(request: Request) -> Response:
 
 
 async def stream_run(request: Request) -> Response:
-    _, _, config = scope_of(request)
+    """A new run's stream. Its ``Location`` (where langgraph-sdk reconnects, with ``Last-Event-ID``) carries the
+    body's ``stream_mode`` as query parameters, so a reconnect streams the same modes."""
+    service, ns, config = scope_of(request)
     b = await models.body(request, models.RunBody, config.max_body)
+    modes = [b.stream_mode] if isinstance(b.stream_mode, str) else list(b.stream_mode or ())
+    wanted = parse_modes(modes, "body.stream_mode")
+    service.hub.ephemera.expect(store_id(ns, request.path_params["thread_id"]), wanted)  # from the run's first event
     run = await _submit(request, b)
     metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
-    modes = [b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode
+    headers = _locations(request, run)
+    if modes:
+        headers["Location"] += "?" + urlencode([("stream_mode", m) for m in modes])
     return await sse_response(
         request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
-        headers=_locations(request, run), modes=modes, run_id=run.run_id,
+        headers=headers, modes=modes, run_id=run.run_id,
     )  # fmt: skip
 
 

@@ -1,18 +1,47 @@
-"""SSE streams from the durable event log.
+"""SSE streams from the durable event log, with the ephemeral events of this server's own runs in between.
 
-Each event is sent as ``id: {thread_id}:{step}:{seq}``, ``event:`` its kind, ``data:`` its JSON payload. A stream
-is an async generator that owns nothing but a cursor ``(step, seq)`` over the thread's lineage (a fork's stream
-holds its source's events up to the fork point, with the source's ids): it reads the log after the cursor, sends,
-and when it has caught up waits for the :class:`~graphckpt.server.hub.Hub` to say the log grew. So reconnecting
-with ``Last-Event-ID`` (or ``?after=``; the header wins, as a browser's ``EventSource`` resends it with the URL it
-first opened) is just starting at another cursor, after a disconnect, a server restart, or a run by another process.
+Each durable event is sent as ``id: {thread_id}:{step}:{seq}``, ``event:`` its kind, ``data:`` its JSON payload. A
+stream is an async generator that owns nothing but a cursor ``(step, seq)`` over the thread's lineage (a fork's
+stream holds its source's events up to the fork point, with the source's ids): it reads the log after the cursor,
+sends, and when it has caught up waits for the :class:`~graphckpt.server.hub.Hub` to say the log grew. So
+reconnecting with ``Last-Event-ID`` (or ``?after=``; the header wins, as a browser's ``EventSource`` resends it with
+the URL it first opened) is just starting at another cursor, after a disconnect, a server restart, or a run by
+another process.
 
 - A malformed id is 400 before the stream starts. An id this stream cannot continue from (another thread, a
   position past a fork point, an event that is not stored: pruned, or never written) is never a silent full replay:
   the stream opens with ``event: stream.reset`` (no id; ``data`` says why) and then replays from the start.
-- Filters are query parameters (``kinds=task.finished,checkpoint``; ``stream_mode=values`` sends each checkpoint as
-  an ``event: values`` with the state, for LangGraph clients), so a reconnect to the same URL applies them again.
-  Ids stay those of the durable events; filtered-out events only move the cursor.
+- **Stream modes** (``stream_mode``: the body of ``POST /threads/{id}/runs/stream``, a string or a list as
+  langgraph-sdk sends it; the query of the GET streams, repeated or comma-separated, so a reconnect to the same URL
+  applies them again), each event named by its mode:
+
+  ================  ==========  ==========================================================================
+  mode              kind        ``event:`` and ``data``
+  ================  ==========  ==========================================================================
+  ``events``        durable     the log's own kinds and payloads (the default without ``stream_mode``)
+  ``values``        durable     ``values``: the state at each checkpoint
+  ``updates``       durable     ``updates``: ``{node: update}`` per finished task (from ``task.finished``)
+  ``checkpoints``   durable     ``checkpoints``: each checkpoint as LangGraph's (config, values, next, ...)
+  ``tasks``         both        ``tasks``: a task started (``{id, name, input}``, ephemeral), a task's result
+                                (``{id, name, result}``, from ``task.finished``)
+  ``debug``         both        ``debug``: LangGraph's ``{type, step, timestamp, payload}``: ``task``
+                                (ephemeral), ``task_result`` and ``checkpoint`` (durable)
+  ``messages``      ephemeral   ``messages``: ``[chunk, metadata]`` per piece of a model's answer
+                                (``messages-tuple`` is the same, LangGraph's name for it)
+  ``custom``        ephemeral   ``custom``: what a node wrote with ``ctx.write``
+  ================  ==========  ==========================================================================
+
+  ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on). Filtered-out events only move
+  the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry the same id.
+- **Ephemeral events** exist only in the memory of the server whose in-process workers run the thread (a run by a
+  ``graphckpt worker`` process or another server has none here), and only from the moment a stream asked for
+  their mode (see :mod:`graphckpt.server.ephemeral`). Their id is the durable id they follow plus a suffix,
+  ``{thread_id}:{step}:{seq}~{epoch}.{n}``: they sort after that durable event (and before the next), never
+  collide with a durable id, and name this server's run of the thread (``epoch``) and their number ``n``. A
+  reconnect with one continues right after it while the ring still holds the events that followed; otherwise
+  (this server restarted, another server served it, they aged out) the stream opens with ``event: stream.reset``
+  whose data says the ephemeral events after that durable event were lost, and continues after the durable event
+  (no full replay).
 - The end: a run's stream ends after that run's terminal event (``run.done``, ``run.failed``,
   ``run.interrupted``); a thread's stream ends when it has caught up with a thread whose last event is terminal and
   that has no run going here. Either way the last thing sent is ``event: end`` (no id), which the langgraph-sdk
@@ -22,27 +51,36 @@ first opened) is just starting at another cursor, after a disconnect, a server r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 
+from graphckpt.checkpoint import Snapshot
+from graphckpt.engine import debug_event
 from graphckpt.savers.base import TERMINAL_EVENTS, StoredEvent
 from graphckpt.server import models, queries
 from graphckpt.server.auth import api_id, store_id
+from graphckpt.server.ephemeral import EPHEMERAL_MODES, At, Channel, Entry
 from graphckpt.server.errors import ApiError
 from graphckpt.server.http import scope_of
 from graphckpt.server.service import Service
 
-__all__ = ["StreamQuery", "open_stream", "parse_event_id", "sse_response"]
+__all__ = ["MODES", "EventId", "StreamQuery", "open_stream", "parse_event_id", "parse_modes", "sse_response"]
 
 START = (-1, -1)
 """The cursor before a thread's first event."""
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Content-Encoding": "identity"}
+
+MODES = ("events", "values", "updates", "checkpoints", "tasks", "debug", "messages", "messages-tuple", "custom")
+"""The ``stream_mode`` names a stream accepts (``messages-tuple`` is ``messages``)."""
 
 
 class StreamQuery(BaseModel):
@@ -51,35 +89,96 @@ class StreamQuery(BaseModel):
     stream_mode: list[str] | None = None
 
 
-def parse_event_id(text: str) -> tuple[str, int, int]:
-    """``thread_id:step:seq`` (the thread id may itself hold colons); 400 when it is not one."""
+class EventId(NamedTuple):
+    """A parsed event id: the durable position, and for an ephemeral id the server epoch and number after it."""
+
+    thread_id: str
+    step: int
+    seq: int
+    epoch: str | None = None
+    n: int | None = None
+
+
+def parse_event_id(text: str) -> EventId:
+    """``thread_id:step:seq`` (the thread id may itself hold colons), or an ephemeral ``thread_id:step:seq~epoch.n``;
+    400 when it is neither."""
     thread_id, sep1, rest = text.rpartition(":")
     thread_id, sep2, step = thread_id.rpartition(":")
+    seq, tilde, suffix = rest.partition("~")
+    epoch, dot, n = suffix.partition(".")
+    parsed: EventId | None
     try:
-        parsed = (thread_id, int(step), int(rest))
+        parsed = EventId(thread_id, int(step), int(seq), epoch or None, int(n) if tilde else None)
     except ValueError:
         parsed = None
-    if not (sep1 and sep2 and thread_id) or parsed is None or parsed[1] < 0 or parsed[2] < 0:
-        raise ApiError(400, "BadRequest", f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ")
+    broken = tilde and not (epoch.isalnum() and dot and n.isdigit())
+    if not (sep1 and sep2 and thread_id) or parsed is None or parsed.step < 0 or parsed.seq < 0 or broken:
+        raise ApiError(400, "BadRequest", f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral "
+                                          "THREAD_ID:STEP:SEQ~EPOCH.N)")  # fmt: skip
     return parsed
+
+
+def parse_modes(modes: Iterable[str] | None, where: str = "query.stream_mode") -> frozenset[str]:
+    """The stream modes asked for (``messages-tuple`` as ``messages``); 422 naming an unknown one."""
+    found = set()
+    for mode in modes or ():
+        if mode not in MODES:
+            raise ApiError(422, "ValidationError", f"{where}: unknown stream mode {mode!r} (one of {', '.join(MODES)})")
+        found.add("messages" if mode == "messages-tuple" else mode)
+    return frozenset(found)
+
+
+@dataclass
+class Start:
+    """Where a stream starts (see :func:`start_of`)."""
+
+    segments: list[tuple[str, int, int]]
+    cursor: tuple[int, int]
+    kind: str | None
+    """The kind of the durable event at the cursor."""
+    reset: dict[str, Any] | None
+    """The data of the ``stream.reset`` to open with, or ``None``."""
+    after_n: int | None = None
+    """A reconnect with an ephemeral id of this server: the number of the last ephemeral event the client has."""
+
+
+async def start_of(
+    service: Service, ns: str, thread_id: str, last_id: str | None, *, default: tuple[int, int] = START
+) -> Start:
+    """Where a stream of ``thread_id`` starts for ``last_id`` (without one: at ``default``)."""
+    segments = await service.segments(ns, thread_id)
+    if last_id is None:
+        return Start(segments, default, None, None)
+    parsed = parse_event_id(last_id)
+    sid = store_id(ns, parsed.thread_id)
+    inside = any(t == sid and first <= parsed.step < upper for t, first, upper in segments)
+    kind = await service.saver.event_kind(sid, parsed.step, parsed.seq) if inside else None
+    if kind is None:
+        why = "not in this thread's lineage" if not inside else "not stored (pruned, or never written)"
+        return Start(segments, START, None, {"last_event_id": last_id, "reason": f"event {last_id!r} is {why}"})
+    start = Start(segments, (parsed.step, parsed.seq), kind, None)
+    if parsed.n is None:
+        return start
+    durable = f"{parsed.thread_id}:{parsed.step}:{parsed.seq}"
+    ephemera = service.hub.ephemera
+    channel = ephemera.channels.get(store_id(ns, thread_id))
+    if parsed.epoch == ephemera.epoch and channel is not None and channel.keeps_after(parsed.n):
+        start.after_n = parsed.n
+        return start
+    if parsed.epoch == ephemera.epoch:
+        start.after_n = parsed.n
+    start.reset = {"last_event_id": last_id, "continue_after": durable, "lost": "ephemeral",
+                   "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
+                             "served them, or they aged out); continuing after that durable event"}  # fmt: skip
+    return start
 
 
 async def open_stream(
     service: Service, ns: str, thread_id: str, last_id: str | None, *, default: tuple[int, int] = START
 ) -> tuple[list[tuple[str, int, int]], tuple[int, int], str | None, dict[str, Any] | None]:
-    """Where a stream of ``thread_id`` starts: its lineage segments, the cursor, the kind of the event at the cursor,
-    and the reason for a ``stream.reset`` (or ``None``). Without ``last_id`` it starts at ``default``."""
-    segments = await service.segments(ns, thread_id)
-    if last_id is None:
-        return segments, default, None, None
-    tid, step, seq = parse_event_id(last_id)
-    sid = store_id(ns, tid)
-    inside = any(t == sid and first <= step < upper for t, first, upper in segments)
-    kind = await service.saver.event_kind(sid, step, seq) if inside else None
-    if kind is None:
-        why = "not in this thread's lineage" if not inside else "not stored (pruned, or never written)"
-        return segments, START, None, {"last_event_id": last_id, "reason": f"event {last_id!r} is {why}"}
-    return segments, (step, seq), kind, None
+    """:func:`start_of` as ``(segments, cursor, kind at the cursor, reset)`` (what the web UI's stream uses)."""
+    start = await start_of(service, ns, thread_id, last_id, default=default)
+    return start.segments, start.cursor, start.kind, start.reset
 
 
 async def event_source(
@@ -92,69 +191,198 @@ async def event_source(
     last_kind: str | None = None,
     kinds: set[str] | None = None,
     values: bool = False,
+    modes: frozenset[str] = frozenset(),
+    after_n: int | None = None,
     run_stream: bool = False,
     preamble: Sequence[ServerSentEvent] = (),
     run_id: str | None = None,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
-    """The stream itself: owns only ``cursor`` (and the kind of the event there). Each read's events go out as one
-    write (their encodings are shared by the thread's subscribers). A run's stream (``run_id``) also ends when the
-    run was cancelled (a cancel writes no event: it is seen at the next wake-up, within 5 s)."""
+    """The stream itself: owns only ``cursor`` (and the kind of the event there), and with ephemeral ``modes`` the
+    number of the last ephemeral event it passed. Each read's events go out as one write (their encodings are shared
+    by the thread's subscribers). A run's stream (``run_id``) also ends when the run was cancelled (a cancel writes
+    no event: it is seen at the next wake-up, within 5 s). ``values=True`` is ``modes={"values"}``."""
     for item in preamble:
         yield item
+    modes = modes | {"values"} if values else modes
+    raw = not modes or "events" in modes or kinds is not None
     sid = store_id(ns, thread_id)
     hub = service.hub
-    while not hub.closing:
-        seen = hub.version
-        batch = await service.events(segments, cursor)
-        chunk = bytearray()
-        for event in batch:
-            cursor, last_kind = (event.step, event.seq), event.kind
-            encoded = await _render(service, ns, thread_id, event, kinds, values)
-            if encoded is not None:
-                chunk += encoded
-            if run_stream and event.kind in TERMINAL_EVENTS:
-                yield bytes(chunk) + END
+    wake = asyncio.Event()
+    hub.wakes.add(wake)
+    live = modes & EPHEMERAL_MODES
+    ephemera = hub.ephemera
+    channel = ephemera.subscribe(sid, live, wake) if live else None
+    stream = _Ephemeral(channel, ephemera.epoch, ns, live, cursor, after_n) if channel is not None else None
+    try:
+        while not hub.closing:
+            wake.clear()  # before the read: a change after it sets it again
+            batch = await service.events(segments, cursor)
+            if channel is not None and stream is not None:
+                if batch:
+                    last = batch[-1]
+                    ephemera.saw(channel, At(last.step, last.seq, last.thread_id))
+                await ephemera.settle(channel)  # what was emitted before the read is in the ring now
+            chunk = bytearray()
+            for event in batch:
+                if stream is not None:
+                    chunk += stream.before((event.step, event.seq))
+                cursor, last_kind = (event.step, event.seq), event.kind
+                chunk += await _render_all(service, ns, thread_id, event, modes, kinds if raw else set())
+                if run_stream and event.kind in TERMINAL_EVENTS:
+                    yield bytes(chunk) + END
+                    return
+            if stream is not None:
+                chunk += stream.up_to(cursor)
+            if chunk:
+                yield bytes(chunk)
+            if batch:
+                continue
+            if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
+                yield END
                 return
-        if chunk:
-            yield bytes(chunk)
-        if batch:
-            continue
-        if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
-            yield END
-            return
-        if run_id is not None and (run := await service.runs.get(run_id)) is not None and run.status == "cancelled":
-            yield END
-            return
-        await service.wait_events(seen, within=5.0)
+            if run_id is not None and (run := await service.runs.get(run_id)) is not None and run.status == "cancelled":
+                yield END
+                return
+            if not wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await wake.wait()
+    finally:
+        hub.wakes.discard(wake)
+        if channel is not None:
+            ephemera.unsubscribe(channel, wake)
+
+
+class _Ephemeral:
+    """A stream's position among a thread's ephemeral events: the number of the last one it passed."""
+
+    def __init__(
+        self, channel: Channel, epoch: str, ns: str, modes: frozenset[str], cursor: tuple[int, int], n: int | None
+    ) -> None:
+        self.channel, self.epoch, self.ns, self.modes = channel, epoch, ns, modes
+        self.n = n if n is not None else channel.first_after((cursor[0], cursor[1], -1))
+
+    def before(self, position: tuple[int, int]) -> bytes:
+        """The encodings of the ephemeral events anchored before the durable event at ``position``."""
+        return self._take(lambda e: (e.anchor.step, e.anchor.seq) < position)
+
+    def up_to(self, cursor: tuple[int, int]) -> bytes:
+        """Those anchored at ``cursor`` or before (the stream has read that far)."""
+        return self._take(lambda e: (e.anchor.step, e.anchor.seq) <= cursor)
+
+    def _take(self, fits: Any) -> bytes:
+        out = bytearray()
+        ring = self.channel.ring
+        if ring and ring[0].n > self.n + 1:  # the ring moved on while this stream lagged: say what it missed
+            lost = ring[0].n - self.n - 1
+            self.n = ring[0].n - 1
+            reason = f"{lost} ephemeral events were dropped: this stream fell behind"
+            out += ServerSentEvent(event="stream.reset", data=_dump({"lost": "ephemeral", "reason": reason})).encode()
+        for entry in self.channel.after(self.n):
+            if not fits(entry):
+                break
+            self.n = entry.n
+            if entry.mode in self.modes:
+                out += _encode_entry(entry, self.ns, self.channel.thread_id, self.epoch)
+        return bytes(out)
+
+
+def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
+    encoded = entry.encoded.get(ns)
+    if encoded is None:
+        anchor = entry.anchor
+        tid = api_id(ns, anchor.thread_id or thread_id) or anchor.thread_id
+        data = entry.data
+        if entry.mode == "messages" and isinstance(data, list) and len(data) == 2 and isinstance(data[1], dict):
+            meta = dict(data[1])
+            if isinstance(meta.get("thread_id"), str):
+                meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
+            data = [data[0], meta]
+        eid = f"{tid}:{anchor.step}:{anchor.seq}~{epoch}.{entry.n}"
+        encoded = entry.encoded[ns] = ServerSentEvent(id=eid, event=entry.mode, data=_dump(data)).encode()
+    return encoded
 
 
 END = ServerSentEvent(event="end", data="{}").encode()
 """The last thing a stream sends (no id): its run or thread has finished."""
 
+_DURABLE_MODES = {
+    "checkpoint": ("values", "checkpoints", "debug"),
+    "task.finished": ("updates", "tasks", "debug"),
+}
+"""Which durable events each mode renders."""
 
-async def _render(
-    service: Service, ns: str, thread_id: str, e: StoredEvent, kinds: set[str] | None, values: bool
-) -> bytes | None:
-    """The SSE encoding of ``e`` for this stream's filters, or ``None`` when they leave it out."""
-    if (values and e.kind != "checkpoint") or (not values and kinds is not None and e.kind not in kinds):
-        return None
-    key = (ns, e.thread_id, e.step, e.seq, "values" if values else "")
+
+async def _render_all(
+    service: Service, ns: str, thread_id: str, e: StoredEvent, modes: frozenset[str], kinds: set[str] | None
+) -> bytes:
+    """The SSE encodings of ``e`` for this stream: its own kind (``kinds``: ``None`` all, else those named) and
+    each of ``modes`` that renders it."""
+    out = b""
+    if kinds is None or e.kind in kinds:
+        out += await _render(service, ns, thread_id, e, "")
+    for mode in _DURABLE_MODES.get(e.kind, ()):
+        if mode in modes:
+            out += await _render(service, ns, thread_id, e, mode)
+    return out
+
+
+async def _render(service: Service, ns: str, thread_id: str, e: StoredEvent, mode: str) -> bytes:
+    """The SSE encoding of ``e`` in ``mode`` (``""``: as itself), cached (an event never changes)."""
+    key = (ns, e.thread_id, e.step, e.seq, mode)
     encoded = service.rendered.get(key)
     if encoded is not None:
         return encoded
     eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
-    if values:
-        snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
-        encoded = ServerSentEvent(id=eid, event="values", data=_dump(queries.state_view(ns, snap)["values"])).encode()
-    else:
-        payload = dict(e.payload)
-        if payload.get("parent_thread_id"):
-            payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
-        encoded = ServerSentEvent(id=eid, event=e.kind, data=_dump(payload)).encode()
+    data = await _data(service, ns, thread_id, e, mode)
+    encoded = ServerSentEvent(id=eid, event=mode or e.kind, data=_dump(data)).encode()
     service.rendered[key] = encoded
-    while len(service.rendered) > 1024:  # an event never changes: subscribers of one thread encode it once
+    while len(service.rendered) > 1024:  # subscribers of one thread encode each event once
         del service.rendered[next(iter(service.rendered))]
     return encoded
+
+
+async def _data(service: Service, ns: str, thread_id: str, e: StoredEvent, mode: str) -> Any:
+    payload = dict(e.payload)
+    if not mode:
+        if payload.get("parent_thread_id"):
+            payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
+        return payload
+    if e.kind == "task.finished":
+        node, update = payload.get("node"), payload.get("update")
+        if mode == "updates":
+            return {node: update or None}
+        result = {"id": payload.get("task_id"), "name": node, "result": update}
+        if mode == "tasks":
+            return result
+        pairs = list(update.items()) if isinstance(update, dict) else []
+        return debug_event("task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs,
+                           interrupts=[])  # fmt: skip
+    snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
+    view = queries.state_view(ns, snap)
+    if mode == "values":
+        return view["values"]
+    if mode == "checkpoints":
+        return _checkpoint_view(view)
+    return debug_event("checkpoint", e.step, **_checkpoint_view(view), thread_id=view["checkpoint"]["thread_id"],
+                       checkpoint_id=snap.checkpoint_id, parent=_parent(snap))  # fmt: skip
+
+
+def _checkpoint_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A state as LangGraph's ``checkpoints`` stream shows it."""
+    parent = view["parent_checkpoint"]
+    return {
+        "config": {"configurable": view["checkpoint"]},
+        "parent_config": {"configurable": parent} if parent else None,
+        "values": view["values"],
+        "metadata": view["metadata"],
+        "next": view["next"],
+        "tasks": [{"id": t["id"], "name": t["name"], "interrupts": t["interrupts"]} for t in view["tasks"]],
+    }
+
+
+def _parent(snap: Snapshot) -> list[str] | None:
+    return list(snap.parent) if snap.parent else None
 
 
 def _dump(data: Any) -> str:
@@ -172,18 +400,20 @@ async def sse_response(
     modes: Sequence[str] | None = None,
     run_id: str | None = None,
 ) -> EventSourceResponse:
-    """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters)."""
+    """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
+    the query's ``stream_mode`` wins over ``modes``, a run body's)."""
     service, ns, config = scope_of(request)
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
+    wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
     last_id = request.headers.get("last-event-id") or q.after or None
-    segments, cursor, kind, reset = await open_stream(service, ns, thread_id, last_id, default=default)
+    start = await start_of(service, ns, thread_id, last_id, default=default)
     first = list(preamble)
-    if reset is not None:
-        first.append(ServerSentEvent(event="stream.reset", data=_dump(reset)))
-    wanted = set(q.stream_mode or modes or ())
+    if start.reset is not None:
+        first.append(ServerSentEvent(event="stream.reset", data=_dump(start.reset)))
     source = event_source(
-        service, ns, thread_id, segments, cursor, last_kind=kind, kinds=set(q.kinds) if q.kinds else None,
-        values="values" in wanted and not q.kinds, run_stream=run_stream, preamble=first, run_id=run_id,
+        service, ns, thread_id, start.segments, start.cursor, last_kind=start.kind,
+        kinds=set(q.kinds) if q.kinds else None, modes=wanted, after_n=start.after_n, run_stream=run_stream,
+        preamble=first, run_id=run_id,
     )  # fmt: skip
     return EventSourceResponse(source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive)
 

@@ -1,0 +1,269 @@
+"""Stream modes of ``graphckpt serve`` and its ephemeral events, against the real server over loopback.
+
+Durable modes (``values``, ``updates``, ``checkpoints``, ``events``) are renderings of the event log. Ephemeral ones
+(``messages``, ``custom``, ``tasks``, ``debug``) come from this server's own workers as the run goes and are placed
+between the durable events they happened between, with ids ``{durable id}~{epoch}.{n}``: a reconnect with one
+continues right after it while the server still holds what came next; a restarted server says ``stream.reset``
+(the ephemeral events are lost) and continues after the durable event the id names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai_server import FakeOpenAIServer
+from serving import Served, durable, read_events
+
+import server_graphs
+from graphckpt.savers.memory import MemorySaver
+
+Event = tuple[str | None, str, Any]
+MODES = {"stream_mode": "messages-tuple,custom,events"}
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    started: list[Served] = []
+
+    def start(targets: list[str], **kwargs: Any) -> Served:
+        server = Served(tmp_path, targets, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def _key(event_id: str | None) -> tuple[int, int, int]:
+    """An id's place in the stream: ``(step, seq, -1)`` for a durable one, ``(step, seq, n)`` for an ephemeral."""
+    assert event_id is not None
+    _, step, rest = event_id.rsplit(":", 2)
+    seq, _, suffix = rest.partition("~")
+    return int(step), int(seq), int(suffix.rpartition(".")[2]) if suffix else -1
+
+
+def _library_updates(graph: Any, data: dict[str, Any]) -> list[Any]:
+    return list(graph.compile(MemorySaver()).stream(data, thread_id="lib", mode="updates"))
+
+
+def _stream_run(client: httpx.Client, thread: str, body: dict[str, Any], **kw: Any) -> list[Event]:
+    return read_events(client, f"/threads/{thread}/runs/stream", method="POST", json_body=body, **kw)
+
+
+@pytest.mark.parametrize(("target", "data"), [("counter", {"limit": 5}), ("fanout", {"width": 16})])
+def test_updates_equal_the_librarys_stream(serve: Callable[..., Served], target: str, data: dict[str, Any]) -> None:
+    server = serve([f"server_graphs:{target}"])
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        events = _stream_run(client, "u", {"input": data, "stream_mode": "updates"})
+        assert events[0][1] == "metadata" and events[-1][1] == "end"
+        updates = [d for _, k, d in events if k == "updates"]
+        expected = _library_updates(getattr(server_graphs, target)(), data)
+        assert len(expected) == (5 if target == "counter" else 16)
+        key = repr  # a fan-out's tasks finish in any order
+        assert sorted(updates, key=key) == sorted(expected, key=key)
+        again = read_events(client, "/threads/u/stream", params={"stream_mode": "updates"})  # after the run: the log
+        assert [d for _, k, d in again if k == "updates"] == updates
+
+
+def test_messages_arrive_before_their_steps_task_finished(
+    serve: Callable[..., Served], model: FakeOpenAIServer
+) -> None:
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        events = _stream_run(
+            client, "m", {"input": {"limit": 3}, "stream_mode": ["messages-tuple", "values", "events"]}
+        )
+        keys = [_key(i) for i, _, _ in events if i]
+        assert keys == sorted(keys)  # ids increase, ephemeral ones too; one event's two renderings share its id
+        assert [k for k in keys if k[2] >= 0] == sorted({k for k in keys if k[2] >= 0})
+        pieces: dict[int, list[str]] = {}
+        finished: set[int] = set()
+        for eid, kind, data in events:
+            if kind == "messages":
+                chunk, metadata = data
+                step = metadata["langgraph_step"]
+                assert step not in finished, "a piece after its step's task.finished"
+                assert metadata["langgraph_node"] == "ask" and metadata["thread_id"] == "m"
+                pieces.setdefault(step, []).append(chunk["content"])
+            elif kind == "task.finished":
+                finished.add(_key(eid)[0])
+        values = [d for _, k, d in events if k == "values"]
+        answers = {step: "".join(p) for step, p in pieces.items()}
+        assert len(answers) == 3 and all(len(p) > 1 for p in pieces.values())  # streamed piece by piece
+        assert list(answers.values()) == [v["last"] for v in values[1:]]  # the pieces make each step's message
+        assert all(r.json["stream"] is True for r in model.requests)
+
+
+def test_custom_writes_arrive_in_their_step(serve: Callable[..., Served], model: FakeOpenAIServer) -> None:
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        events = _stream_run(client, "c", {"input": {"limit": 3}, "stream_mode": ["custom", "updates"]})
+        named = [(k, d) for _, k, d in events if k in ("custom", "updates")]
+        assert [k for k, _ in named] == ["custom", "updates"] * 3
+        assert [d for k, d in named if k == "custom"] == [{"asking": 1}, {"asking": 2}, {"asking": 3}]
+        assert not any("stream" in r.json for r in model.requests)  # nobody read messages: whole completions
+
+
+def test_tasks_and_debug_modes(serve: Callable[..., Served]) -> None:
+    server = serve(["server_graphs:counter"])
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        events = _stream_run(client, "d", {"input": {"limit": 2}, "stream_mode": ["tasks", "debug"]})
+        tasks = [d for _, k, d in events if k == "tasks"]
+        assert [("input" in t, t["name"]) for t in tasks] == [(True, "tick"), (False, "tick")] * 2
+        assert tasks[0]["input"]["n"] == 0 and tasks[2]["input"]["n"] == 1
+        debug = [d["type"] for _, k, d in events if k == "debug"]
+        assert debug == ["checkpoint"] + ["task", "task_result", "checkpoint"] * 2
+        bad = client.post("/threads/d/runs/stream", json={"stream_mode": ["values", "nonsense"]})
+        assert bad.status_code == 422 and "body.stream_mode" in bad.json()["message"]
+        bad = client.get("/threads/d/stream", params={"stream_mode": "nonsense"})
+        assert bad.status_code == 422 and "query.stream_mode" in bad.json()["message"]
+
+
+def _cut_every(client: httpx.Client, path: str, n: int, params: dict[str, str]) -> list[Event]:
+    got: list[Event] = []
+    last = None
+    while True:
+        part = read_events(client, path, last_id=last, limit=n, params=params)
+        assert not any(k == "stream.reset" for _, k, _ in part), part[:2]
+        got += durable(part)
+        if (part and part[-1][1] == "end") or not durable(part):
+            return got
+        last = got[-1][0]
+
+
+def test_reconnect_with_an_ephemeral_id_continues_without_duplicates(
+    serve: Callable[..., Served], model: FakeOpenAIServer
+) -> None:
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.02"})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        live = durable(_stream_run(client, "r", {"input": {"limit": 4}, "stream_mode": ["messages-tuple", "custom",
+                                                                                         "events"]}))  # fmt: skip
+        whole = durable(read_events(client, "/threads/r/stream", params=MODES))
+        assert whole == live  # after the run, the thread's stream is the same, from the ring and the log
+        ephemeral = [i for i, _, _ in whole if i and "~" in i]
+        assert len(ephemeral) > 8
+        for n in (1, 2, 3, 5, 8):
+            assert _cut_every(client, "/threads/r/stream", n, MODES) == whole, f"cut every {n}"
+        for i, (eid, _, _) in enumerate(whole):  # once after each event
+            assert durable(read_events(client, "/threads/r/stream", last_id=eid, params=MODES)) == whole[i + 1 :]
+
+
+def test_cuts_while_the_run_is_live(serve: Callable[..., Served], model: FakeOpenAIServer) -> None:
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.05"})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        client.post("/threads", json={"thread_id": "lv"}).raise_for_status()
+        params = {"stream_mode": "messages-tuple,custom,events"}
+
+        async def first_part() -> list[Event]:  # subscribed before the run is queued: it sees every event
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as ac:
+                opened = asyncio.Event()
+                task = asyncio.create_task(_read_async(ac, "/threads/lv/stream", params, opened, limit=5))
+                await asyncio.wait_for(opened.wait(), 10)
+                (await ac.post("/threads/lv/runs", json={"input": {"limit": 5}})).raise_for_status()
+                return await task
+
+        head = durable(asyncio.run(first_part()))
+        got = head + _cut_every_after(client, "/threads/lv/stream", 3, params, head[-1][0])
+        assert got == durable(read_events(client, "/threads/lv/stream", params=params))
+        assert any("~" in (i or "") for i, _, _ in got) and got[-1][1] == "run.done"
+
+
+def _cut_every_after(client: httpx.Client, path: str, n: int, params: dict[str, str], last: str | None) -> list[Event]:
+    got: list[Event] = []
+    while True:
+        part = read_events(client, path, last_id=last, limit=n, params=params)
+        assert not any(k == "stream.reset" for _, k, _ in part), part[:2]
+        got += durable(part)
+        if (part and part[-1][1] == "end") or not durable(part):
+            return got
+        last = got[-1][0]
+
+
+async def _read_async(
+    client: httpx.AsyncClient, path: str, params: dict[str, str], opened: asyncio.Event, *, limit: int
+) -> list[Event]:
+    import json
+
+    out: list[Event] = []
+    async with client.stream("GET", path, params=params) as response:
+        assert response.status_code == 200
+        opened.set()
+        fields: dict[str, str] = {}
+        async for line in response.aiter_lines():
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(":")
+                fields[name] = value.removeprefix(" ")
+            elif fields:
+                data = fields.get("data")
+                out.append((fields.get("id"), fields.get("event", "message"), json.loads(data) if data else None))
+                fields = {}
+                if sum(1 for i, _, _ in out if i) >= limit:
+                    break
+    return out
+
+
+def test_after_a_restart_an_ephemeral_id_is_reset_to_its_durable_event(
+    serve: Callable[..., Served], model: FakeOpenAIServer
+) -> None:
+    env = {"OPENAI_BASE_URL": model.base_url}
+    first = serve(["server_graphs:asking"], env=env)
+    with httpx.Client(base_url=first.url, timeout=30) as client:
+        events = durable(_stream_run(client, "k", {"input": {"limit": 3}, "stream_mode": ["messages-tuple", "custom",
+                                                                                            "events"]}))  # fmt: skip
+    first.kill()
+    at = next(i for i, (eid, _, _) in enumerate(events) if eid and "~" in eid and i > 4)
+    eid = events[at][0]
+    assert eid is not None
+    named = eid.partition("~")[0]
+    second = serve(["server_graphs:asking"], env=env, db=first.db)
+    with httpx.Client(base_url=second.url, timeout=30) as client:
+        tail = read_events(client, "/threads/k/stream", last_id=eid, params=MODES)
+        assert tail[0][1] == "stream.reset" and tail[0][0] is None
+        assert tail[0][2]["continue_after"] == named and tail[0][2]["lost"] == "ephemeral"
+        after = [e for e in events if "~" not in (e[0] or "") and _key(e[0]) > _key(named)]
+        assert durable(tail) == after  # the durable tail after the named event: no full replay, nothing ephemeral
+        assert tail[-1][1] == "end"
+        for bad in (f"{named}~x", f"{named}~ab.", f"{named}~ab.-1"):
+            assert client.get("/threads/k/stream", headers={"Last-Event-ID": bad}).status_code == 400
+
+
+def test_the_langgraph_sdk_client_streams_updates_messages_and_custom(
+    serve: Callable[..., Served], model: FakeOpenAIServer
+) -> None:
+    from langgraph_sdk import get_client
+
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url})
+
+    async def main() -> list[Any]:
+        client = get_client(url=server.url)
+        thread = await client.threads.create()
+        parts = [p async for p in client.runs.stream(thread["thread_id"], "server_graphs:asking", input={"limit": 2},
+                                                     stream_mode=["updates", "messages-tuple", "custom"])]  # fmt: skip
+        await client.aclose()
+        return parts
+
+    parts = asyncio.run(main())
+    kinds = [p.event for p in parts]
+    assert kinds[0] == "metadata" and kinds[-1] == "end"
+    assert set(kinds[1:-1]) == {"updates", "messages", "custom"}
+    assert [p.data for p in parts if p.event == "custom"] == [{"asking": 1}, {"asking": 2}]
+    text = "".join(p.data[0]["content"] for p in parts if p.event == "messages")
+    updates = [p.data["ask"] for p in parts if p.event == "updates"]
+    assert len(updates) == 2
+    if updates[0]:  # the update's values are in task.finished (the events commit carrying them)
+        assert text == "".join(u["last"] for u in updates)
+    assert kinds.index("custom") < kinds.index("messages") < kinds.index("updates")
