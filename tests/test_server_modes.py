@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+import server_graphs
 from openai_server import FakeOpenAIServer
 from serving import Served, durable, read_events
 
-import server_graphs
 from graphckpt.savers.memory import MemorySaver
 
 Event = tuple[str | None, str, Any]
