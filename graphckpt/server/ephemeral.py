@@ -6,14 +6,15 @@ to :meth:`Ephemera.attach` (``Worker.on_begin``); the engine's listener is set o
 wants an ephemeral mode (the modes asked for during a run stay on until it ends, so a client that drops and comes
 back finds what it missed). Each event goes into a small ring per thread and wakes the streams of that thread.
 
-**Where an ephemeral event sits in the stream.** Each event gets an *anchor*: the last durable event known to be
-committed when it happened, and a number ``n`` counting this server's ephemeral events of the thread. A stream sends
-everything in the order of ``(step, seq, n)`` (a durable event counting as ``n = -1``): after the durable event it is
-anchored to, before the next one. The anchor is the later of (a) the durable positions the thread's streams had read
-when it was emitted and (b) the end of the step before the running one (its checkpoint, or the ``run.started`` of
-the running step's claim), read once per step; so a step's events come after the previous step's checkpoint and
-before its own ``task.finished``, and a durable event written in the middle of a step (``effect.recorded``) may be
-placed after ephemeral events that in fact followed it by less than a poll. Anchors never decrease with ``n``.
+**Where an ephemeral event sits in the stream.** Each event gets an *anchor*, the last durable event known to be
+committed when it happened, and a number ``n``, increasing and unique in this server. A stream sends everything in
+the order of ``(step, seq, n)`` (a durable event counting as ``n = -1``): an ephemeral event comes after the durable
+event it is anchored to and before the next one. The anchor is the later of (a) the durable positions the thread's
+streams had read when it was emitted and (b) the end of the step before the running one (its checkpoint, or the
+``run.started`` of the running step's claim), read once per step. So a step's events come after the previous step's
+checkpoint and before its own ``task.finished``; a durable event written in the middle of a step
+(``effect.recorded``) may be placed after ephemeral events that followed it by less than a poll. Anchors never
+decrease with ``n``.
 
 **Ids.** ``{thread_id}:{step}:{seq}~{epoch}.{n}``: the anchor's durable id, the server's epoch (random, one per
 :class:`Ephemera`, so ids of a server that restarted, or of another server, are recognised as not this one's), and
@@ -26,6 +27,7 @@ names. Memory: at most :data:`RING` events per thread, rings of threads with no 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import secrets
@@ -93,10 +95,13 @@ class Entry:
 class Channel:
     """One thread's ring, the modes its streams want, and its running engine (if this server runs it)."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, born: int) -> None:
         self.thread_id = thread_id
         self.ring: deque[Entry] = deque(maxlen=RING)
-        self.next_n = 0
+        self.born = born
+        """The server's event count when this ring was made: numbers before it are not this ring's."""
+        self.evicted = born - 1
+        """The number of the latest entry dropped to make room (``born - 1``: none)."""
         self.listeners: dict[asyncio.Event, frozenset[str]] = {}
         """Each open stream's wake-up event -> the ephemeral modes it wants."""
         self.sticky: set[str] = set()
@@ -122,25 +127,28 @@ class Channel:
 
     def after(self, n: int) -> Iterator[Entry]:
         """The entries numbered above ``n``, in order."""
-        if not self.ring:
-            return iter(())
-        start = max(0, n + 1 - self.ring[0].n)
-        return (self.ring[i] for i in range(start, len(self.ring)))
+        ring = self.ring
+        start = bisect.bisect_right(ring, n, key=lambda e: e.n)
+        return (ring[i] for i in range(start, len(ring)))
 
     def keeps_after(self, n: int) -> bool:
-        """Whether every event numbered above ``n`` is still here (a reconnect after ``n`` loses nothing)."""
-        if n >= self.next_n:
-            return False
-        return n + 1 >= (self.ring[0].n if self.ring else self.next_n)
+        """Whether every event of this thread numbered above ``n`` is still here (a reconnect after ``n`` loses
+        nothing): this ring was there when ``n`` was numbered, and has dropped nothing numbered after it."""
+        return self.born <= n and self.evicted <= n
 
     def first_after(self, key: tuple[int, int, int]) -> int:
         """The number just before the first entry whose key is above ``key`` (where a stream at ``key`` is)."""
-        last = (self.ring[0].n - 1) if self.ring else self.next_n - 1
+        last = self.evicted
         for entry in self.ring:
             if entry.key > key:
                 break
             last = entry.n
         return last
+
+    def append(self, entry: Entry) -> None:
+        if len(self.ring) == RING:
+            self.evicted = self.ring[0].n
+        self.ring.append(entry)
 
     def poke(self) -> None:
         for event in self.listeners:
@@ -154,6 +162,9 @@ class Ephemera:
         self.saver = saver
         self.epoch = secrets.token_hex(4)
         self.channels: dict[str, Channel] = {}
+        self.count = 0
+        """Ephemeral events numbered so far: ``n`` is unique in this server (a thread's ring dropped and made again
+        never reuses a number)."""
         self._runs: dict[str, tuple[str, Run]] = {}
         """Run id -> (thread id, engine run) of the runs this server's workers execute now."""
 
@@ -179,6 +190,7 @@ class Ephemera:
             channel.engine, channel.sticky = None, set()
             channel.touched = time.monotonic()
             channel.poke()
+        self._sweep()
 
     def _listen(self, channel: Channel) -> None:
         engine, modes = channel.engine, channel.modes
@@ -238,8 +250,8 @@ class Ephemera:
             data = to_jsonable_python(list(payload) if mode == "messages" else payload, fallback=repr)
         except Exception as exc:  # what a node wrote cannot be shown as JSON: say so rather than drop the stream
             data = {"error": f"not JSON: {exc}"}
-        channel.ring.append(Entry(channel.next_n, anchor, mode, data))
-        channel.next_n += 1
+        channel.append(Entry(self.count, anchor, mode, data))
+        self.count += 1
         channel.poke()
 
     # -- the streams' side ---------------------------------------------------------------------------------------
@@ -283,7 +295,7 @@ class Ephemera:
         channel = self.channels.get(thread_id)
         if channel is None:
             self._sweep()
-            channel = self.channels[thread_id] = Channel(thread_id)
+            channel = self.channels[thread_id] = Channel(thread_id, self.count)
         return channel
 
     def _sweep(self) -> None:

@@ -162,11 +162,12 @@ async def start_of(
     durable = f"{parsed.thread_id}:{parsed.step}:{parsed.seq}"
     ephemera = service.hub.ephemera
     channel = ephemera.channels.get(store_id(ns, thread_id))
-    if parsed.epoch == ephemera.epoch and channel is not None and channel.keeps_after(parsed.n):
+    ours = parsed.epoch == ephemera.epoch and parsed.n < ephemera.count
+    if ours and channel is not None and channel.keeps_after(parsed.n):
         start.after_n = parsed.n
         return start
-    if parsed.epoch == ephemera.epoch:
-        start.after_n = parsed.n
+    if ours and channel is not None:  # what is left after the gap still comes
+        start.after_n = max(parsed.n, channel.evicted)
     start.reset = {"last_event_id": last_id, "continue_after": durable, "lost": "ephemeral",
                    "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
                              "served them, or they aged out); continuing after that durable event"}  # fmt: skip
@@ -272,11 +273,9 @@ class _Ephemeral:
 
     def _take(self, fits: Any) -> bytes:
         out = bytearray()
-        ring = self.channel.ring
-        if ring and ring[0].n > self.n + 1:  # the ring moved on while this stream lagged: say what it missed
-            lost = ring[0].n - self.n - 1
-            self.n = ring[0].n - 1
-            reason = f"{lost} ephemeral events were dropped: this stream fell behind"
+        if self.channel.evicted > self.n:  # the ring moved on while this stream lagged: say it missed some
+            self.n = self.channel.evicted
+            reason = "ephemeral events were dropped: this stream fell behind"
             out += ServerSentEvent(event="stream.reset", data=_dump({"lost": "ephemeral", "reason": reason})).encode()
         for entry in self.channel.after(self.n):
             if not fits(entry):
