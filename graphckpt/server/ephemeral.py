@@ -20,8 +20,8 @@ decrease with ``n``.
 :class:`Ephemera`, so ids of a server that restarted, or of another server, are recognised as not this one's), and
 ``n``. A reconnect with such an id continues right after it while the ring still holds what came next; otherwise
 (restart, another server, aged out) the stream says ``stream.reset`` and continues from the durable event the id
-names. Memory: at most :data:`RING` events per thread, rings of threads with no run and no stream dropped after
-:data:`LINGER` seconds, at most :data:`MAX_THREADS` rings.
+names. Memory: at most :data:`RING` events and :data:`RING_BYTES` bytes per thread; rings of threads with no run
+and no stream are dropped after :data:`LINGER` seconds, and beyond :data:`MAX_THREADS` of them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -55,11 +56,14 @@ EPHEMERAL_MODES = frozenset({"custom", "tasks", "messages", "debug"})
 RING = 2048
 """Ephemeral events kept per thread (a long answer's pieces fit; older ones are dropped first)."""
 
+RING_BYTES = 1 << 20
+"""And at most this many bytes of their JSON per thread (a ``tasks`` event carries the task's whole input)."""
+
 LINGER = 60.0
 """Seconds a thread's ring is kept after its run ended and its last stream closed."""
 
-MAX_THREADS = 1024
-"""Rings kept at most; beyond, the idle ones that were touched longest ago go first."""
+MAX_THREADS = 256
+"""Idle rings kept at most (beyond, those touched longest ago go first; a ring with a stream or a run stays)."""
 
 
 class At(NamedTuple):
@@ -84,6 +88,8 @@ class Entry:
     """``custom``, ``tasks``, ``messages`` or ``debug``."""
     data: Any
     """JSON-ready payload (converted once, when it was published)."""
+    size: int
+    """The length of its JSON (what counts against :data:`RING_BYTES`)."""
     encoded: dict[str, bytes] = field(default_factory=dict)
     """SSE encodings by namespace (the streams of one thread share them)."""
 
@@ -97,7 +103,8 @@ class Channel:
 
     def __init__(self, thread_id: str, born: int) -> None:
         self.thread_id = thread_id
-        self.ring: deque[Entry] = deque(maxlen=RING)
+        self.ring: deque[Entry] = deque()
+        self.bytes = 0
         self.born = born
         """The server's event count when this ring was made: numbers before it are not this ring's."""
         self.evicted = born - 1
@@ -146,9 +153,12 @@ class Channel:
         return last
 
     def append(self, entry: Entry) -> None:
-        if len(self.ring) == RING:
-            self.evicted = self.ring[0].n
+        """Keep ``entry``, dropping the oldest ones beyond :data:`RING` events or :data:`RING_BYTES` bytes."""
+        while self.ring and (len(self.ring) >= RING or self.bytes + entry.size > RING_BYTES):
+            old = self.ring.popleft()
+            self.evicted, self.bytes = old.n, self.bytes - old.size
         self.ring.append(entry)
+        self.bytes += entry.size
 
     def poke(self) -> None:
         for event in self.listeners:
@@ -248,9 +258,11 @@ class Ephemera:
         channel.last_anchor = anchor
         try:
             data = to_jsonable_python(list(payload) if mode == "messages" else payload, fallback=repr)
+            size = len(json.dumps(data, ensure_ascii=False, default=repr))
         except Exception as exc:  # what a node wrote cannot be shown as JSON: say so rather than drop the stream
             data = {"error": f"not JSON: {exc}"}
-        channel.append(Entry(self.count, anchor, mode, data))
+            size = 64
+        channel.append(Entry(self.count, anchor, mode, data, size))
         self.count += 1
         channel.poke()
 
