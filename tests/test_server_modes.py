@@ -106,8 +106,14 @@ def test_messages_arrive_before_their_steps_task_finished(
         assert all(r.json["stream"] is True for r in model.requests)
 
 
-def test_custom_writes_arrive_in_their_step(serve: Callable[..., Served], model: FakeOpenAIServer) -> None:
-    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url})
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_custom_writes_arrive_in_their_step(
+    serve: Callable[..., Served], model: FakeOpenAIServer, store: str, request: pytest.FixtureRequest
+) -> None:
+    db = None
+    if store == "postgres":
+        db = f"postgresql://postgres@127.0.0.1:5432/test?schema={request.getfixturevalue('pg_schema_name')}"
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url}, db=db)
     with httpx.Client(base_url=server.url, timeout=30) as client:
         events = _stream_run(client, "c", {"input": {"limit": 3}, "stream_mode": ["custom", "updates"]})
         named = [(k, d) for _, k, d in events if k in ("custom", "updates")]
