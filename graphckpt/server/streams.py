@@ -56,7 +56,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -79,14 +79,17 @@ START = (-1, -1)
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Content-Encoding": "identity"}
 
-MODES = ("events", "values", "updates", "checkpoints", "tasks", "debug", "messages", "messages-tuple", "custom")
+ModeName = Literal[
+    "events", "values", "updates", "checkpoints", "tasks", "debug", "messages", "messages-tuple", "custom"
+]
+MODES: tuple[str, ...] = get_args(ModeName)
 """The ``stream_mode`` names a stream accepts (``messages-tuple`` is ``messages``)."""
 
 
 class StreamQuery(BaseModel):
     after: str | None = None
     kinds: list[str] | None = None
-    stream_mode: list[str] | None = None
+    stream_mode: list[ModeName] | None = None
 
 
 class EventId(NamedTuple):
