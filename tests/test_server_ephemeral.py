@@ -100,3 +100,34 @@ def test_ephemeral_ids_parse_and_never_look_durable() -> None:
     for bad in ("t:3:4~", "t:3:4~ab", "t:3:4~ab.", "t:3:4~.7", "t:3:4~a-b.7", "t:3:4.7", "t:3:4~ab.x"):
         with pytest.raises(ApiError):
             parse_event_id(bad)
+
+
+async def test_a_reconnect_after_aged_out_ephemeral_events_is_reset_to_its_durable_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from graphckpt.server.service import Service
+    from graphckpt.server.streams import start_of
+
+    saver = MemorySaver()
+    thread = await _thread_with_events(saver)
+    graph = StateGraph(S).add_node("a", lambda s: {"x": 1}).add_edge(START, "a").add_edge("a", END)
+    service = Service({"g": graph.compile(saver)}, saver)
+    log = await saver.read_events([(thread, -1, 10**9)], after=(-1, -1), limit=100)
+    first, last = log[0], log[-1]
+    monkeypatch.setattr(ephemeral, "RING", 2)
+    eph = service.hub.ephemera
+    channel = eph.subscribe(thread, {"custom"}, asyncio.Event())
+    for n in range(4):  # numbered 0..3, anchored after the first durable event; 0 and 1 age out
+        eph.count += 1
+        channel.append(ephemeral.Entry(n, At(first.step, first.seq, thread), "custom", n, 1))
+    kept = await start_of(service, "", thread, f"{first.id}~{eph.epoch}.1", ephemeral=True)
+    assert kept.reset is None and kept.after_n == 1 and kept.cursor == (first.step, first.seq)
+    lost = await start_of(service, "", thread, f"{first.id}~{eph.epoch}.0", ephemeral=True)
+    assert lost.reset is not None and lost.reset["continue_after"] == first.id and lost.after_n == 1
+    assert lost.cursor == (first.step, first.seq)  # the durable event the id names, no full replay
+    other = await start_of(service, "", thread, f"{first.id}~{eph.epoch}x.3", ephemeral=True)  # another server's
+    assert other.reset is not None and other.after_n is None
+    durable_id = await start_of(service, "", thread, first.id, ephemeral=True)  # those after it aged out
+    assert durable_id.reset is not None and durable_id.after_n == 1
+    assert (await start_of(service, "", thread, last.id, ephemeral=True)).reset is None  # nothing after it was lost
+    assert (await start_of(service, "", thread, f"{first.id}~{eph.epoch}.0")).reset is None  # no ephemeral mode

@@ -109,6 +109,8 @@ class Channel:
         """The server's event count when this ring was made: numbers before it are not this ring's."""
         self.evicted = born - 1
         """The number of the latest entry dropped to make room (``born - 1``: none)."""
+        self.evicted_key = (-1, -1, -1)
+        """And its key (see :attr:`Entry.key`)."""
         self.listeners: dict[asyncio.Event, frozenset[str]] = {}
         """Each open stream's wake-up event -> the ephemeral modes it wants."""
         self.sticky: set[str] = set()
@@ -156,7 +158,7 @@ class Channel:
         """Keep ``entry``, dropping the oldest ones beyond :data:`RING` events or :data:`RING_BYTES` bytes."""
         while self.ring and (len(self.ring) >= RING or self.bytes + entry.size > RING_BYTES):
             old = self.ring.popleft()
-            self.evicted, self.bytes = old.n, self.bytes - old.size
+            self.evicted, self.evicted_key, self.bytes = old.n, old.key, self.bytes - old.size
         self.ring.append(entry)
         self.bytes += entry.size
 

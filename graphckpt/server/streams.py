@@ -146,9 +146,16 @@ class Start:
 
 
 async def start_of(
-    service: Service, ns: str, thread_id: str, last_id: str | None, *, default: tuple[int, int] = START
+    service: Service,
+    ns: str,
+    thread_id: str,
+    last_id: str | None,
+    *,
+    default: tuple[int, int] = START,
+    ephemeral: bool = False,
 ) -> Start:
-    """Where a stream of ``thread_id`` starts for ``last_id`` (without one: at ``default``)."""
+    """Where a stream of ``thread_id`` starts for ``last_id`` (without one: at ``default``); with ``ephemeral``
+    modes, whether the ephemeral events after it are still here (if not, a ``stream.reset`` says so)."""
     segments = await service.segments(ns, thread_id)
     if last_id is None:
         return Start(segments, default, None, None)
@@ -160,17 +167,22 @@ async def start_of(
         why = "not in this thread's lineage" if not inside else "not stored (pruned, or never written)"
         return Start(segments, START, None, {"last_event_id": last_id, "reason": f"event {last_id!r} is {why}"})
     start = Start(segments, (parsed.step, parsed.seq), kind, None)
-    if parsed.n is None:
+    if not ephemeral:
         return start
     durable = f"{parsed.thread_id}:{parsed.step}:{parsed.seq}"
     ephemera = service.hub.ephemera
     channel = ephemera.channels.get(store_id(ns, thread_id))
-    ours = parsed.epoch == ephemera.epoch and parsed.n < ephemera.count
-    if ours and channel is not None and channel.keeps_after(parsed.n):
-        start.after_n = parsed.n
-        return start
-    if ours and channel is not None:  # what is left after the gap still comes
-        start.after_n = max(parsed.n, channel.evicted)
+    if parsed.n is None:
+        if channel is None or channel.evicted_key < (parsed.step, parsed.seq, -1):
+            return start
+        start.after_n = channel.evicted  # ephemeral events after it aged out: say so, send what is left
+    else:
+        ours = parsed.epoch == ephemera.epoch and parsed.n < ephemera.count
+        if ours and channel is not None and channel.keeps_after(parsed.n):
+            start.after_n = parsed.n
+            return start
+        if ours and channel is not None:  # what is left after the gap still comes
+            start.after_n = max(parsed.n, channel.evicted)
     start.reset = {"last_event_id": last_id, "continue_after": durable, "lost": "ephemeral",
                    "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
                              "served them, or they aged out); continuing after that durable event"}  # fmt: skip
@@ -408,7 +420,7 @@ async def sse_response(
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
     wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
     last_id = request.headers.get("last-event-id") or q.after or None
-    start = await start_of(service, ns, thread_id, last_id, default=default)
+    start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=bool(wanted & EPHEMERAL_MODES))
     first = list(preamble)
     if start.reset is not None:
         first.append(ServerSentEvent(event="stream.reset", data=_dump(start.reset)))
