@@ -17,10 +17,10 @@ from typing import Any, cast
 from graphckpt import ids, lease
 from graphckpt.checkpoint import Interrupt, NodeUsage, Snapshot, Task, TaskError
 from graphckpt.codec import Body, Codec
-from graphckpt.control import Send
+from graphckpt.control import START, Send
 from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, ThreadNotFoundError, ThreadStateError
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
-from graphckpt.savers.base import Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import FinishedTask, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.views import LazyFold, make_snapshot
 
 __all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
@@ -266,7 +266,7 @@ class ThreadStore:
         parent = base.cp.checkpoint_id or None
         cp = StoredCheckpoint(
             thread_id, checkpoint_id, base.cp.thread_id if parent else None, parent, step, ids.now(), record.status,
-            metadata, encoded, blobs,
+            metadata, encoded, blobs, finished_tasks(record.results) if record.source == "loop" else (),
         )  # fmt: skip
         if claim is not None:
             await self.claim(claim, run_id=run_id, lease_until=lease_until)
@@ -295,6 +295,15 @@ class ThreadStore:
     ) -> None:
         """Record pending writes against ``cp`` (and set the thread's status, for a stop)."""
         await self.saver.put_writes(cp.thread_id, cp.checkpoint_id, writes, run_id=run_id, status=status, error=error)
+
+
+def finished_tasks(results: Sequence[TaskResult]) -> list[FinishedTask]:
+    """The step's tasks as their ``task.finished`` events tell them (the input's pseudo-task is not one)."""
+    return [
+        FinishedTask(r.task.id, r.task.node, r.update, r.duration_ms, r.usage or None)
+        for r in results
+        if r.task.node != START
+    ]
 
 
 def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None) -> dict[str, Any]:

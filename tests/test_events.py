@@ -3,11 +3,13 @@ its write committed (same transaction). The memory saver mirrors the SQL trigger
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from pydantic import BaseModel
 
-from graphckpt import END, START, StateGraph
+from graphckpt import END, START, Send, StateGraph
 from graphckpt.errors import NodeError, ThreadConflictError
 from graphckpt.savers.base import Saver, StoredEvent
 from graphckpt.testing import make_checkpoint
@@ -102,3 +104,79 @@ async def test_events_commit_with_their_write_or_not_at_all(saver: Saver) -> Non
                                         (1, 1, "checkpoint")]  # fmt: skip
     await saver.delete_thread("c")
     assert await _kinds(saver, "c") == []
+
+
+class Fan(TypedDict):
+    items: Annotated[list[int], operator.add]
+
+
+class Point(BaseModel):
+    x: int
+
+
+class Odd(BaseModel):
+    point: Point | None = None
+    ratio: float = 0.0
+    text: str = ""
+    blob: str = ""
+
+
+async def test_each_task_of_a_step_has_its_own_finished_event_with_its_update(saver: Saver) -> None:
+    """16 Sends to one node in one step: 16 ``task.finished`` events (ids strictly increasing), each with its task's
+    id and its own update, then the step's one ``checkpoint``."""
+
+    def work(state: Fan) -> dict[str, Any]:
+        return {"items": [state["items"][0] * 10]}
+
+    g = StateGraph(Fan)
+    g.add_node("work", work)
+    g.add_conditional_edges(START, lambda s: [Send("work", {"items": [i]}) for i in range(16)])
+    app = g.compile(saver=saver)
+    await app.ainvoke({"items": []}, thread_id="fan")
+    events = await saver.read_events([("fan", 1, 2)], after=(-1, -1), limit=100)
+    finished = [e for e in events if e.kind == "task.finished"]
+    assert len(finished) == 16
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [e.kind for e in events][16:] == ["checkpoint", "run.done"]
+    assert sorted(e.payload["update"]["items"][0] for e in finished) == [i * 10 for i in range(16)]
+    assert len({e.payload["task_id"] for e in finished}) == 16
+    snap = await app.aget_state("fan")
+    assert {t.id for t in (await app.ahistory("fan"))[1].tasks} == {e.payload["task_id"] for e in finished}
+    assert sorted(snap.values["items"]) == [i * 10 for i in range(16)]
+    assert all(e.payload["node"] == "work" and e.payload["writes"] == ["items"] for e in finished)
+
+
+async def test_a_task_update_is_rendered_as_json_and_a_huge_one_is_left_out(saver: Saver) -> None:
+    """Models, NaN and NUL render as JSON every store accepts; an update past 64 KiB is not stored twice
+    (the event says how big it was; the checkpoint has the value)."""
+
+    def odd(state: Odd) -> dict[str, Any]:
+        return {"point": Point(x=3), "ratio": float("nan"), "text": "caf\u00e9 \u0000"}
+
+    def big(state: Odd) -> dict[str, Any]:
+        return {"blob": "x" * 100_000}
+
+    g = StateGraph(Odd)
+    g.add_node("odd", odd)
+    g.add_node("big", big)
+    g.add_edge(START, "odd")
+    g.add_edge("odd", "big")
+    g.add_edge("big", END)
+    app = g.compile(saver=saver)
+    await app.ainvoke({}, thread_id="odd")
+    events = await saver.read_events([("odd", 0, 9)], after=(-1, -1), limit=100)
+    first, second = [e.payload for e in events if e.kind == "task.finished"]
+    assert first["update"]["point"] == {"x": 3} and first["update"]["ratio"] is None
+    assert first["update"]["text"] == "caf\u00e9 \u0000"
+    assert second["update"] is None and second["update_omitted"] > 100_000 and second["writes"] == ["blob"]
+    assert (await app.aget_state("odd")).values.blob == "x" * 100_000
+
+
+def test_a_payload_with_a_lone_surrogate_still_encodes() -> None:
+    """Event payloads are JSON UTF-8 text: a lone surrogate (in a tag, say) becomes ``?`` rather than failing the
+    commit."""
+    import json
+
+    from graphckpt.savers.events import encode_payload
+
+    assert json.loads(encode_payload({"a": "x\ud800y", "n": float("inf")})) == {"a": "x?y", "n": None}

@@ -165,7 +165,8 @@ async def test_chunks_are_compressed_when_it_pays_and_read_back_exactly(pg_schem
 
 
 V1_COMMIT = """SELECT c.won, c.head, NULL::text FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
-    %b, %b, %b, %b, %b) AS c, (SELECT %s::text, %s::text, %s::int, %s::float8) AS lease_arguments_of_today"""
+    %b, %b, %b, %b, %b) AS c,
+    (SELECT %s::text, %s::text, %s::int, %s::float8, %b::text[], %b::text[]) AS lease_and_event_arguments_of_today"""
 
 
 async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
@@ -175,7 +176,8 @@ async def test_a_database_at_schema_version_1_upgrades_and_keeps_its_rows(
     with monkeypatch.context() as patch:
         patch.setattr(_pg_schema, "MIGRATIONS", _pg_schema.MIGRATIONS[:1])
         # version 1's graphckpt_commit takes 17 arguments and returns (won, head); today's call passes the 4 lease
-        # arguments too and reads the owner's run: the old saver calls the old function (the lease ones ignored)
+        # arguments and the 2 event arrays too and reads the owner's run: the old saver calls the old function
+        # (the newer arguments ignored)
         patch.setitem(_pg_sql.SQL, "commit", V1_COMMIT)
         async with PostgresSaver(PG_DSN, schema=pg_schema) as old:
             chain = await _deltas(old, "t", 3)

@@ -212,7 +212,7 @@ async def test_commit_is_one_server_side_compare_and_set(pg_dsn: str, pg_schema:
         call = sql.SQL(
             "SELECT won, head FROM {}('t', {}, 't', {}, 1, 0.5, 'running', '{{}}', '\\x00', 1.0, {}, {}, "
             "ARRAY['t'], ARRAY['x'], ARRAY[1]::bigint[], ARRAY[0]::smallint[], ARRAY['\\x01'::bytea], "
-            "NULL, NULL, NULL, NULL)"
+            "NULL, NULL, NULL, NULL, ARRAY['checkpoint'], ARRAY['{{\"checkpoint_id\": \"c1\"}}'])"
         )
         wrong_head = call.format(commit, "c1", first.checkpoint_id, "r", "nope")
         wrong_run = call.format(commit, "c1", first.checkpoint_id, "other", first.checkpoint_id)
@@ -226,6 +226,10 @@ async def test_commit_is_one_server_side_compare_and_set(pg_dsn: str, pg_schema:
         assert thread is not None and thread.head_checkpoint_id == "c1" and thread.head_step == 1
         [blob] = await saver.get_blobs([BlobRange("t", "x", 1, 1)])
         assert (blob.kind, blob.data) == ("snapshot", b"\x01")
+        events = await saver.read_events([("t", 0, 2)], after=(-1, -1), limit=10)
+        assert [(e.step, e.kind, dict(e.payload)) for e in events if e.step == 1] == [
+            (1, "checkpoint", {"checkpoint_id": "c1"})
+        ]  # the commit's events, once: the refused calls wrote none
 
 
 async def test_large_blobs_are_compressed_when_it_pays_and_read_back_exactly(pg_dsn: str, pg_schema: str) -> None:

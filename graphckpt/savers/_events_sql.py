@@ -1,12 +1,17 @@
-"""The durable event log's tables and triggers, for SQLite and PostgreSQL (one migration each).
+"""The durable event log's tables and triggers, for SQLite and PostgreSQL.
 
-Events are derived by triggers from the rows each write already makes, so they commit in that write's transaction
-(the checkpoint commit, a claim, a stop, a pending write) and no write path can forget one. Per thread, the triggers
-run while the writer holds the thread's row (PostgreSQL) or the file's write lock (SQLite), so ``seq`` is
-``max + 1`` within the step without races. Kinds and payloads: :data:`graphckpt.savers.base.EventKind`.
+The events of a write commit in that write's transaction (the checkpoint commit, a claim, a stop, a pending write),
+so no write path can forget one. A checkpoint commit writes its own (:mod:`graphckpt.savers.events`, computed in
+Python from what it writes: SQLite inserts them with :data:`SQLITE_INSERT_EVENT`, PostgreSQL's ``graphckpt_commit``
+takes them as two arrays); the rarer ones are derived by triggers from the rows that make them (a thread created by
+an input, a claim, a stop, a pending write of kind effect, interrupt or error). The migrations here first derived
+the checkpoint's events by a trigger too; SQLite migration 5 and PostgreSQL migration 7 drop it. Per thread, the
+writer holds the thread's row (PostgreSQL) or the file's write lock (SQLite), so ``seq`` is ``max + 1`` within the
+step without races. Kinds and payloads: :data:`graphckpt.savers.base.EventKind`.
 
 ``id`` (a rowid / identity column) is the store's change counter: streams poll ``max(id)``, one index look-up, and
-on PostgreSQL also wake on ``NOTIFY graphckpt_events`` (payload: the schema name) sent by the same triggers.
+on PostgreSQL also wake on ``NOTIFY graphckpt_events`` (payload: the schema name) sent by the threads' trigger,
+which fires on every commit (the head moves).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ __all__ = [
     "PG_VERSION",
     "SQLITE_EVENTS_MIGRATION",
     "SQLITE_EVENT_KIND",
+    "SQLITE_INSERT_EVENT",
     "SQLITE_VERSION",
     "sqlite_read_events",
 ]
@@ -99,7 +105,16 @@ SQLITE_EVENTS_MIGRATION: Final[tuple[str, ...]] = (
     + _SQLITE_NOW
     + " FROM checkpoints c WHERE c.thread_id = new.thread_id AND c.checkpoint_id = new.checkpoint_id; END",
 )
-"""One migration: the ``events`` table and its triggers on ``threads``, ``checkpoints`` and ``writes``."""
+"""One migration: the ``events`` table and its triggers on ``threads``, ``checkpoints`` and ``writes``. (Migration 5
+drops the one on ``checkpoints``: the commit writes those events itself, see :mod:`graphckpt.savers.events`.)"""
+
+SQLITE_INSERT_EVENT: Final = (
+    "INSERT INTO events (thread_id, step, seq, kind, payload, created_at) VALUES (?1, ?2, "
+    + _SQLITE_NEXT.format(tid="?1", step="?2")
+    + ", ?3, ?4, ?5)"
+)
+"""One event a commit writes (:func:`graphckpt.savers.events.checkpoint_events`): ``(thread_id, step, kind,
+payload, created_at)``, with the next ``seq`` of its step."""
 
 SQLITE_VERSION: Final = "SELECT coalesce(max(id), 0) FROM events"
 SQLITE_EVENT_KIND: Final = "SELECT kind FROM events WHERE thread_id = ? AND step = ? AND seq = ?"

@@ -73,19 +73,25 @@ _STORE_BLOBS_V2: LiteralString = """
 """Migration 2's blob statements (chunks), shared by the commit functions of later migrations."""
 
 
-def leased_commit_function(store_blobs: LiteralString) -> LiteralString:
+def leased_commit_function(store_blobs: LiteralString, *, events: bool = False) -> LiteralString:
     """``graphckpt_commit`` with leases (issue 14): the same steps as :func:`commit_function`, plus, delimited by
     ``-- lease`` comments: a new thread is created with epoch 1 and leased to ``p_worker``/``p_host``/``p_pid``
     until ``p_until`` (when given and the status is ``running``); the head move releases the lease when the status
     is not ``running``. The fence itself is the ``run_id = p_run`` compare of the head move (a claim sets a new
     ``run_id`` with each epoch). On a lost compare-and-set ``run`` returns the thread's owner so the error can
-    name who took it."""
+    name who took it.
+
+    ``events`` (migration 7): two more parameters, the kinds and JSON payloads of the events the commit writes
+    (:func:`graphckpt.savers.events.checkpoint_events`), inserted after the step's earlier events, delimited by an
+    ``-- events`` comment."""
     return (
         """CREATE FUNCTION {graphckpt_commit}(
                 p_tid text, p_cp text, p_ptid text, p_pcp text, p_step bigint, p_created double precision,
                 p_status text, p_meta json, p_body bytea, p_now double precision, p_run text, p_expected text,
                 p_b_tid text[], p_b_ch text[], p_b_step bigint[], p_b_kind smallint[], p_b_data bytea[],
-                p_worker text, p_host text, p_pid integer, p_until double precision,
+                p_worker text, p_host text, p_pid integer, p_until double precision,"""
+        + (" p_e_kind text[], p_e_payload text[]," if events else "")
+        + """
                 OUT won boolean, OUT head text, OUT run text)
             LANGUAGE plpgsql VOLATILE AS $fn$
             BEGIN
@@ -135,10 +141,21 @@ def leased_commit_function(store_blobs: LiteralString) -> LiteralString:
         + """
                 IF p_pcp IS NOT NULL AND p_ptid = p_tid THEN
                     DELETE FROM {writes} WHERE thread_id = p_tid AND checkpoint_id = p_pcp;
-                END IF;
+                END IF;"""
+        + (_STORE_EVENTS if events else "")
+        + """
             END
             $fn$"""
     )
+
+
+_STORE_EVENTS: LiteralString = """
+                -- events: the checkpoint's, after the step's earlier ones (a claim's run.started, a write's)
+                INSERT INTO {events} (thread_id, step, seq, kind, payload, created_at)
+                SELECT p_tid, p_step, n.base + e.o - 1, e.k, e.p::json, p_created
+                FROM unnest(p_e_kind, p_e_payload) WITH ORDINALITY AS e(k, p, o),
+                    (SELECT coalesce(max(x.seq) + 1, 0) AS base FROM {events} x
+                     WHERE x.thread_id = p_tid AND x.step = p_step) n;"""
 
 
 MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
@@ -267,6 +284,19 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             """CREATE TABLE {created_threads} (
                 thread_id text COLLATE "C" PRIMARY KEY, tags text NOT NULL, created_at double precision NOT NULL)""",
             "ALTER TABLE {runs} ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false",
+        ),
+    ),
+    (
+        7,
+        # The commit writes its checkpoint's events itself (graphckpt/savers/events.py: one task.finished per task,
+        # with its update), passed as two arrays; the trigger that derived them from the stored metadata goes.
+        (
+            "DROP TRIGGER graphckpt_events ON {checkpoints}",
+            "DROP FUNCTION {graphckpt_events_checkpoints}()",
+            """DROP FUNCTION {graphckpt_commit}(text, text, text, text, bigint, double precision, text, json, bytea,
+                double precision, text, text, text[], text[], bigint[], smallint[], bytea[], text, text, integer,
+                double precision)""",
+            leased_commit_function(_STORE_BLOBS_V2, events=True),
         ),
     ),
 )

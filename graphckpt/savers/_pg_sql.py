@@ -34,9 +34,10 @@ SQL: dict[str, LiteralString] = {
     "event_kind": PG_EVENT_KIND,
     "events_version": PG_VERSION,
     # Positional: thread, checkpoint, parent thread, parent checkpoint, step, created_at, status, metadata, body,
-    # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays.
+    # now, run, expected head, then the blobs' threads, channels, steps, kinds and data as arrays, the lease (worker,
+    # host, pid, until), and the events' kinds and payloads as arrays.
     "commit": """SELECT won, head, run FROM {graphckpt_commit}(%s, %s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,
-        %b, %b, %b, %b, %b, %s, %s, %s, %s)""",
+        %b, %b, %b, %b, %b, %s, %s, %s, %s, %b, %b)""",
     # Leases (DESIGN.md invariant 9). Take a thread for a new run: compare-and-set on head and previous run (nobody
     # claimed it since it was read) and on the lease (nobody live holds it: a second resume is refused); the new
     # run_id fences the old owner. Returns the new epoch, or nothing (then the thread's row explains why).

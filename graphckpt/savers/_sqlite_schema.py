@@ -68,6 +68,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE TABLE created_threads (thread_id TEXT PRIMARY KEY, tags TEXT NOT NULL, created_at REAL NOT NULL)",
         "ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0",
     ),
+    # 5: a commit writes its checkpoint's events itself (graphckpt/savers/events.py), one per task; the trigger that
+    # derived them from the stored metadata goes
+    ("DROP TRIGGER events_checkpoint",),
 )
 
 

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from graphckpt.errors import LeaseLostError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._events_sql import SQLITE_INSERT_EVENT
 from graphckpt.savers._sqlite_sql import CP_COLUMNS, THREAD_SELECT, thread_from_row
 from graphckpt.savers.base import Owner, Status, StoredCheckpoint, brief, claim_lost, lease_lost
+from graphckpt.savers.events import checkpoint_events
 
 Lease = tuple[Owner, float] | None
 """A lease to take: its owner and its expiry."""
@@ -175,6 +177,10 @@ def commit(
         conn.executemany(
             "INSERT OR REPLACE INTO blobs (thread_id, channel, step, kind, data) VALUES (?,?,?,?,?)", blobs
         )
+    conn.executemany(
+        SQLITE_INSERT_EVENT,
+        [(cp.thread_id, cp.step, kind, payload, cp.created_at) for kind, payload in checkpoint_events(cp)],
+    )
     if same_thread_parent:
         conn.execute(
             "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id = ?",

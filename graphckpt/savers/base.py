@@ -70,6 +70,7 @@ __all__ = [
     "BlobKind",
     "BlobRange",
     "EventKind",
+    "FinishedTask",
     "Lease",
     "Owner",
     "Saver",
@@ -143,6 +144,19 @@ class BlobRange:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedTask:
+    """One task of a committed step, as its ``task.finished`` event tells it."""
+
+    task_id: str
+    node: str
+    update: Mapping[str, Any]
+    """What the task wrote (state key -> value, before reducers), as the node returned it."""
+    duration_ms: float
+    usage: Mapping[str, Any] | None = None
+    """The model usage the task reported (``model``, ``prompt_tokens``, ``completion_tokens``, ``calls``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StoredCheckpoint:
     """A checkpoint as stored: indexed columns plus the engine's encoded body."""
 
@@ -166,6 +180,9 @@ class StoredCheckpoint:
     """Engine-encoded: frontier, channel table, interrupts, schema version, lineage. Opaque to the saver."""
     blobs: Sequence[Blob] = ()
     """Channel data written by this checkpoint. Only filled on :meth:`Saver.commit`; reads return ``()``."""
+    tasks: Sequence[FinishedTask] = ()
+    """The tasks of the step this checkpoint commits, one ``task.finished`` event each (see
+    :func:`graphckpt.savers.events.checkpoint_events`). Only filled on :meth:`Saver.commit`; reads return ``()``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +322,10 @@ EventKind = Literal[
 
 - ``run.started``: a thread created by an input (at its first step), or claimed by a run (at ``head_step + 1``);
   payload ``{run_id}``: the engine's claim of the thread (``ThreadRecord.run_id``), not a server's run id.
-- ``task.finished``: one per node that wrote in a committed ``loop`` step (before that step's ``checkpoint`` event);
-  payload ``{node, writes (the keys), duration_ms, usage}`` from the checkpoint's metadata.
+- ``task.finished``: one per task of a committed ``loop`` step (before that step's ``checkpoint`` event); payload
+  ``{task_id, node, writes (the keys), update (the values, JSON-rendered), duration_ms, usage}``. An update whose
+  event would pass 64 KiB is left out (``update: null``, ``update_omitted``: the size). A checkpoint committed
+  without its tasks (an import) has one per node that wrote instead, with ``task_id`` and ``update`` null.
 - ``task.failed``, ``effect.recorded``, ``interrupt.raised``: a pending write of kind ``error``, ``effect`` or
   ``interrupt`` against the head at step ``s`` (event step ``s + 1``); payload ``{task_id, index, checkpoint_id}``.
 - ``checkpoint``: a committed checkpoint; payload ``{checkpoint_id, parent_thread_id, parent_checkpoint_id, step,
@@ -534,7 +553,8 @@ class Saver(abc.ABC):
         the thread (its ``run_id`` differs), :class:`ThreadNotFoundError` when ``expected_head`` is given and the
         thread does not exist. On success the thread row takes the checkpoint's id, step, status and metadata,
         ``error`` is cleared, the lease is released when the status is not ``running`` (``owner`` is ignored then),
-        and the pending writes recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted.
+        and the pending writes recorded against ``checkpoint.parent_checkpoint_id`` in this same thread are deleted,
+        and the events of :func:`graphckpt.savers.events.checkpoint_events` are appended to the thread's log.
         Readers never see half of it.
 
         A blob of kind ``chunk`` at step ``a`` packs the deltas its channel wrote at steps ``a`` to

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ from graphckpt.savers.base import (
     thread_status,
     utf8_safe,
 )
+from graphckpt.savers.events import checkpoint_events
 
 __all__ = ["MemorySaver"]
 
@@ -92,7 +94,7 @@ class MemorySaver(MemoryRuns, Saver):
             raise ThreadConflictError(
                 f"thread {brief(checkpoint.thread_id)!r} already has a checkpoint at step {checkpoint.step}"
             )
-        stored = dataclasses.replace(checkpoint, blobs=())
+        stored = dataclasses.replace(checkpoint, blobs=(), tasks=())
         running = checkpoint.status == "running"
         if thread is None:
             lease = None
@@ -342,7 +344,7 @@ class MemorySaver(MemoryRuns, Saver):
         table = self._writes.get((thread_id, checkpoint_id), {})
         return [table[key] for key in sorted(table)]
 
-    # -- events (what the SQL savers' triggers write, see graphckpt.savers._events_sql) -----------------------------
+    # -- events (what the SQL savers write: graphckpt.savers.events, and the triggers of _events_sql) ---------------
 
     def _event(self, thread_id: str, step: int, kind: EventKind, payload: dict[str, Any], at: float = 0.0) -> None:
         log = self._events.setdefault(thread_id, [])
@@ -351,28 +353,10 @@ class MemorySaver(MemoryRuns, Saver):
         self._version += 1
 
     def _checkpoint_events(self, cp: StoredCheckpoint, *, created: bool, run_id: str) -> None:
-        meta, tid = cp.metadata, cp.thread_id
-        source = meta.get("source")
-        if created and source == "input":
-            self._event(tid, cp.step, "run.started", {"run_id": run_id})
-        if source == "loop":
-            durations, usage = dict(meta.get("durations_ms") or {}), dict(meta.get("usage") or {})
-            for node, keys in dict(meta.get("writes") or {}).items():
-                payload = {"node": node, "writes": keys, "duration_ms": durations.get(node), "usage": usage.get(node)}
-                self._event(tid, cp.step, "task.finished", payload, cp.created_at)
-        payload = {
-            "checkpoint_id": cp.checkpoint_id,
-            "parent_thread_id": cp.parent_thread_id,
-            "parent_checkpoint_id": cp.parent_checkpoint_id,
-            "step": cp.step,
-            "source": source,
-            "status": cp.status,
-            "writes": dict(meta.get("writes") or {}),
-        }
-        self._event(tid, cp.step, "checkpoint", payload, cp.created_at)
-        if cp.status in ("done", "interrupted") and source in ("input", "loop", "update"):
-            end: EventKind = "run.done" if cp.status == "done" else "run.interrupted"
-            self._event(tid, cp.step, end, {"status": cp.status, "error": None}, cp.created_at)
+        if created and cp.metadata.get("source") == "input":
+            self._event(cp.thread_id, cp.step, "run.started", {"run_id": run_id})
+        for kind, payload in checkpoint_events(cp):
+            self._event(cp.thread_id, cp.step, kind, json.loads(payload), cp.created_at)
 
     async def read_events(
         self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int

@@ -111,6 +111,7 @@ from graphckpt.savers.base import (
     utf8_safe,
 )
 from graphckpt.savers.dsn import scrub_password
+from graphckpt.savers.events import checkpoint_events
 
 __all__ = ["PostgresSaver"]
 
@@ -273,6 +274,7 @@ class PostgresSaver(PostgresRuns, Saver):
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         blobs = cp.blobs
+        events = checkpoint_events(cp)
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, KIND_CODE[b.kind]
@@ -304,6 +306,8 @@ class PostgresSaver(PostgresRuns, Saver):
             owner.host if owner is not None else None,
             owner.pid if owner is not None else None,
             lease_until if owner is not None else None,
+            TextArray(array(25, bytes_elements([kind.encode() for kind, _ in events]))),
+            TextArray(array(25, bytes_elements([payload.encode() for _, payload in events]))),
         )
         try:
             [(won, current, owner_run)] = await self._fetch(

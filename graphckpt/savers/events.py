@@ -1,0 +1,81 @@
+"""The events a checkpoint commit adds to the durable log, computed in Python from what the commit writes.
+
+Every saver inserts exactly these rows in the commit's own transaction, after the checkpoint row, so a reader sees
+the checkpoint and its events together or neither. They used to be derived by a trigger that parsed the stored
+metadata back out of its JSON text on every commit (a third of a fast step's CPU on SQLite); the commit already has
+that metadata as a Python mapping, and the step's tasks one by one (:attr:`StoredCheckpoint.tasks`), so it builds
+them here instead and the trigger is gone (SQLite migration 5, PostgreSQL migration 7). The other events (a claim's
+``run.started``, a stop's ``run.failed``, a pending write's ``effect.recorded``...) stay with the triggers on the
+rows that make them: those fire rarely and need no parsing.
+
+Kinds and payloads: :data:`graphckpt.savers.base.EventKind`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
+
+from graphckpt.savers.base import EventKind, StoredCheckpoint
+
+__all__ = ["UPDATE_MAX", "checkpoint_events", "encode_payload"]
+
+UPDATE_MAX = 64 * 1024
+"""The largest ``task.finished`` payload (its JSON, in bytes) that carries the task's update; above it the update is
+left out (``"update": null, "update_omitted": <the payload's size>``) so that a node returning a big document does
+not store it a second time: a reader takes the written keys' values from the checkpoint instead."""
+
+_RUN_SOURCES = frozenset({"input", "loop", "update"})
+
+
+def checkpoint_events(cp: StoredCheckpoint) -> list[tuple[EventKind, str]]:
+    """The events of committing ``cp`` in log order, each with its payload as JSON text: one ``task.finished`` per
+    task of a ``loop`` step (from ``cp.tasks``; a checkpoint committed without them, such as an import, gets one per
+    node that wrote, from its metadata), then ``checkpoint``, then ``run.done`` / ``run.interrupted`` when the commit
+    ends a run."""
+    meta = cp.metadata
+    source = meta.get("source")
+    writes = meta.get("writes") or {}
+    events: list[tuple[EventKind, str]] = []
+    if source == "loop":
+        if cp.tasks:
+            for t in cp.tasks:
+                payload: dict[str, Any] = {
+                    "task_id": t.task_id, "node": t.node, "writes": list(t.update), "update": t.update,
+                    "duration_ms": round(t.duration_ms, 3), "usage": dict(t.usage) if t.usage else None,
+                }  # fmt: skip
+                text = encode_payload(payload)
+                if len(text) > UPDATE_MAX:
+                    payload["update"], payload["update_omitted"] = None, len(text)
+                    text = encode_payload(payload)
+                events.append(("task.finished", text))
+        else:
+            durations, usage = meta.get("durations_ms") or {}, meta.get("usage") or {}
+            for node, keys in writes.items():
+                payload = {"task_id": None, "node": node, "writes": keys, "update": None,
+                           "duration_ms": durations.get(node), "usage": usage.get(node)}  # fmt: skip
+                events.append(("task.finished", encode_payload(payload)))
+    checkpoint = {
+        "checkpoint_id": cp.checkpoint_id, "parent_thread_id": cp.parent_thread_id,
+        "parent_checkpoint_id": cp.parent_checkpoint_id, "step": cp.step, "source": source, "status": cp.status,
+        "writes": dict(writes),
+    }  # fmt: skip
+    events.append(("checkpoint", encode_payload(checkpoint)))
+    if cp.status in ("done", "interrupted") and source in _RUN_SOURCES:
+        end: EventKind = "run.done" if cp.status == "done" else "run.interrupted"
+        events.append((end, encode_payload({"status": cp.status, "error": None})))
+    return events
+
+
+def encode_payload(payload: Mapping[str, Any]) -> str:
+    """``payload`` as compact JSON text that every store accepts: models and dataclasses as objects, anything unknown
+    as its ``repr``, NaN and infinities as ``null``, and a lone surrogate (which UTF-8 and PostgreSQL refuse) as
+    ``?``."""
+    try:
+        return to_json(payload, fallback=repr, inf_nan_mode="null").decode()
+    except PydanticSerializationError:  # a lone surrogate somewhere
+        values = to_jsonable_python(payload, fallback=repr, inf_nan_mode="null")
+        return json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace").decode()
