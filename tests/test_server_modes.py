@@ -129,6 +129,8 @@ def test_tasks_and_debug_modes(serve: Callable[..., Served]) -> None:
         tasks = [d for _, k, d in events if k == "tasks"]
         assert [("input" in t, t["name"]) for t in tasks] == [(True, "tick"), (False, "tick")] * 2
         assert tasks[0]["input"]["n"] == 0 and tasks[2]["input"]["n"] == 1
+        assert tasks[1] == {"id": tasks[0]["id"], "name": "tick", "result": {"n": 1, "log": ["tick 1"]}}
+        assert tasks[3]["id"] == tasks[2]["id"] != tasks[0]["id"]  # a start and its result name one task
         debug = [d["type"] for _, k, d in events if k == "debug"]
         assert debug == ["checkpoint"] + ["task", "task_result", "checkpoint"] * 2
         bad = client.post("/threads/d/runs/stream", json={"stream_mode": ["values", "nonsense"]})
@@ -270,6 +272,5 @@ def test_the_langgraph_sdk_client_streams_updates_messages_and_custom(
     text = "".join(p.data[0]["content"] for p in parts if p.event == "messages")
     updates = [p.data["ask"] for p in parts if p.event == "updates"]
     assert len(updates) == 2
-    if updates[0]:  # the update's values are in task.finished (the events commit carrying them)
-        assert text == "".join(u["last"] for u in updates)
+    assert text == "".join(u["last"] for u in updates)  # the pieces make the messages the updates hold
     assert kinds.index("custom") < kinds.index("messages") < kinds.index("updates")

@@ -31,8 +31,10 @@ another process.
   ``custom``        ephemeral   ``custom``: what a node wrote with ``ctx.write``
   ================  ==========  ==========================================================================
 
-  ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on). Filtered-out events only move
-  the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry the same id.
+  An update too big for its ``task.finished`` event (over 64 KiB: ``update_omitted``) is rendered as ``null``; the
+  thread's state has it. ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on).
+  Filtered-out events only move the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry
+  the same id.
 - **Ephemeral events** exist only in the memory of the server whose in-process workers run the thread (a run by a
   ``graphckpt worker`` process or another server has none here), and only from the moment a stream asked for
   their mode (see :mod:`graphckpt.server.ephemeral`). Their id is the durable id they follow plus a suffix,
