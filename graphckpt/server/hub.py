@@ -3,12 +3,12 @@
 One poller per server reads the store's change counter (:meth:`Saver.events_version`: ``max(id)`` of the events,
 one index look-up) every ``poll_interval`` seconds; on PostgreSQL a ``LISTEN graphckpt_events`` connection wakes it
 at once on each commit's ``NOTIFY`` (sent by the event triggers), and the poll, slowed to ``pg_poll_interval``, is
-the fallback if that connection breaks. Streams never hold events: they wait for the version to pass the one they
-saw, then read the log from their own cursor.
+the fallback if that connection breaks. Streams never hold events: each registers a wake-up event of its own
+(:attr:`Hub.wakes`), which the poller sets when the log changed, then reads the log from its own cursor (reads at
+one :attr:`Hub.version` are shared, see :meth:`Service.events`).
 
 The hub also holds :class:`~graphckpt.server.ephemeral.Ephemera`, the rings of the ephemeral events of this server's
-own runs. A stream registers a wake-up event of its own (:attr:`Hub.wakes`): the poller sets them all when the log
-changed, a thread's ring sets those of its streams.
+own runs; a thread's ring sets the wake-up events of that thread's streams.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ class Hub:
         self.poll_interval = poll_interval
         self.pg_poll_interval = pg_poll_interval
         self.version = 0
-        """Grows by one each time the poller sees the log change: what streams wait on."""
+        """Grows by one each time the poller sees the log change (what a shared read is remembered with)."""
         self._observed = 0
         self.closing = False
-        self._changed = asyncio.Event()
         self._nudge = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self.wakes: set[asyncio.Event] = set()
@@ -60,28 +59,14 @@ class Hub:
     def close(self) -> None:
         """Wake every stream for good: the server is shutting down."""
         self.closing = True
-        self._changed.set()
         for wake in self.wakes:
             wake.set()
-
-    async def wait(self, seen: int, within: float) -> int:
-        """Wait until the version is past ``seen`` (or ``within`` seconds, or shutdown); returns the version."""
-        if self.version > seen or self.closing:
-            return self.version
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(within):
-                while self.version <= seen and not self.closing:
-                    event = self._changed
-                    await event.wait()
-        return self.version
 
     def _publish(self, observed: int) -> None:
         """A change of the store's counter (up, or down after a delete) moves :attr:`version` up by one."""
         if observed != self._observed:
             self._observed = observed
             self.version += 1
-            event, self._changed = self._changed, asyncio.Event()
-            event.set()
             for wake in self.wakes:
                 wake.set()
 

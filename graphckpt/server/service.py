@@ -326,6 +326,3 @@ class Service:
         while batch := await self.events(segments, cursor):
             cursor = (batch[-1].step, batch[-1].seq)
         return cursor
-
-    async def wait_events(self, seen: int, within: float) -> int:
-        return await self.hub.wait(seen, within)
