@@ -123,16 +123,19 @@ def read_events(
     json_body: Any = None,
     params: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
+    on_response: Callable[[httpx.Response], None] | None = None,
 ) -> list[tuple[str | None, str, Any]]:
     """``(id, event, data)`` of each SSE event until the stream ends (or until ``limit`` events with an id were
     read: then the connection is dropped). ``id`` is the event's own ``id:`` field (``None`` without one; unlike an
-    ``EventSource``, which keeps the last one)."""
+    ``EventSource``, which keeps the last one). ``on_response`` sees the response (its headers) first."""
     sent = {**(headers or {}), **({"Last-Event-ID": last_id} if last_id else {})}
     out: list[tuple[str | None, str, Any]] = []
     with client.stream(method, path, headers=sent, json=json_body, params=params) as response:
         if response.status_code != 200:
             response.read()
             raise AssertionError(f"{method} {path}: {response.status_code} {response.text}")
+        if on_response is not None:
+            on_response(response)
         fields: dict[str, str] = {}
         for line in response.iter_lines():
             if line.startswith(":"):

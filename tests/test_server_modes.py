@@ -139,6 +139,24 @@ def test_tasks_and_debug_modes(serve: Callable[..., Served]) -> None:
         assert bad.status_code == 422 and "query.stream_mode" in bad.json()["message"]
 
 
+def test_a_run_streams_location_reapplies_its_modes(serve: Callable[..., Served], model: FakeOpenAIServer) -> None:
+    """langgraph-sdk reconnects to a run stream's ``Location`` with ``Last-Event-ID`` (no body): the modes are
+    in its query."""
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.05"})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        seen: list[httpx.Response] = []
+        body = {"input": {"limit": 3}, "stream_mode": ["messages-tuple", "custom"]}
+        head = durable(_stream_run(client, "l", body, limit=4, on_response=seen.append))
+        location = seen[0].headers["location"]
+        assert location.endswith("/stream?stream_mode=messages-tuple&stream_mode=custom")
+        rest = read_events(client, location, last_id=head[-1][0])
+        assert rest[-1][1] == "end" and not any(k == "stream.reset" for _, k, _ in rest)
+        got = head + durable(rest)
+        assert {k for _, k, _ in got} == {"messages", "custom"}
+        again = read_events(client, "/threads/l/stream", params={"stream_mode": "messages-tuple,custom"})
+        assert durable(again) == got  # no gap, no duplicate
+
+
 def _cut_every(client: httpx.Client, path: str, n: int, params: dict[str, str]) -> list[Event]:
     got: list[Event] = []
     last = None
