@@ -157,6 +157,20 @@ def test_a_run_streams_location_reapplies_its_modes(serve: Callable[..., Served]
         assert durable(again) == got  # no gap, no duplicate
 
 
+def test_a_16_way_fan_out_starts_16_tasks_between_the_checkpoints(serve: Callable[..., Served]) -> None:
+    server = serve(["server_graphs:fanout"])
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        events = _stream_run(client, "f", {"input": {"width": 16}, "stream_mode": ["tasks", "events"]})
+        kinds = [("start" if "input" in d else "result") if k == "tasks" else k for _, k, d in events]
+        first = kinds.index("start")
+        assert kinds[first - 1] == "checkpoint"  # after the input step's checkpoint
+        assert kinds[first : first + 16] == ["start"] * 16 and kinds.count("start") == 16
+        starts = {d["id"]: d["input"] for _, k, d in events if k == "tasks" and "input" in d}
+        results = {d["id"]: d["result"] for _, k, d in events if k == "tasks" and "result" in d}
+        assert set(starts) == set(results) and sorted(starts.values()) == list(range(16))
+        assert all(results[t] == {"done": [p]} for t, p in starts.items())  # each Send's payload and its update
+
+
 def _cut_every(client: httpx.Client, path: str, n: int, params: dict[str, str]) -> list[Event]:
     got: list[Event] = []
     last = None
