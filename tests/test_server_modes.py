@@ -171,6 +171,24 @@ def test_a_16_way_fan_out_starts_16_tasks_between_the_checkpoints(serve: Callabl
         assert all(results[t] == {"done": [p]} for t, p in starts.items())  # each Send's payload and its update
 
 
+def test_ephemeral_events_in_a_namespace(serve: Callable[..., Served], model: FakeOpenAIServer, tmp_path: Path) -> None:
+    """With tokens, a thread is stored under its namespace; its ephemeral events name it as the client does, and
+    another namespace cannot follow them."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-a alpha\ntoken-b beta\n")
+    server = serve(["server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url},
+                   args=["--tokens-file", str(tokens)])  # fmt: skip
+    a = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-a"})
+    b = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-b"})
+    with a, b:
+        events = durable(_stream_run(a, "ns", {"input": {"limit": 2}, "stream_mode": ["messages-tuple", "custom"]}))
+        assert events and all(i is not None and i.startswith("ns:") for i, _, _ in events)
+        assert all(d[1]["thread_id"] == "ns" for _, k, d in events if k == "messages")
+        rest = read_events(a, "/threads/ns/stream", last_id=events[2][0], params={"stream_mode": "messages,custom"})
+        assert durable(rest) == events[3:] and not any(k == "stream.reset" for _, k, _ in rest)
+        assert b.get("/threads/ns/stream", headers={"Last-Event-ID": events[2][0] or ""}).status_code == 404
+
+
 def _cut_every(client: httpx.Client, path: str, n: int, params: dict[str, str]) -> list[Event]:
     got: list[Event] = []
     last = None
