@@ -110,3 +110,25 @@ def approval() -> StateGraph:
     g.add_edge("write", "review")
     g.add_edge("review", END)
     return g
+
+
+class Nest(BaseModel):
+    n: int = 0
+    log: Annotated[list[str], append] = []
+
+
+def inner_step(state: Nest, ctx: Any) -> dict[str, Any]:
+    ctx.write({"inner": state.n + 1})  # a ``custom`` event from inside the subgraph
+    return {"n": state.n + 1, "log": ["inner"]}
+
+
+def nested() -> StateGraph:
+    """``inner``, a subgraph (one node that writes to the ``custom`` stream), then ``after``."""
+    child = StateGraph(Nest).add_node("step", inner_step).add_edge(START, "step").add_edge("step", END)
+    g = StateGraph(Nest)
+    g.add_node("inner", child.compile())
+    g.add_node("after", lambda state: {"log": ["after"]})
+    g.add_edge(START, "inner")
+    g.add_edge("inner", "after")
+    g.add_edge("after", END)
+    return g

@@ -189,6 +189,24 @@ def test_ephemeral_events_in_a_namespace(serve: Callable[..., Served], model: Fa
         assert b.get("/threads/ns/stream", headers={"Last-Event-ID": events[2][0] or ""}).status_code == 404
 
 
+def test_subgraph_events_carry_their_namespace(serve: Callable[..., Served]) -> None:
+    """``stream_subgraphs``: a subgraph's events come as ``event: MODE|node:task_id`` (LangGraph's names), like the
+    library's ``stream(..., subgraphs=True)``; without it, only the graph's own."""
+    server = serve(["server_graphs:nested"])
+    app = server_graphs.nested().compile(MemorySaver())
+    library = [(ns, mode, chunk) for ns, mode, chunk in app.stream({}, thread_id="lib", mode=["updates", "custom"],
+                                                                   subgraphs=True)]  # fmt: skip
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        body = {"input": {}, "stream_mode": ["updates", "custom"], "stream_subgraphs": True}
+        events = [(k, d) for _, k, d in _stream_run(client, "s", body) if k not in ("metadata", "end")]
+        named = [(k.split("|")[0], [p.split(":")[0] for p in k.split("|")[1:]], d) for k, d in events]
+        expected = [(mode, [p.split(":")[0] for p in ns], chunk) for ns, mode, chunk in library]
+        assert named == expected
+        assert ("custom", ["inner"], {"inner": 1}) in named and ("updates", [], {"after": {"log": ["after"]}}) in named
+        plain = _stream_run(client, "p", {"input": {}, "stream_mode": ["updates", "custom"]})
+        assert [k for _, k, _ in plain if k not in ("metadata", "end")] == ["updates", "updates"]
+
+
 def _cut_every(client: httpx.Client, path: str, n: int, params: dict[str, str]) -> list[Event]:
     got: list[Event] = []
     last = None

@@ -220,7 +220,14 @@ class Ephemera:
             engine.listener = listener
 
     def _emit(self, channel: Channel, engine: Run, mode: str, payload: Any) -> None:
-        if mode not in channel.modes:  # a subgraph's events (``subgraph``) and modes nobody asked for
+        modes = channel.modes
+        if mode == "subgraph" and mode in modes:  # a subgraph's step or event, as ``mode|node:task|...``
+            from graphckpt.streams import chunks
+
+            for namespace, sub_mode, chunk in chunks((mode, payload), set(modes), engine.graph, engine.store):
+                self._emit(channel, engine, "|".join((sub_mode, *namespace)), chunk)
+            return
+        if mode.partition("|")[0] not in modes:  # modes nobody asked for
             return
         item = (mode, payload, engine.head.cp.step, channel.tail)
         if channel.pending or channel.prefix_step != item[2]:
@@ -259,7 +266,8 @@ class Ephemera:
         anchor = max(tail, channel.prefix, channel.last_anchor)
         channel.last_anchor = anchor
         try:
-            data = to_jsonable_python(list(payload) if mode == "messages" else payload, fallback=repr)
+            messages = mode.partition("|")[0] == "messages"
+            data = to_jsonable_python(list(payload) if messages else payload, fallback=repr)
             size = len(json.dumps(data, ensure_ascii=False, default=repr))
         except Exception as exc:  # what a node wrote cannot be shown as JSON: say so rather than drop the stream
             data = {"error": f"not JSON: {exc}"}
@@ -270,17 +278,20 @@ class Ephemera:
 
     # -- the streams' side ---------------------------------------------------------------------------------------
 
-    def expect(self, thread_id: str, modes: Iterable[str]) -> None:
+    def expect(self, thread_id: str, modes: Iterable[str], *, subgraphs: bool = False) -> None:
         """A run about to be queued will be streamed in ``modes``: listen from its first event on."""
-        wanted = set(modes) & EPHEMERAL_MODES
+        wanted = _listened(modes, subgraphs)
         if wanted:
             channel = self._channel(thread_id)
             channel.sticky |= wanted
             channel.touched = time.monotonic()
 
-    def subscribe(self, thread_id: str, modes: Iterable[str], wake: asyncio.Event) -> Channel:
+    def subscribe(
+        self, thread_id: str, modes: Iterable[str], wake: asyncio.Event, *, subgraphs: bool = False
+    ) -> Channel:
+        """A stream of ``thread_id`` in ``modes`` (and with ``subgraphs``, its subgraphs' events in every mode)."""
         channel = self._channel(thread_id)
-        wanted = frozenset(modes) & EPHEMERAL_MODES
+        wanted = _listened(modes, subgraphs)
         channel.listeners[wake] = wanted
         channel.sticky |= wanted
         if channel.engine is None:
@@ -321,3 +332,10 @@ class Ephemera:
             idle = sorted((c.touched, t) for t, c in self.channels.items() if c.idle())
             for _, tid in idle[: len(self.channels) - MAX_THREADS + 1]:
                 del self.channels[tid]
+
+
+def _listened(modes: Iterable[str], subgraphs: bool) -> frozenset[str]:
+    """The modes a stream needs this server's runs to emit: the ephemeral ones, and with ``subgraphs`` every mode
+    (a subgraph's steps are not in its parent's log: they come as ``subgraph`` events) plus ``subgraph``."""
+    modes = frozenset(modes)
+    return modes | {"subgraph"} if subgraphs else modes & EPHEMERAL_MODES

@@ -99,6 +99,8 @@ class RunBody(_Body):
     command: RunCommand | None = None
     metadata: dict[str, Any] | None = None
     stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool = False
+    """Also stream the subgraphs' events, as ``event: MODE|node:task_id`` (ephemeral, see ``streams``)."""
     multitask_strategy: Literal["reject", "enqueue"] = "reject"
     if_not_exists: Literal["reject", "create"] = "create"
     on_disconnect: Literal["cancel", "continue"] = "continue"

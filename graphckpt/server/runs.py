@@ -75,15 +75,17 @@ async def stream_run(request: Request) -> Response:
     b = await models.body(request, models.RunBody, config.max_body)
     modes = [b.stream_mode] if isinstance(b.stream_mode, str) else list(b.stream_mode or ())
     wanted = parse_modes(modes, "body.stream_mode")
-    service.hub.ephemera.expect(store_id(ns, request.path_params["thread_id"]), wanted)  # from the run's first event
+    sid = store_id(ns, request.path_params["thread_id"])
+    service.hub.ephemera.expect(sid, wanted, subgraphs=b.stream_subgraphs)  # from the run's first event
     run = await _submit(request, b)
     metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
     headers = _locations(request, run)
-    if modes:
-        headers["Location"] += "?" + urlencode([("stream_mode", m) for m in modes])
+    query = [("stream_mode", m) for m in modes] + ([("stream_subgraphs", "true")] if b.stream_subgraphs else [])
+    if query:
+        headers["Location"] += "?" + urlencode(query)
     return await sse_response(
         request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
-        headers=headers, modes=modes, run_id=run.run_id,
+        headers=headers, modes=modes, stream_subgraphs=b.stream_subgraphs, run_id=run.run_id,
     )  # fmt: skip
 
 

@@ -31,7 +31,9 @@ another process.
   ``custom``        ephemeral   ``custom``: what a node wrote with ``ctx.write``
   ================  ==========  ==========================================================================
 
-  An update too big for its ``task.finished`` event (over 64 KiB: ``update_omitted``) is rendered as ``null``; the
+  ``stream_subgraphs`` (body, or query ``stream_subgraphs=true``) adds a subgraph's events in the stream's modes as
+  ``event: MODE|node:task_id`` (one ``|node:task_id`` per level, LangGraph's names); they are ephemeral (a
+  subgraph's steps are in its child thread's log, not its parent's). An update too big for its ``task.finished`` event (over 64 KiB: ``update_omitted``) is rendered as ``null``; the
   thread's state has it. ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on).
   Filtered-out events only move the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry
   the same id.
@@ -92,6 +94,7 @@ class StreamQuery(BaseModel):
     after: str | None = None
     kinds: list[str] | None = None
     stream_mode: list[ModeName] | None = None
+    stream_subgraphs: bool | None = None
 
 
 class EventId(NamedTuple):
@@ -211,6 +214,7 @@ async def event_source(
     values: bool = False,
     modes: frozenset[str] = frozenset(),
     after_n: int | None = None,
+    subgraphs: bool = False,
     run_stream: bool = False,
     preamble: Sequence[ServerSentEvent] = (),
     run_id: str | None = None,
@@ -229,8 +233,10 @@ async def event_source(
     hub.wakes.add(wake)
     live = modes & EPHEMERAL_MODES
     ephemera = hub.ephemera
-    channel = ephemera.subscribe(sid, live, wake) if live else None
-    stream = _Ephemeral(channel, ephemera.epoch, ns, live, cursor, after_n) if channel is not None else None
+    channel = ephemera.subscribe(sid, modes, wake, subgraphs=subgraphs) if live or subgraphs else None
+    stream = None
+    if channel is not None:
+        stream = _Ephemeral(channel, ephemera.epoch, ns, modes if subgraphs else live, cursor, after_n, subgraphs)
     try:
         while not hub.closing:
             wake.clear()  # before the read: a change after it sets it again
@@ -275,9 +281,16 @@ class _Ephemeral:
     """A stream's position among a thread's ephemeral events: the number of the last one it passed."""
 
     def __init__(
-        self, channel: Channel, epoch: str, ns: str, modes: frozenset[str], cursor: tuple[int, int], n: int | None
+        self,
+        channel: Channel,
+        epoch: str,
+        ns: str,
+        modes: frozenset[str],
+        cursor: tuple[int, int],
+        n: int | None,
+        subgraphs: bool,
     ) -> None:
-        self.channel, self.epoch, self.ns, self.modes = channel, epoch, ns, modes
+        self.channel, self.epoch, self.ns, self.modes, self.subgraphs = channel, epoch, ns, modes, subgraphs
         self.n = n if n is not None else channel.first_after((cursor[0], cursor[1], -1))
 
     def before(self, position: tuple[int, int]) -> bytes:
@@ -298,7 +311,8 @@ class _Ephemeral:
             if not fits(entry):
                 break
             self.n = entry.n
-            if entry.mode in self.modes:
+            mode, sub, _ = entry.mode.partition("|")
+            if mode in self.modes and (self.subgraphs or not sub):
                 out += _encode_entry(entry, self.ns, self.channel.thread_id, self.epoch)
         return bytes(out)
 
@@ -309,7 +323,12 @@ def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
         anchor = entry.anchor
         tid = api_id(ns, anchor.thread_id or thread_id) or anchor.thread_id
         data = entry.data
-        if entry.mode == "messages" and isinstance(data, list) and len(data) == 2 and isinstance(data[1], dict):
+        if (
+            entry.mode.startswith("messages")
+            and isinstance(data, list)
+            and len(data) == 2
+            and isinstance(data[1], dict)
+        ):
             meta = dict(data[1])
             if isinstance(meta.get("thread_id"), str):
                 meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
@@ -414,6 +433,7 @@ async def sse_response(
     preamble: Sequence[ServerSentEvent] = (),
     headers: dict[str, str] | None = None,
     modes: Sequence[str] | None = None,
+    stream_subgraphs: bool = False,
     run_id: str | None = None,
 ) -> EventSourceResponse:
     """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
@@ -421,14 +441,17 @@ async def sse_response(
     service, ns, config = scope_of(request)
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
     wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
+    subgraphs = q.stream_subgraphs if q.stream_subgraphs is not None else stream_subgraphs
     last_id = request.headers.get("last-event-id") or q.after or None
-    start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=bool(wanted & EPHEMERAL_MODES))
+    ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
+    start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral)
     first = list(preamble)
     if start.reset is not None:
         first.append(ServerSentEvent(event="stream.reset", data=_dump(start.reset)))
     source = event_source(
         service, ns, thread_id, start.segments, start.cursor, last_kind=start.kind,
-        kinds=set(q.kinds) if q.kinds else None, modes=wanted, after_n=start.after_n, run_stream=run_stream,
+        kinds=set(q.kinds) if q.kinds else None, modes=wanted, after_n=start.after_n, subgraphs=subgraphs,
+        run_stream=run_stream,
         preamble=first, run_id=run_id,
     )  # fmt: skip
     return EventSourceResponse(source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive)
