@@ -33,10 +33,10 @@ another process.
 
   ``stream_subgraphs`` (body, or query ``stream_subgraphs=true``) adds a subgraph's events in the stream's modes as
   ``event: MODE|node:task_id`` (one ``|node:task_id`` per level, LangGraph's names); they are ephemeral (a
-  subgraph's steps are in its child thread's log, not its parent's). An update too big for its ``task.finished`` event (over 64 KiB: ``update_omitted``) is rendered as ``null``; the
-  thread's state has it. ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on).
-  Filtered-out events only move the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry
-  the same id.
+  subgraph's steps are in its child thread's log, not its parent's). An update too big for its ``task.finished``
+  event (over 64 KiB: ``update_omitted``) is rendered as ``null``; the thread's state has it.
+  ``kinds=task.finished,checkpoint`` filters the ``events`` mode (and turns it on). Filtered-out events only move
+  the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry the same id.
 - **Ephemeral events** exist only in the memory of the server whose in-process workers run the thread (a run by a
   ``graphckpt worker`` process or another server has none here), and only from the moment a stream asked for
   their mode (see :mod:`graphckpt.server.ephemeral`). Their id is the durable id they follow plus a suffix,
