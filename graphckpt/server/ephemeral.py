@@ -5,6 +5,8 @@ piece; ``custom``: ``ctx.write``; ``debug``) is not in the durable log. The in-p
 to :meth:`Ephemera.attach` (``Worker.on_begin``); the engine's listener is set only while a stream of that thread
 wants an ephemeral mode (the modes asked for during a run stay on until it ends, so a client that drops and comes
 back finds what it missed). Each event goes into a small ring per thread and wakes the streams of that thread.
+For a stream that asks for subgraphs, the engine's ``subgraph`` events (a child run's steps and events) are
+rendered in that stream's modes by the library's own :func:`graphckpt.streams.chunks` and kept as ``MODE|node:task``.
 
 **Where an ephemeral event sits in the stream.** Each event gets an *anchor*, the last durable event known to be
 committed when it happened, and a number ``n``, increasing and unique in this server. A stream sends everything in
