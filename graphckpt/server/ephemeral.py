@@ -278,6 +278,12 @@ class Ephemera:
         self.count += 1
         channel.poke()
 
+    def close(self) -> None:
+        """Server shutdown: stop reading step ends (what is pending is dropped with the rings)."""
+        for channel in self.channels.values():
+            if channel.resolver is not None:
+                channel.resolver.cancel()
+
     # -- the streams' side ---------------------------------------------------------------------------------------
 
     def expect(self, thread_id: str, modes: Iterable[str], *, subgraphs: bool = False) -> None:

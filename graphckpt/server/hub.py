@@ -49,6 +49,7 @@ class Hub:
 
     async def stop(self) -> None:
         self.close()
+        self.ephemera.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
