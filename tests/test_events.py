@@ -180,3 +180,19 @@ def test_a_payload_with_a_lone_surrogate_still_encodes() -> None:
     from graphckpt.savers.events import encode_payload
 
     assert json.loads(encode_payload({"a": "x\ud800y", "n": float("inf")})) == {"a": "x?y", "n": None}
+
+
+async def test_a_saver_made_with_events_off_writes_no_step_events(saver: Saver) -> None:
+    """``events=False``: commits add no ``task.finished``/``checkpoint``/``run.done``; a stop still records its own
+    (a trigger, or the memory saver's mirror of it). Same store, same thread: switching it back on writes again."""
+    saver.events = False  # type: ignore[attr-defined]
+    app = _graph([True]).compile(saver=saver)
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="quiet")
+    kinds = [k for _, _, k in await _kinds(saver, "quiet")]
+    assert "checkpoint" not in kinds and "task.finished" not in kinds
+    assert kinds[-1] == "run.failed"
+    saver.events = True  # type: ignore[attr-defined]
+    await app.aresume("quiet")
+    kinds = [k for _, _, k in await _kinds(saver, "quiet")]
+    assert kinds[-5:] == ["run.started", "task.finished", "checkpoint", "interrupt.raised", "run.interrupted"]

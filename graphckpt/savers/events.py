@@ -9,6 +9,13 @@ them here instead and the trigger is gone (SQLite migration 5, PostgreSQL migrat
 rows that make them: those fire rarely and need no parsing.
 
 Kinds and payloads: :data:`graphckpt.savers.base.EventKind`.
+
+Every saver takes ``events=True`` (the default): each commit writes its step's events, which is what
+``graphckpt serve`` streams and replays after ``Last-Event-ID``. They hold each task's update, so a thread whose steps
+append messages stores them twice (W2 in bench/RESULTS.md: about 3.6 bytes per message byte instead of 1.5).
+``events=False`` is for an app that never serves its threads: its commits write no step events (a claim, a stop
+and a pending write still record theirs), so a server streaming those threads later shows their runs' starts and
+ends but not their steps.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pydantic_core import PydanticSerializationError, to_json, to_jsonable_pytho
 from graphckpt.savers.base import EventKind, StoredCheckpoint
 
 __all__ = ["UPDATE_MAX", "checkpoint_events", "encode_payload"]
+
 
 UPDATE_MAX = 64 * 1024
 """The largest ``task.finished`` payload (its JSON, in bytes) that carries the task's update; above it the update is
