@@ -10,12 +10,13 @@ rows that make them: those fire rarely and need no parsing.
 
 Kinds and payloads: :data:`graphckpt.savers.base.EventKind`.
 
-Every saver takes ``events=True`` (the default): each commit writes its step's events, which is what
-``graphckpt serve`` streams and replays after ``Last-Event-ID``. They hold each task's update, so a thread whose steps
-append messages stores them twice (W2 in bench/RESULTS.md: about 3.6 bytes per message byte instead of 1.5).
-``events=False`` is for an app that never serves its threads: its commits write no step events (a claim, a stop
-and a pending write still record theirs), so a server streaming those threads later shows their runs' starts and
-ends but not their steps.
+A step's only task (the usual case) wrote an update the checkpoint holds as it is (plain fields' values, a
+reducer field's delta): its event points there (``update_in``) instead of copying it, so a thread whose steps
+append messages does not store them twice. Each step still adds two rows (its ``task.finished`` and ``checkpoint``,
+about 360 bytes in all): W2 in bench/RESULTS.md stores 2.1 bytes per message byte on SQLite with the event log, 1.6
+without. Every saver takes ``events=True`` (the default); ``events=False`` is for an app that never serves its
+threads: its commits write no step events (a claim, a stop and a pending write still record theirs), so a server
+streaming those threads later shows their runs' starts and ends but not their steps.
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def checkpoint_events(cp: StoredCheckpoint) -> list[tuple[EventKind, str]]:
         if cp.tasks:
             for t in cp.tasks:
                 payload: dict[str, Any] = {
-                    "task_id": t.task_id, "node": t.node, "writes": list(t.update), "update": t.update,
+                    "task_id": t.task_id, "node": t.node, "writes": list(t.update),
+                    "update": None if t.update_in_checkpoint else t.update,
                     "duration_ms": round(t.duration_ms, 3), "usage": dict(t.usage) if t.usage else None,
                 }  # fmt: skip
+                if t.update_in_checkpoint:
+                    payload["update_in"] = cp.checkpoint_id
                 text = encode_payload(payload)
                 if len(text) > UPDATE_MAX:
                     payload["update"], payload["update_omitted"] = None, len(text)
