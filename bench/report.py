@@ -140,6 +140,17 @@ def _targets() -> list[Target]:
                 **both("W2", saver, "last_over_first"),
             )
         )
+        rows.append(
+            Target(
+                "W2Q",
+                saver,
+                "bytes on disk / bytes of messages, savers made with events=False (no durable event log)",
+                "<= 1.5",
+                fig(gc, "W2Q", saver, "disk_over_messages"),
+                lambda v: v <= 1.5,
+                graphckpt=fig(gc, "W2Q", saver, "disk_over_messages"),
+            )
+        )
     for saver in ("sqlite", "postgres"):
         rows.append(
             Target(

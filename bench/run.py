@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 from bench import common, floor, report, storage
 from bench.workloads import ENGINES_OF, WORKLOADS
 
-ALL_WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W5C", "W6", "W7", "FLOOR"]
+ALL_WORKLOADS = ["W1", "W2", "W2Q", "W3", "W4", "W5", "W5C", "W6", "W7", "FLOOR"]
 ALL_SAVERS = ["memory", "sqlite", "postgres"]
 ALL_ENGINES = ["graphckpt", "langgraph"]
 
@@ -188,7 +188,7 @@ def _run_floor_once(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="graphckpt vs LangGraph benchmarks (issue 5)")
-    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, W5C, FLOOR")
+    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, W2Q, W5C, FLOOR")
     parser.add_argument("--savers", default=",".join(ALL_SAVERS), help="comma list of memory, sqlite, postgres")
     parser.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of graphckpt, langgraph")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per figure; medians are reported")

@@ -37,6 +37,8 @@ class Store:
     """PostgreSQL connection string (loopback)."""
     schema: str | None = None
     """PostgreSQL schema holding this run's tables."""
+    events: bool = True
+    """graphckpt's savers: whether commits write the durable event log (``events=`` of the savers)."""
 
     @property
     def persistent(self) -> bool:

@@ -81,6 +81,11 @@ def w2_messages(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> 
     return figures
 
 
+def w2_quiet(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> Figures:
+    """W2Q: W2 on savers made with ``events=False`` (no durable event log of the steps); graphckpt only."""
+    return w2_messages(engine, dataclasses.replace(store, events=False), sizes, tmpdir)
+
+
 def w3_fanout(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> Figures:
     """W3: 16 parallel nodes and a join, repeated. Time per super-step (three per iteration)."""
     iterations = sizes.w3_iterations
@@ -237,6 +242,7 @@ def w6_fork(engine: ModuleType, store: Store, sizes: Sizes, tmpdir: str) -> Figu
 WORKLOADS: dict[str, Workload] = {
     "W1": w1_loop,
     "W2": w2_messages,
+    "W2Q": w2_quiet,
     "W3": w3_fanout,
     "W4": w4_history,
     "W5": w5_crash_resume,
@@ -244,7 +250,8 @@ WORKLOADS: dict[str, Workload] = {
     "W6": w6_fork,
     "W7": w1_loop,
 }
-"""Workload name -> driver. W7 is W1 run without a saver; W5C is W5 on a ``chat_node`` graph."""
+"""Workload name -> driver. W7 is W1 run without a saver; W5C is W5 on a ``chat_node`` graph; W2Q is W2 without the
+event log."""
 
-ENGINES_OF: dict[str, tuple[str, ...]] = {"W5C": ("graphckpt",)}
+ENGINES_OF: dict[str, tuple[str, ...]] = {"W5C": ("graphckpt",), "W2Q": ("graphckpt",)}
 """Workloads only some engines have (the ready-made nodes are graphckpt's); every other workload runs on all."""

@@ -86,15 +86,15 @@ def _saver(store: Store | None) -> Any:
     if store.kind == "memory":
         from graphckpt.savers.memory import MemorySaver
 
-        return MemorySaver()
+        return MemorySaver(events=store.events)
     if store.kind == "sqlite":
         from graphckpt.savers.sqlite import SqliteSaver
 
-        return SqliteSaver(store.path, synchronous=SQLITE_SYNCHRONOUS)
+        return SqliteSaver(store.path, synchronous=SQLITE_SYNCHRONOUS, events=store.events)
     if store.kind == "postgres":
         from graphckpt.savers.postgres import PostgresSaver
 
-        return PostgresSaver(store.dsn, schema=store.schema)
+        return PostgresSaver(store.dsn, schema=store.schema, events=store.events)
     raise ValueError(f"unknown saver kind {store.kind!r}")
 
 

@@ -29,7 +29,7 @@ from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, brie
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
-__all__ = ["CHUNK", "CHUNK_DELTA_MAX", "Body", "Codec", "Loose", "split_chunk"]
+__all__ = ["CHUNK", "CHUNK_DELTA_MAX", "Body", "Codec", "Loose", "referable_update", "split_chunk"]
 
 logger = logging.getLogger(__name__)
 
@@ -335,6 +335,43 @@ class Codec:
             out[i] = self.upgrade(cp, body, stored, unfoldable)
         return out
 
+    async def step_update(self, saver: Saver, cp: StoredCheckpoint, keys: Sequence[str]) -> dict[str, Any] | None:
+        """What the one task of ``cp``'s step wrote to ``keys``, read back from ``cp`` itself: a plain channel's value
+        there, a reducer channel's one write of that step (its delta row, or its part of the chunk that packed it).
+        For a ``task.finished`` event whose update the commit did not copy (see :func:`referable_update`); ``None``
+        when ``cp`` does not hold it (the schema changed since)."""
+        body = self.decode_body(cp)
+        out: dict[str, Any] = {}
+        for key in keys:
+            channel = self.state.channels.get(key)
+            if channel is None:
+                return None
+            if key in body.inline:
+                out[key] = self._loads(cp, body.inline[key])
+                continue
+            if key not in body.channels:
+                return None
+            base = body.channels[key][0]
+            blobs = await saver.get_blobs([BlobRange(cp.thread_id, key, base, cp.step)])
+            if channel.reducer is None:
+                found = [b for b in blobs if b.step == cp.step and b.kind == "snapshot"]
+                if not found:
+                    return None
+                out[key] = self._loads(cp, found[0].data)
+                continue
+            writes = None
+            for blob in blobs:
+                if blob.kind == "delta" and blob.step == cp.step:
+                    writes = self._loads(cp, blob.data)
+                elif blob.kind == "chunk" and blob.step <= cp.step:
+                    packed = self._loads(cp, blob.data)
+                    if _is_chunk(packed):
+                        writes = next((packed[k + 1] for k in range(0, len(packed), 2) if packed[k] == cp.step), writes)
+            if not isinstance(writes, list) or len(writes) != 1:
+                return None
+            out[key] = writes[0]
+        return out
+
     def _blob(self, cp: StoredCheckpoint, blob: Blob, decoded: dict[tuple[str, int], Any]) -> Any:
         key = (blob.channel, blob.step)
         if key not in decoded:
@@ -414,6 +451,26 @@ def _pend(pending: list[tuple[int, bytes]], step: int, data: bytes) -> bool:
         return False
     pending.append((step, data))
     return len(pending) >= CHUNK
+
+
+def referable_update(
+    codec: Codec, update: Mapping[str, Any], blobs: Sequence[Blob], inline: Mapping[str, bytes]
+) -> bool:
+    """Whether :meth:`Codec.step_update` can read ``update`` (the step's only task's) back from the checkpoint these
+    ``blobs`` and ``inline`` values make: every key is a channel, and a reducer channel stored this step's write as
+    a delta (or a chunk holding it), not a snapshot with the write folded in. Then its ``task.finished`` event need
+    not store the update a second time."""
+    kinds = {b.channel: b.kind for b in blobs}
+    for key in update:
+        channel = codec.state.channels.get(key)
+        if channel is None:
+            return False
+        if channel.reducer is None:
+            if key not in inline and kinds.get(key) != "snapshot":
+                return False
+        elif kinds.get(key) not in ("delta", "chunk"):
+            return False
+    return True
 
 
 def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:

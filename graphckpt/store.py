@@ -16,11 +16,11 @@ from typing import Any, cast
 
 from graphckpt import ids, lease
 from graphckpt.checkpoint import Interrupt, NodeUsage, Snapshot, Task, TaskError
-from graphckpt.codec import Body, Codec
+from graphckpt.codec import Body, Codec, referable_update
 from graphckpt.control import START, Send
 from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, ThreadNotFoundError, ThreadStateError
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
-from graphckpt.savers.base import FinishedTask, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
+from graphckpt.savers.base import Blob, FinishedTask, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.views import LazyFold, make_snapshot
 
 __all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
@@ -266,13 +266,38 @@ class ThreadStore:
         parent = base.cp.checkpoint_id or None
         cp = StoredCheckpoint(
             thread_id, checkpoint_id, base.cp.thread_id if parent else None, parent, step, ids.now(), record.status,
-            metadata, encoded, blobs, finished_tasks(record.results) if record.source == "loop" else (),
+            metadata, encoded, blobs,
+            self.finished_tasks(record.results, blobs, inline, metadata) if record.source == "loop" else (),
         )  # fmt: skip
         if claim is not None:
             await self.claim(claim, run_id=run_id, lease_until=lease_until)
         owner = lease.owner() if lease_until is not None and claim is None else None
         await self.saver.commit(cp, expected_head=expected_head, run_id=run_id, owner=owner, lease_until=lease_until)
         return Head(cp, body, record.values, loose or {})
+
+    def finished_tasks(
+        self, results: Sequence[TaskResult], blobs: Sequence[Blob], inline: Mapping[str, bytes], meta: Mapping[str, Any]
+    ) -> list[FinishedTask]:
+        """The step's tasks as their ``task.finished`` events tell them (the input's pseudo-task is not one). The
+        update of a step's only task is usually in the checkpoint already (:func:`~graphckpt.codec.referable_update`):
+        its event then points there instead of storing it twice (not in a subgraph's child thread, whose graph a
+        server streaming the parent does not decode)."""
+        tasks = [r for r in results if r.task.node != START]
+        referable = (
+            len(tasks) == 1 and "subgraph" not in meta and referable_update(self.codec, tasks[0].update, blobs, inline)
+        )
+        return [
+            FinishedTask(
+                r.task.id, r.task.node, r.update, r.duration_ms, r.usage or None, update_in_checkpoint=referable
+            )
+            for r in tasks
+        ]
+
+    async def task_update(self, thread_id: str, checkpoint_id: str, keys: Sequence[str]) -> dict[str, Any] | None:
+        """The update of a ``task.finished`` event that points to its checkpoint (``update_in_checkpoint``), read
+        back from it (see :meth:`~graphckpt.codec.Codec.step_update`); ``None`` when it cannot be."""
+        cp = await self.saver.get_checkpoint(thread_id, checkpoint_id)
+        return None if cp is None else await self.codec.step_update(self.saver, cp, keys)
 
     async def claim(self, record: ThreadRecord, *, run_id: str, lease_until: float | None = None) -> int:
         """Take the thread over for ``run_id``, from the head and run that ``record`` shows; leased to this process
@@ -295,15 +320,6 @@ class ThreadStore:
     ) -> None:
         """Record pending writes against ``cp`` (and set the thread's status, for a stop)."""
         await self.saver.put_writes(cp.thread_id, cp.checkpoint_id, writes, run_id=run_id, status=status, error=error)
-
-
-def finished_tasks(results: Sequence[TaskResult]) -> list[FinishedTask]:
-    """The step's tasks as their ``task.finished`` events tell them (the input's pseudo-task is not one)."""
-    return [
-        FinishedTask(r.task.id, r.task.node, r.update, r.duration_ms, r.usage or None)
-        for r in results
-        if r.task.node != START
-    ]
 
 
 def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None) -> dict[str, Any]:

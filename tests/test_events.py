@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from graphckpt import END, START, Send, StateGraph
 from graphckpt.errors import NodeError, ThreadConflictError
-from graphckpt.savers.base import Saver, StoredEvent
+from graphckpt.savers.base import BlobRange, Saver, StoredEvent
 from graphckpt.testing import make_checkpoint
 
 
@@ -147,8 +147,9 @@ async def test_each_task_of_a_step_has_its_own_finished_event_with_its_update(sa
 
 
 async def test_a_task_update_is_rendered_as_json_and_a_huge_one_is_left_out(saver: Saver) -> None:
-    """Models, NaN and NUL render as JSON every store accepts; an update past 64 KiB is not stored twice
-    (the event says how big it was; the checkpoint has the value)."""
+    """Models, NaN and NUL render as JSON every store accepts, whether the event holds the update (two tasks in the
+    step) or points to the checkpoint (one); an update past 64 KiB that the checkpoint does not hold as it is (two
+    tasks wrote the step) is left out, saying how big it was (the checkpoint has the folded value)."""
 
     def odd(state: Odd) -> dict[str, Any]:
         return {"point": Point(x=3), "ratio": float("nan"), "text": "caf\u00e9 \u0000"}
@@ -159,16 +160,26 @@ async def test_a_task_update_is_rendered_as_json_and_a_huge_one_is_left_out(save
     g = StateGraph(Odd)
     g.add_node("odd", odd)
     g.add_node("big", big)
+    g.add_node("both_odd", odd)
+    g.add_node("both_big", big)
     g.add_edge(START, "odd")
     g.add_edge("odd", "big")
-    g.add_edge("big", END)
+    g.add_edge("big", "both_odd")
+    g.add_edge("big", "both_big")
+    g.add_edge("both_odd", END)
+    g.add_edge("both_big", END)
     app = g.compile(saver=saver)
     await app.ainvoke({}, thread_id="odd")
     events = await saver.read_events([("odd", 0, 9)], after=(-1, -1), limit=100)
-    first, second = [e.payload for e in events if e.kind == "task.finished"]
-    assert first["update"]["point"] == {"x": 3} and first["update"]["ratio"] is None
-    assert first["update"]["text"] == "caf\u00e9 \u0000"
-    assert second["update"] is None and second["update_omitted"] > 100_000 and second["writes"] == ["blob"]
+    alone_odd, alone_big, *two = [e.payload for e in events if e.kind == "task.finished"]
+    assert alone_odd["update"] is None and alone_big["update"] is None  # the checkpoint holds them
+    point = await app.store.task_update("odd", alone_odd["update_in"], alone_odd["writes"])
+    assert point is not None and point["point"] == Point(x=3) and point["text"] == "caf\u00e9 \u0000"
+    together = {p["node"]: p for p in two}
+    assert together["both_odd"]["update"] == {"point": {"x": 3}, "ratio": None, "text": "caf\u00e9 \u0000"}
+    huge = together["both_big"]
+    assert huge["update"] is None and huge["update_omitted"] > 100_000 and huge["writes"] == ["blob"]
+    assert "update_in" not in huge
     assert (await app.aget_state("odd")).values.blob == "x" * 100_000
 
 
@@ -180,3 +191,79 @@ def test_a_payload_with_a_lone_surrogate_still_encodes() -> None:
     from graphckpt.savers.events import encode_payload
 
     assert json.loads(encode_payload({"a": "x\ud800y", "n": float("inf")})) == {"a": "x?y", "n": None}
+
+
+async def test_a_saver_made_with_events_off_writes_no_step_events(saver: Saver) -> None:
+    """``events=False``: commits add no ``task.finished``/``checkpoint``/``run.done``; a stop still records its own
+    (a trigger, or the memory saver's mirror of it). Same store, same thread: switching it back on writes again."""
+    saver.events = False  # type: ignore[attr-defined]
+    app = _graph([True]).compile(saver=saver)
+    with pytest.raises(NodeError):
+        await app.ainvoke({}, thread_id="quiet")
+    kinds = [k for _, _, k in await _kinds(saver, "quiet")]
+    assert "checkpoint" not in kinds and "task.finished" not in kinds
+    assert kinds[-1] == "run.failed"
+    saver.events = True  # type: ignore[attr-defined]
+    await app.aresume("quiet")
+    kinds = [k for _, _, k in await _kinds(saver, "quiet")]
+    assert kinds[-5:] == ["run.started", "task.finished", "checkpoint", "interrupt.raised", "run.interrupted"]
+
+
+class Chat(BaseModel):
+    n: int = 0
+    log: Annotated[list[str], operator.add] = []
+    big: str = ""
+    note: Point | None = None
+
+
+async def _updates_from_events(app: Any, saver: Saver, thread: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(step, {node: update})`` of every task.finished, with the updates an event points to read back."""
+    from pydantic_core import to_jsonable_python
+
+    out = []
+    for e in await saver.read_events([(thread, 0, 2**62)], after=(-1, -1), limit=10_000):
+        if e.kind != "task.finished":
+            continue
+        update = e.payload["update"]
+        if e.payload.get("update_in"):
+            assert update is None
+            update = await app.store.task_update(thread, e.payload["update_in"], e.payload["writes"])
+            update = to_jsonable_python(update, fallback=repr)
+        out.append((e.step, {e.payload["node"]: update}))
+    return out
+
+
+@pytest.mark.parametrize("snapshot_every", [7, 1000])
+async def test_an_update_the_checkpoint_holds_is_not_copied_and_reads_back_exactly(
+    saver: Saver, snapshot_every: int
+) -> None:
+    """A step's only task: its update is read back from the checkpoint (inline fields, big plain fields, reducer
+    deltas, deltas packed into chunks, snapshots every few steps) and equals what ``stream(mode="updates")`` gave;
+    the events store no copy of it."""
+    from pydantic_core import to_jsonable_python
+
+    def step(state: Chat) -> dict[str, Any]:
+        n = state.n + 1
+        update: dict[str, Any] = {"n": n, "log": [f"line {n}", "x" * (n % 7)]}
+        if n % 5 == 0:
+            update["big"] = "b" * 5000 + str(n)
+        if n % 3 == 0:
+            update["note"] = Point(x=n)
+        return update
+
+    g = StateGraph(Chat)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s.n < 80 else END)
+    app = g.compile(saver=saver, snapshot_every=snapshot_every)
+    streamed = [to_jsonable_python(u, fallback=repr) async for u in app.astream({}, thread_id="c", mode="updates")]
+    events = await _updates_from_events(app, saver, "c")
+    assert [u for _, u in events] == streamed and len(streamed) == 80
+    stored = await saver.read_events([("c", 0, 2**62)], after=(-1, -1), limit=10_000)
+    pointed = [e for e in stored if e.kind == "task.finished" and e.payload.get("update_in")]
+    snapshotted = 80 // snapshot_every + 1  # the steps whose reducer field was stored whole
+    assert len(pointed) == 80 - snapshotted
+    assert all(e.payload["update"] is None for e in pointed)
+    if snapshot_every > 80:  # deltas were packed into chunks (every 32): they are read from those
+        blobs = await saver.get_blobs([BlobRange("c", "log", 0, 100)])
+        assert any(b.kind == "chunk" for b in blobs)

@@ -123,9 +123,11 @@ def commit(
     meta: str,
     now: float,
     lease: Lease = None,
+    events: bool = True,
 ) -> None:
-    """Insert the checkpoint ``cp`` (with ``meta``, its metadata as canonical JSON), its blobs, and move its thread's
-    head to it: create the thread when ``expected_head`` is ``None``, else compare-and-set the head and owner."""
+    """Insert the checkpoint ``cp`` (with ``meta``, its metadata as canonical JSON), its blobs and (with ``events``)
+    its events, and move its thread's head to it: create the thread when ``expected_head`` is ``None``, else
+    compare-and-set the head and owner."""
     blobs = [(b.thread_id, b.channel, b.step, b.kind, b.data) for b in cp.blobs]
     same_thread_parent = cp.parent_checkpoint_id is not None and cp.parent_thread_id == cp.thread_id
     if expected_head is None:
@@ -177,10 +179,11 @@ def commit(
         conn.executemany(
             "INSERT OR REPLACE INTO blobs (thread_id, channel, step, kind, data) VALUES (?,?,?,?,?)", blobs
         )
-    conn.executemany(
-        SQLITE_INSERT_EVENT,
-        [(cp.thread_id, cp.step, kind, payload, cp.created_at) for kind, payload in checkpoint_events(cp)],
-    )
+    if events:
+        conn.executemany(
+            SQLITE_INSERT_EVENT,
+            [(cp.thread_id, cp.step, kind, payload, cp.created_at) for kind, payload in checkpoint_events(cp)],
+        )
     if same_thread_parent:
         conn.execute(
             "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id = ?",

@@ -154,6 +154,9 @@ class FinishedTask:
     duration_ms: float
     usage: Mapping[str, Any] | None = None
     """The model usage the task reported (``model``, ``prompt_tokens``, ``completion_tokens``, ``calls``)."""
+    update_in_checkpoint: bool = False
+    """The checkpoint holds ``update`` as it is (the step's only task; see :func:`graphckpt.codec.referable_update`):
+    the event points there (``update: null, update_in: <checkpoint id>``) instead of storing it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,9 +326,12 @@ EventKind = Literal[
 - ``run.started``: a thread created by an input (at its first step), or claimed by a run (at ``head_step + 1``);
   payload ``{run_id}``: the engine's claim of the thread (``ThreadRecord.run_id``), not a server's run id.
 - ``task.finished``: one per task of a committed ``loop`` step (before that step's ``checkpoint`` event); payload
-  ``{task_id, node, writes (the keys), update (the values, JSON-rendered), duration_ms, usage}``. An update whose
-  event would pass 64 KiB is left out (``update: null``, ``update_omitted``: the size). A checkpoint committed
-  without its tasks (an import) has one per node that wrote instead, with ``task_id`` and ``update`` null.
+  ``{task_id, node, writes (the keys), update (the values, JSON-rendered), duration_ms, usage}``. Where the
+  checkpoint holds the update as it is (the step's only task, the usual case) the event does not copy it: ``update``
+  is null and ``update_in`` is that checkpoint's id; a reader takes it from there (``ThreadStore.task_update``; the
+  server's streams always send it filled in). An update whose event would pass 64 KiB and that the checkpoint does
+  not hold is left out (``update: null``, ``update_omitted``: the size). A checkpoint committed without its tasks
+  (an import) has one per node that wrote instead, with ``task_id`` and ``update`` null.
 - ``task.failed``, ``effect.recorded``, ``interrupt.raised``: a pending write of kind ``error``, ``effect`` or
   ``interrupt`` against the head at step ``s`` (event step ``s + 1``); payload ``{task_id, index, checkpoint_id}``.
 - ``checkpoint``: a committed checkpoint; payload ``{checkpoint_id, parent_thread_id, parent_checkpoint_id, step,

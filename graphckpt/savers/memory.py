@@ -56,7 +56,9 @@ class MemorySaver(MemoryRuns, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, events: bool = True) -> None:
+        self.events = events
+        """Whether commits write their steps' events (see :mod:`graphckpt.savers.events`)."""
         self._threads: dict[str, _Thread] = {}
         self._blobs: dict[tuple[str, str], dict[int, Blob]] = {}
         self._writes: dict[tuple[str, str], dict[tuple[str, str, int], StoredWrite]] = {}
@@ -355,7 +357,7 @@ class MemorySaver(MemoryRuns, Saver):
     def _checkpoint_events(self, cp: StoredCheckpoint, *, created: bool, run_id: str) -> None:
         if created and cp.metadata.get("source") == "input":
             self._event(cp.thread_id, cp.step, "run.started", {"run_id": run_id})
-        for kind, payload in checkpoint_events(cp):
+        for kind, payload in checkpoint_events(cp) if self.events else ():
             self._event(cp.thread_id, cp.step, kind, json.loads(payload), cp.created_at)
 
     async def read_events(

@@ -132,7 +132,12 @@ class PostgresSaver(PostgresRuns, Saver):
     until the first operation (or ``async with``).
     """
 
-    def __init__(self, dsn: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10) -> None:
+    def __init__(
+        self, dsn: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10, events: bool = True
+    ) -> None:
+        self.events = events
+        """Whether commits write their steps' events to the durable event log (see
+        :mod:`graphckpt.savers.events`)."""
         self._dsn = dsn
         self._schema = schema
         self._pool_min = pool_min
@@ -274,7 +279,7 @@ class PostgresSaver(PostgresRuns, Saver):
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = checkpoint
         blobs = cp.blobs
-        events = checkpoint_events(cp)
+        events = checkpoint_events(cp) if self.events else []
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, KIND_CODE[b.kind]

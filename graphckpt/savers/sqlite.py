@@ -154,7 +154,8 @@ class SqliteSaver(SqliteRuns, Saver):
     raising :class:`~graphckpt.errors.SaverError`. ``commit_inline`` / ``read_inline``: run writes / reads on the
     calling thread when that needs no waiting (see the module docstring); ``False`` hands each to a thread.
     ``preallocate_wal``: bytes of WAL file written ahead on the first write, with ``synchronous="FULL"`` (see the
-    module docstring); 0 turns it off.
+    module docstring); 0 turns it off. ``events``: whether commits write their steps' events to the durable event
+    log (see :mod:`graphckpt.savers.events`).
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class SqliteSaver(SqliteRuns, Saver):
         commit_inline: bool = True,
         read_inline: bool = True,
         preallocate_wal: int = PREALLOCATE_WAL,
+        events: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', not {synchronous!r}")
@@ -179,6 +181,7 @@ class SqliteSaver(SqliteRuns, Saver):
         self.commit_inline = commit_inline
         self.read_inline = read_inline
         self.preallocate_wal = preallocate_wal
+        self.events = events
         self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
         self._wal_path = ""
         self._executor: ThreadPoolExecutor | None = None  # the writer thread
@@ -444,7 +447,7 @@ class SqliteSaver(SqliteRuns, Saver):
         lease = (owner, lease_until) if owner is not None and lease_until is not None else None
         await self._write(
             lambda conn: tx.commit(conn, cp, expected_head=expected_head, run_id=run_id, meta=meta, now=now,
-                                   lease=lease)
+                                   lease=lease, events=self.events)
         )  # fmt: skip
 
     async def claim(
