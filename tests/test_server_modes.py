@@ -75,6 +75,8 @@ def test_updates_equal_the_librarys_stream(serve: Callable[..., Served], target:
         assert sorted(updates, key=key) == sorted(expected, key=key)
         again = read_events(client, "/threads/u/stream", params={"stream_mode": "updates"})  # after the run: the log
         assert [d for _, k, d in again if k == "updates"] == updates
+        raw = read_events(client, "/threads/u/stream")  # the log's own events carry each update, filled in
+        assert [{d["node"]: d["update"]} for _, k, d in raw if k == "task.finished"] == updates
 
 
 def test_messages_arrive_before_their_steps_task_finished(

@@ -18,7 +18,8 @@ another process.
   ================  ==========  ==========================================================================
   mode              kind        ``event:`` and ``data``
   ================  ==========  ==========================================================================
-  ``events``        durable     the log's own kinds and payloads (the default without ``stream_mode``)
+  ``events``        durable     the log's own kinds and payloads (the default without ``stream_mode``;
+                                a ``task.finished``'s ``update`` filled in where it points to its checkpoint)
   ``values``        durable     ``values``: the state at each checkpoint
   ``updates``       durable     ``updates``: ``{node: update}`` per finished task (from ``task.finished``)
   ``checkpoints``   durable     ``checkpoints``: each checkpoint as LangGraph's (config, values, next, ...)
@@ -352,36 +353,44 @@ async def _render_all(
     service: Service, ns: str, thread_id: str, e: StoredEvent, modes: frozenset[str], kinds: set[str] | None
 ) -> bytes:
     """The SSE encodings of ``e`` for this stream: its own kind (``kinds``: ``None`` all, else those named) and
-    each of ``modes`` that renders it."""
-    out = b""
-    if kinds is None or e.kind in kinds:
-        out += await _render(service, ns, thread_id, e, "")
-    for mode in _DURABLE_MODES.get(e.kind, ()):
-        if mode in modes:
-            out += await _render(service, ns, thread_id, e, mode)
-    return out
+    each of ``modes`` that renders it; cached (an event never changes: subscribers of one thread encode it once)."""
+    wanted = [""] if kinds is None or e.kind in kinds else []
+    wanted += [mode for mode in _DURABLE_MODES.get(e.kind, ()) if mode in modes]
+    out = bytearray()
+    payload: dict[str, Any] | None = None
+    for mode in wanted:
+        key = (ns, e.thread_id, e.step, e.seq, mode)
+        encoded = service.rendered.get(key)
+        if encoded is None:
+            if payload is None:
+                payload = await _payload(service, ns, e)
+            data = await _data(service, ns, thread_id, e, payload, mode)
+            eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
+            encoded = service.rendered[key] = ServerSentEvent(id=eid, event=mode or e.kind, data=_dump(data)).encode()
+            while len(service.rendered) > 1024:
+                del service.rendered[next(iter(service.rendered))]
+        out += encoded
+    return bytes(out)
 
 
-async def _render(service: Service, ns: str, thread_id: str, e: StoredEvent, mode: str) -> bytes:
-    """The SSE encoding of ``e`` in ``mode`` (``""``: as itself), cached (an event never changes)."""
-    key = (ns, e.thread_id, e.step, e.seq, mode)
-    encoded = service.rendered.get(key)
-    if encoded is not None:
-        return encoded
-    eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
-    data = await _data(service, ns, thread_id, e, mode)
-    encoded = ServerSentEvent(id=eid, event=mode or e.kind, data=_dump(data)).encode()
-    service.rendered[key] = encoded
-    while len(service.rendered) > 1024:  # subscribers of one thread encode each event once
-        del service.rendered[next(iter(service.rendered))]
-    return encoded
-
-
-async def _data(service: Service, ns: str, thread_id: str, e: StoredEvent, mode: str) -> Any:
+async def _payload(service: Service, ns: str, e: StoredEvent) -> dict[str, Any]:
+    """``e``'s payload as a client sees it: thread ids in its namespace, a ``task.finished``'s ``update`` filled in
+    from its checkpoint when the event points there (``update_in``)."""
     payload = dict(e.payload)
+    if payload.get("parent_thread_id"):
+        payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
+    if e.kind == "task.finished" and payload.get("update") is None and payload.get("update_in"):
+        record = await service.saver.get_thread(e.thread_id)
+        app = service.app_of(record) if record is not None else service.app(None)
+        store = await app._store_of(e.thread_id)
+        update = await store.task_update(e.thread_id, str(payload["update_in"]), list(payload.get("writes") or ()))
+        payload["update"] = queries.jsonable(update)
+    return payload
+
+
+async def _data(service: Service, ns: str, thread_id: str, e: StoredEvent, payload: dict[str, Any], mode: str) -> Any:
+    """What ``e`` shows in ``mode`` (``""``: itself)."""
     if not mode:
-        if payload.get("parent_thread_id"):
-            payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
         return payload
     if e.kind == "task.finished":
         node, update = payload.get("node"), payload.get("update")
