@@ -154,6 +154,28 @@ def test_a_16_way_fan_out_has_strictly_increasing_ids(serve: Callable[..., Serve
             assert all(i is not None and i.startswith(f"{thread}:") for i, _, _ in events)
 
 
+def test_task_finished_events_carry_each_tasks_update(serve: Callable[..., Served]) -> None:
+    """One ``task.finished`` per task, each with its update: a step's only task (whose update the event reads back
+    from its checkpoint) and each of 16 Sends in one step (stored in the events), as over SSE and after a
+    reconnect in the middle."""
+    server = serve(["server_graphs:counter", "server_graphs:fanout"])
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _run(client, "c", {"input": {"limit": 5}})
+        finished = [e for e in durable(read_events(client, "/threads/c/stream")) if e[1] == "task.finished"]
+        expected = [{"n": i, "log": [f"tick {i}"]} for i in range(1, 6)]
+        assert [(e[2]["node"], e[2]["update"]) for e in finished] == [("tick", u) for u in expected]
+        assert all("update_in" not in e[2] for e in finished)
+        again = durable(
+            read_events(client, "/threads/c/stream", last_id=finished[1][0], params={"kinds": "task.finished"})
+        )
+        assert [e[2]["update"] for e in again] == expected[2:]
+        body = {"assistant_id": "server_graphs:fanout", "input": {"width": 16}}
+        _run(client, "w", body)
+        events = durable(read_events(client, "/threads/w/stream", params={"kinds": "task.finished"}))
+        assert sorted(e[2]["update"]["done"][0] for e in events if e[2]["node"] == "leaf") == list(range(16))
+        assert len({e[2]["task_id"] for e in events}) == len(events) == 16
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -11,11 +11,14 @@ so threads the CLI made are served with their graph), or the ``NAME`` of ``NAME=
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic_core import to_jsonable_python
 
 from graphckpt import ids, transfer
 from graphckpt.app import App
@@ -35,6 +38,10 @@ logger = logging.getLogger("graphckpt.server")
 
 READ_CACHE = 512
 """How many recent event reads :meth:`Service.events` remembers (each at most 256 events)."""
+
+UPDATE_CACHE = 4096
+"""How many ``task.finished`` events with their update read back from the checkpoint :meth:`Service.events`
+remembers (the subscribers of one thread read each once)."""
 
 NO_END = 2**62
 """An upper step bound past any real one (a lineage walk's open end)."""
@@ -78,6 +85,7 @@ class Service:
         self.default_graph = next(iter(self.apps))
         self.pending: dict[str, PendingThread] = {}
         self._reads: dict[Any, list[StoredEvent]] = {}
+        self._updates: dict[tuple[str, int, int], StoredEvent] = {}
         self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}
         """SSE encodings of recently sent events, by (namespace, thread, step, seq, mode) (see ``streams``)."""
         self.hub = Hub(saver, poll_interval=poll_interval)
@@ -315,10 +323,41 @@ class Service:
         found = self._reads.get(key)
         if found is None:
             found = await self.saver.read_events(segments, after=after, limit=limit)
+            if any("update_in" in e.payload for e in found):
+                found = [await self._with_update(e, segments) for e in found]
             self._reads[key] = found
             while len(self._reads) > READ_CACHE:
                 del self._reads[next(iter(self._reads))]
         return found
+
+    async def _with_update(self, e: StoredEvent, segments: Sequence[tuple[str, int, int]]) -> StoredEvent:
+        """``e`` with its task's update filled in when it points to its checkpoint (``update_in``, see
+        :func:`graphckpt.savers.events.checkpoint_events`): what streams send is always the update itself. Read
+        with the graph of the event's thread (of the streamed thread when that one was deleted: a fork keeps its
+        source's rows); an update that cannot be read back stays ``null``, with ``update_in`` saying why not."""
+        checkpoint_id = e.payload.get("update_in")
+        if not isinstance(checkpoint_id, str):
+            return e
+        done = self._updates.get((e.thread_id, e.step, e.seq))
+        if done is None:
+            record = await self.saver.get_thread(e.thread_id) or await self.saver.get_thread(segments[0][0])
+            app = self.app_of(record) if record is not None else self.apps[self.default_graph]
+            keys = [k for k in e.payload.get("writes") or () if isinstance(k, str)]
+            try:
+                update = await app.store.task_update(e.thread_id, checkpoint_id, keys)
+            except CorruptCheckpointError as exc:
+                logger.warning("event %s: its update cannot be read back: %s", e.id, exc)
+                update = None
+            payload = {k: v for k, v in e.payload.items() if k != "update_in"}
+            if update is None:
+                payload["update_in"] = "unreadable"
+            else:
+                payload["update"] = to_jsonable_python(update, fallback=repr, inf_nan_mode="null")
+            done = dataclasses.replace(e, payload=payload)
+            self._updates[(e.thread_id, e.step, e.seq)] = done
+            while len(self._updates) > UPDATE_CACHE:
+                del self._updates[next(iter(self._updates))]
+        return done
 
     async def cursor_now(self, segments: Sequence[tuple[str, int, int]], head_step: int) -> tuple[int, int]:
         """The cursor after the last event of the lineage (those of a thread's head step or later are read)."""
