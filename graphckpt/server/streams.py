@@ -18,8 +18,7 @@ another process.
   ================  ==========  ==========================================================================
   mode              kind        ``event:`` and ``data``
   ================  ==========  ==========================================================================
-  ``events``        durable     the log's own kinds and payloads (the default without ``stream_mode``;
-                                a ``task.finished``'s ``update`` filled in where it points to its checkpoint)
+  ``events``        durable     the log's own kinds and payloads (the default without ``stream_mode``)
   ``values``        durable     ``values``: the state at each checkpoint
   ``updates``       durable     ``updates``: ``{node: update}`` per finished task (from ``task.finished``)
   ``checkpoints``   durable     ``checkpoints``: each checkpoint as LangGraph's (config, values, next, ...)
@@ -363,7 +362,7 @@ async def _render_all(
         encoded = service.rendered.get(key)
         if encoded is None:
             if payload is None:
-                payload = await _payload(service, ns, e)
+                payload = _payload(ns, e)
             data = await _data(service, ns, thread_id, e, payload, mode)
             eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
             encoded = service.rendered[key] = ServerSentEvent(id=eid, event=mode or e.kind, data=_dump(data)).encode()
@@ -373,18 +372,12 @@ async def _render_all(
     return bytes(out)
 
 
-async def _payload(service: Service, ns: str, e: StoredEvent) -> dict[str, Any]:
-    """``e``'s payload as a client sees it: thread ids in its namespace, a ``task.finished``'s ``update`` filled in
-    from its checkpoint when the event points there (``update_in``)."""
+def _payload(ns: str, e: StoredEvent) -> dict[str, Any]:
+    """``e``'s payload with thread ids as ``ns`` names them (a ``task.finished``'s update is filled in already, see
+    :meth:`Service.events`)."""
     payload = dict(e.payload)
     if payload.get("parent_thread_id"):
         payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
-    if e.kind == "task.finished" and payload.get("update") is None and payload.get("update_in"):
-        record = await service.saver.get_thread(e.thread_id)
-        app = service.app_of(record) if record is not None else service.app(None)
-        store = await app._store_of(e.thread_id)
-        update = await store.task_update(e.thread_id, str(payload["update_in"]), list(payload.get("writes") or ()))
-        payload["update"] = queries.jsonable(update)
     return payload
 
 
