@@ -170,6 +170,9 @@ class SyncFacade:
             resume: bool = False,
             answer: Any = NO_ANSWER,
             graph: str | None = None,
+            tags: Mapping[str, Any] | None = None,
+            recursion_limit: int | None = None,
+            metadata: Mapping[str, Any] | None = None,
         ) -> RunRecord: ...
         async def aruns(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]: ...
         async def acancel_run(self, run_id: str) -> bool: ...
@@ -251,10 +254,13 @@ class SyncFacade:
         return self._sync(self.athread(thread_id))
 
     def submit(self, input: Any = None, *, thread_id: str | None = None, multitask: Any = "reject",
-               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None) -> RunRecord:  # fmt: skip
+               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None,
+               tags: Mapping[str, Any] | None = None, recursion_limit: int | None = None,
+               metadata: Mapping[str, Any] | None = None) -> RunRecord:  # fmt: skip
         """Sync :meth:`asubmit`."""
         return self._sync(self.asubmit(input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
-                                       graph=graph))  # fmt: skip
+                                       graph=graph, tags=tags, recursion_limit=recursion_limit,
+                                       metadata=metadata))  # fmt: skip
 
     def runs(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]:
         """Sync :meth:`aruns`."""
