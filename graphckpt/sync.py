@@ -467,10 +467,8 @@ class Portal:
             if calls:
                 await asyncio.wait(calls)
             for stream in list(self._streams):  # streams whose reader is between items: stop their runs too
-                closer = getattr(stream, "aclose", None)
-                if closer is not None:
-                    with contextlib.suppress(Exception):
-                        await closer()
+                with contextlib.suppress(Exception):
+                    await self._close_stream(stream)
             await final
 
         self._cancelled = True
@@ -480,13 +478,23 @@ class Portal:
             self.close()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
-        """Drive an async iterator on the portal loop, one item per ``next()``."""
+        """Drive an async iterator on the portal loop, one item per ``next()``.
+
+        The iterator is one of the portal's open streams (what :meth:`shutdown` closes) from the first ``next()``
+        until it has ended or been closed, and it leaves that set only on the loop, in the same call that ended or
+        closed it. A reader that stops midway closes it through the loop, unless a shutdown has begun: then the
+        shutdown closes it (it reads the set on the loop after the calls in flight have unwound), so a stream is
+        never dropped unclosed by a reader racing the shutdown, nor closed by both."""
 
         async def step() -> tuple[bool, T | None]:
             try:
                 return True, await agen.__anext__()
             except StopAsyncIteration:
+                self._streams.discard(agen)
                 return False, None
+            except BaseException:
+                self._streams.discard(agen)  # it raised (or its call was cancelled): it has ended
+                raise
 
         generation = self._generation
         self._streams.add(agen)
@@ -499,14 +507,24 @@ class Portal:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            self._streams.discard(agen)
-            closer = getattr(agen, "aclose", None)
             loop = self._loop
-            if closer is not None and loop is not None and not self._cancelled and self._generation == generation:
-                if threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
-                    loop.create_task(self._tracked(closer()))
-                else:
-                    self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
+            if agen not in self._streams:
+                pass  # it ended (or was closed) on the loop
+            elif loop is None or self._generation != generation:
+                self._streams.discard(agen)  # its loop is gone: nothing is left to run on it
+            elif threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
+                loop.create_task(self._tracked(self._close_stream(agen)))
+            elif not self._cancelled:  # else a shutdown has begun: it closes the streams still open
+                self.call(self._close_stream(agen))  # a stream abandoned midway stops its run now, not at GC
+
+    async def _close_stream(self, agen: AsyncIterator[Any]) -> None:
+        """Close an open stream (on the loop): its run stops; then it is no longer open."""
+        try:
+            closer = getattr(agen, "aclose", None)
+            if closer is not None:
+                await closer()
+        finally:
+            self._streams.discard(agen)
 
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""
@@ -519,5 +537,6 @@ class Portal:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+        self._streams.clear()  # any left were never started: nothing of theirs runs on a closed loop
         self._generation += 1
         self._cancelled = False
