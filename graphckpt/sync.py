@@ -537,6 +537,5 @@ class Portal:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
-        self._streams.clear()  # any left were never started: nothing of theirs runs on a closed loop
         self._generation += 1
         self._cancelled = False
