@@ -279,12 +279,16 @@ class App(SyncFacade):
         answer: Any = NO_ANSWER,
         graph: str | None = None,
         tags: Mapping[str, Any] | None = None,
+        recursion_limit: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Queue a run for a worker (see :func:`graphckpt.runs.submit`): ``multitask="reject"`` raises
         :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one;
-        ``tags`` (not ``None``) are its checkpoints' tags instead of the thread's."""
+        ``tags`` (not ``None``) are its checkpoints' tags instead of the thread's; ``recursion_limit`` caps the
+        run's super-steps (its worker applies it); ``metadata`` is the run's own."""
         return await runs.submit(self, input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
-                                 graph=graph, tags=tags)  # fmt: skip
+                                 graph=graph, tags=tags, recursion_limit=recursion_limit,
+                                 metadata=metadata)  # fmt: skip
 
     async def aruns(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         """Queued, running and ended runs, oldest first."""
@@ -295,19 +299,21 @@ class App(SyncFacade):
         return await runs.cancel(self, run_id)
 
     async def _begin(self, run: RunRecord, fence: str, tags: Mapping[str, Any]) -> Run:
-        """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``: its input
-        starts the thread, unless an earlier attempt of this run already committed it (then it resumes)."""
-        payload, _ = runs.unpack(self, run)
+        """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``, with the
+        recursion limit it was submitted with: its input starts the thread, unless an earlier attempt of this run
+        already committed it (then it resumes)."""
+        found = runs.submitted(self, run)
+        payload, limit = found.value, found.recursion_limit
         if run.kind == "input" and run.attempt > 1:
             record = await self.saver.get_thread(run.thread_id)
             old = record.metadata.get("tags") if record is not None else None
             if isinstance(old, Mapping) and old.get("run") == run.run_id:  # its input step is committed
-                return await begin.resume(self._options, run.thread_id, NO_ANSWER, None, tags, self._runner,
+                return await begin.resume(self._options, run.thread_id, NO_ANSWER, limit, tags, self._runner,
                                           streamed=True, run_id=fence)  # fmt: skip
         if run.kind == "input":
-            return await begin.start(self._options, payload, run.thread_id, None, tags, self._runner, streamed=True,
+            return await begin.start(self._options, payload, run.thread_id, limit, tags, self._runner, streamed=True,
                                      run_id=fence)  # fmt: skip
-        return await begin.resume(self._options, run.thread_id, payload, None, tags, self._runner, streamed=True,
+        return await begin.resume(self._options, run.thread_id, payload, limit, tags, self._runner, streamed=True,
                                   run_id=fence)  # fmt: skip
 
     async def acrashed(self) -> list[CrashedThread]:

@@ -14,6 +14,7 @@ runs it when the thread's current run has ended).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphckpt import ids
@@ -24,15 +25,54 @@ from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 if TYPE_CHECKING:
     from graphckpt.app import App
 
-__all__ = ["ENVELOPE", "MULTITASK", "Multitask", "cancel", "list_runs", "queue_of", "submit", "unpack"]
+__all__ = [
+    "ENVELOPE",
+    "MULTITASK",
+    "Multitask",
+    "Submitted",
+    "cancel",
+    "list_runs",
+    "queue_of",
+    "submit",
+    "submitted",
+    "unpack",
+]
 
 Multitask = Literal["reject", "enqueue"]
 MULTITASK: tuple[Multitask, ...] = ("reject", "enqueue")
 
 ENVELOPE = "__graphckpt_run__"
-"""The key that marks a run's payload as an envelope ``{ENVELOPE: 1, "tags": {...}, "value": ...}`` (``value``
-absent: a resume with no answer): how a run submitted with ``tags`` carries them to its worker in the opaque payload
-(no column of its own); a payload without it is the input or the answer itself (the run keeps the thread's tags)."""
+"""The key that marks a run's payload as an envelope: how what a run was submitted with reaches its worker (and a
+server reading it back after a restart) in the opaque payload, with no column of its own::
+
+    {ENVELOPE: 1,
+     "value": ...,                # the input or the answer (absent: a resume with no answer)
+     "tags": {...},               # the run's checkpoint tags instead of the thread's (absent or None: the thread's)
+     "recursion_limit": 25,       # the run's super-step limit (absent or None: the app's)
+     "metadata": {...},           # the run's own metadata (absent: none)
+     "multitask": "enqueue",      # the strategy it was submitted with (absent: not known)
+     "start": [step, seq]}        # the event cursor before it, its stream's start (absent: not known)
+
+Every key but ``ENVELOPE`` may be absent (a payload written before it existed means none). A payload that is not an
+envelope is the input or the answer itself (what a sweeper's resume and older versions write)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What a run was submitted with, read back from its payload (:func:`submitted`)."""
+
+    value: Any = NO_ANSWER
+    """The input (``kind="input"``) or the answer (:data:`~graphckpt.records.NO_ANSWER`: none)."""
+    tags: Mapping[str, Any] | None = None
+    """The run's checkpoint tags instead of the thread's (``None``: the thread's)."""
+    recursion_limit: int | None = None
+    """The run's super-step limit (``None``: the app's)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The run's own metadata (LangGraph's ``run.metadata``), not the thread's."""
+    multitask: Multitask | None = None
+    """The strategy it was submitted with (``None``: not known, e.g. a resume the sweeper queued)."""
+    start: tuple[int, int] | None = None
+    """The event cursor ``(step, seq)`` before the run, where its stream starts (``None``: not known)."""
 
 
 def queue_of(app: App) -> RunQueue:
@@ -52,11 +92,17 @@ async def submit(
     answer: Any = NO_ANSWER,
     graph: str | None = None,
     tags: Mapping[str, Any] | None = None,
+    recursion_limit: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    start: tuple[int, int] | None = None,
 ) -> RunRecord:
     """Queue a run of ``graph`` (``module:attr``, what workers load; default: ``app.graph_ref``) on ``thread_id``
     (a new id when ``None``): ``input`` starts it (or a new turn of a ``done`` thread), ``resume=True`` continues
     it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
-    the thread's (see :data:`ENVELOPE`). Values are checked storable now, not when a worker runs them."""
+    the thread's; ``recursion_limit`` caps its super-steps (``None``: the app's; a run past it fails with
+    :class:`~graphckpt.errors.RecursionLimitError`); ``metadata`` is the run's own (not its checkpoints');
+    ``start`` is the event cursor its stream starts at (what a server records). All travel in the payload (see
+    :data:`ENVELOPE`). Values are checked now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
     graph = graph or app.graph_ref
@@ -68,26 +114,67 @@ async def submit(
         thread_id = ids.new_id()
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
-    value: Any = answer if resume else dict(app.graph.validate_input(input))
+    envelope: dict[str, Any] = {ENVELOPE: 1, "multitask": multitask, **_options(recursion_limit, metadata, start)}
     if tags is not None:
-        envelope = {ENVELOPE: 1, "tags": dict(tags), **({} if value is NO_ANSWER else {"value": value})}
-        payload: bytes | None = app.codec.serde.dumps(envelope)
-    else:
-        payload = None if value is NO_ANSWER else app.codec.serde.dumps(value)
+        if not isinstance(tags, Mapping):
+            raise ValueError(f"tags must be a mapping (or None for the thread's), not {type(tags).__name__}")
+        envelope["tags"] = dict(tags)
+    value: Any = answer if resume else dict(app.graph.validate_input(input))
+    if value is not NO_ANSWER:
+        envelope["value"] = value
+    payload = app.codec.serde.dumps(envelope)
     run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
     await queue_of(app).enqueue_run(run, reject_busy=multitask == "reject")
     return run
 
 
+def _options(
+    recursion_limit: int | None, metadata: Mapping[str, Any] | None, start: tuple[int, int] | None
+) -> dict[str, Any]:
+    """The envelope keys of submit's run options, each checked (a ``ValueError`` names the argument)."""
+    found: dict[str, Any] = {}
+    if recursion_limit is not None:
+        if type(recursion_limit) is not int or recursion_limit < 1:
+            raise ValueError(f"recursion_limit must be a positive number of super-steps, not {recursion_limit!r}")
+        found["recursion_limit"] = recursion_limit
+    if metadata is not None:
+        if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+            raise ValueError(f"metadata must be a mapping with string keys (or None), not {metadata!r:.80}")
+        if metadata:
+            found["metadata"] = dict(metadata)
+    if start is not None:
+        if not (isinstance(start, tuple | list) and len(start) == 2 and all(type(n) is int for n in start)):
+            raise ValueError(f"start must be an event cursor (step, seq) of two integers, not {start!r:.80}")
+        found["start"] = [start[0], start[1]]
+    return found
+
+
+def submitted(app: App, run: RunRecord) -> Submitted:
+    """What ``run`` was submitted with (see :data:`ENVELOPE`); a payload without an envelope is its value alone.
+    A key of the wrong type (a payload written by something else) reads as absent."""
+    if run.payload is None:
+        return Submitted()
+    value = app.codec.serde.loads(run.payload)
+    if not (isinstance(value, dict) and value.get(ENVELOPE) == 1):
+        return Submitted(value)
+    tags, limit, metadata = value.get("tags"), value.get("recursion_limit"), value.get("metadata")
+    multitask, start = value.get("multitask"), value.get("start")
+    return Submitted(
+        value.get("value", NO_ANSWER),
+        tags if isinstance(tags, dict) else None,
+        limit if type(limit) is int and limit >= 1 else None,
+        metadata if isinstance(metadata, dict) else {},
+        multitask if multitask in MULTITASK else None,
+        (start[0], start[1]) if isinstance(start, list | tuple) and len(start) == 2
+        and all(type(n) is int for n in start) else None,
+    )  # fmt: skip
+
+
 def unpack(app: App, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:
     """The run's input or answer (:data:`~graphckpt.records.NO_ANSWER`: none) and the tags it was submitted with
     (``None``: none, it keeps the thread's)."""
-    if run.payload is None:
-        return NO_ANSWER, None
-    value = app.codec.serde.loads(run.payload)
-    if isinstance(value, dict) and value.get(ENVELOPE) == 1 and isinstance(value.get("tags"), dict):
-        return value.get("value", NO_ANSWER), value["tags"]
-    return value, None
+    found = submitted(app, run)
+    return found.value, found.tags
 
 
 async def list_runs(app: App, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:

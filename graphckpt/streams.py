@@ -113,6 +113,20 @@ async def ahead_by_one(run: Run, *, ephemeral: set[str]) -> AsyncGenerator[Step 
         run.listener = None
         if not producer.done():
             producer.cancel()
-            await asyncio.wait([producer])
+            await _ended(producer)
         elif not producer.cancelled():
             producer.exception()  # seen: it was raised to the reader above
+
+
+async def _ended(task: asyncio.Task[None]) -> None:
+    """Wait until ``task`` has ended, even when this wait is cancelled meanwhile (that cancel is raised once it
+    has): a close that returns, or is cancelled, never leaves the run's task behind half-stopped, where the loop's
+    end would destroy it mid-step (its generator's cleanup would then never run)."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError

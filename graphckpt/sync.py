@@ -170,6 +170,9 @@ class SyncFacade:
             resume: bool = False,
             answer: Any = NO_ANSWER,
             graph: str | None = None,
+            tags: Mapping[str, Any] | None = None,
+            recursion_limit: int | None = None,
+            metadata: Mapping[str, Any] | None = None,
         ) -> RunRecord: ...
         async def aruns(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]: ...
         async def acancel_run(self, run_id: str) -> bool: ...
@@ -251,10 +254,13 @@ class SyncFacade:
         return self._sync(self.athread(thread_id))
 
     def submit(self, input: Any = None, *, thread_id: str | None = None, multitask: Any = "reject",
-               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None) -> RunRecord:  # fmt: skip
+               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None,
+               tags: Mapping[str, Any] | None = None, recursion_limit: int | None = None,
+               metadata: Mapping[str, Any] | None = None) -> RunRecord:  # fmt: skip
         """Sync :meth:`asubmit`."""
         return self._sync(self.asubmit(input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
-                                       graph=graph))  # fmt: skip
+                                       graph=graph, tags=tags, recursion_limit=recursion_limit,
+                                       metadata=metadata))  # fmt: skip
 
     def runs(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]:
         """Sync :meth:`aruns`."""
@@ -461,10 +467,8 @@ class Portal:
             if calls:
                 await asyncio.wait(calls)
             for stream in list(self._streams):  # streams whose reader is between items: stop their runs too
-                closer = getattr(stream, "aclose", None)
-                if closer is not None:
-                    with contextlib.suppress(Exception):
-                        await closer()
+                with contextlib.suppress(Exception):
+                    await self._close_stream(stream)
             await final
 
         self._cancelled = True
@@ -474,13 +478,23 @@ class Portal:
             self.close()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
-        """Drive an async iterator on the portal loop, one item per ``next()``."""
+        """Drive an async iterator on the portal loop, one item per ``next()``.
+
+        The iterator is one of the portal's open streams (what :meth:`shutdown` closes) from the first ``next()``
+        until it has ended or been closed, and it leaves that set only on the loop, in the same call that ended or
+        closed it. A reader that stops midway closes it through the loop, unless a shutdown has begun: then the
+        shutdown closes it (it reads the set on the loop after the calls in flight have unwound), so a stream is
+        never dropped unclosed by a reader racing the shutdown, nor closed by both."""
 
         async def step() -> tuple[bool, T | None]:
             try:
                 return True, await agen.__anext__()
             except StopAsyncIteration:
+                self._streams.discard(agen)
                 return False, None
+            except BaseException:
+                self._streams.discard(agen)  # it raised (or its call was cancelled): it has ended
+                raise
 
         generation = self._generation
         self._streams.add(agen)
@@ -493,14 +507,24 @@ class Portal:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            self._streams.discard(agen)
-            closer = getattr(agen, "aclose", None)
             loop = self._loop
-            if closer is not None and loop is not None and not self._cancelled and self._generation == generation:
-                if threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
-                    loop.create_task(self._tracked(closer()))
-                else:
-                    self.call(closer())  # a stream abandoned midway stops its run now, not at garbage collection
+            if agen not in self._streams:
+                pass  # it ended (or was closed) on the loop
+            elif loop is None or self._generation != generation:
+                self._streams.discard(agen)  # its loop is gone: nothing is left to run on it
+            elif threading.current_thread() is self._thread:  # collected there (by the cyclic GC): cannot wait
+                loop.create_task(self._tracked(self._close_stream(agen)))
+            elif not self._cancelled:  # else a shutdown has begun: it closes the streams still open
+                self.call(self._close_stream(agen))  # a stream abandoned midway stops its run now, not at GC
+
+    async def _close_stream(self, agen: AsyncIterator[Any]) -> None:
+        """Close an open stream (on the loop): its run stops; then it is no longer open."""
+        try:
+            closer = getattr(agen, "aclose", None)
+            if closer is not None:
+                await closer()
+        finally:
+            self._streams.discard(agen)
 
     def close(self) -> None:
         """Stop the loop and join its thread. The portal starts a new loop if used again."""

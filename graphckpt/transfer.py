@@ -14,6 +14,13 @@ An export is untrusted input. Import checks all of it before it writes anything 
 A checkpoint the target already has is skipped only when it is identical there, every field and every blob (so two
 forks of one thread can be imported one after the other); anything else at that place is a
 :class:`ThreadConflictError`, as is a file that would change an existing thread's status or pending writes.
+
+**Thread ids.** A file names threads as its writer chose to (``rename`` on export: a server writes the ids a token
+sees, not its namespace-prefixed stored ones) and the importer maps them into its own naming (``rename`` on import).
+A thread id appears in: the header; each checkpoint's ``thread_id`` and ``parent_thread_id``; the lineage in each
+checkpoint's body (which thread stores which steps); the links of its metadata (:data:`RENAMED_LINKS`: a subgraph
+child's parent, a fork's source); each ``writes`` line. A child thread of a subgraph is named after its parent
+(``parent|node:task``), so a prefix mapping keeps it one. Nothing else in a file names a thread.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ import base64
 import dataclasses
 import json
 import typing
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 from graphckpt import ids
 from graphckpt import importcheck as check
@@ -44,16 +53,34 @@ from graphckpt.savers.base import (
 )
 from graphckpt.store import lineage_segments
 
-__all__ = ["export_thread", "import_thread"]
+__all__ = ["RENAMED_LINKS", "Rename", "export_thread", "import_thread"]
 
 _FORMAT, _VERSION = "graphckpt-thread", 1
 
 _BODIES = RawCodec()
 """Reads a stored body's structure (lineage, channel table) without the schema: nothing it names is looked up."""
 
+Rename = Callable[[str], str]
+"""Maps a thread id from one naming to another (stored ids to a file's, a file's to stored ones); raises
+``ValueError`` (saying why) for an id that has no name on the other side."""
 
-async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
-    """Yield the JSON lines of ``thread_id`` and every ancestor checkpoint its lineage needs."""
+RENAMED_LINKS = ("subgraph", "forked_from")
+"""The checkpoint metadata keys whose ``thread_id`` names another thread (a subgraph child's parent, a fork's
+source): renamed with the checkpoint's own ids."""
+
+
+async def export_thread(saver: Saver, thread_id: str, *, rename: Rename | None = None) -> AsyncIterator[str]:
+    """Yield the JSON lines of ``thread_id`` and every ancestor checkpoint its lineage needs, each thread id
+    written as ``rename`` names it (default: as stored). A ``rename`` refusal is a :class:`GraphckptError`."""
+
+    def named(stored: str) -> str:
+        if rename is None:
+            return stored
+        try:
+            return rename(stored)
+        except ValueError as exc:
+            raise GraphckptError(f"cannot export thread {cut(thread_id)}: {exc}") from None
+
     record = await saver.get_thread(thread_id)
     if record is None:
         raise ThreadNotFoundError(f"no thread {thread_id!r}")
@@ -61,7 +88,7 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
     if head is None:
         raise ThreadNotFoundError(f"thread {thread_id!r} has no head checkpoint")
     body = _BODIES.decode_body(head)
-    yield _line({"kind": "header", "format": _FORMAT, "version": _VERSION, "thread_id": thread_id})
+    yield _line({"kind": "header", "format": _FORMAT, "version": _VERSION, "thread_id": named(thread_id)})
     segments = list(lineage_segments(body.lineage, head.step + 1))
     count = 0
     for tid, first, upper in reversed(segments):
@@ -76,6 +103,8 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
                 by_step.setdefault(part.step, []).append(part)
         for cp in cps:
             count += 1
+            if rename is not None:
+                cp, _ = _renamed(cp, _BODIES.decode_body(cp), named)
             yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])))
         if cps and tid == thread_id:
             writes = await saver.get_writes(tid, cps[-1].checkpoint_id)
@@ -84,16 +113,58 @@ async def export_thread(saver: Saver, thread_id: str) -> AsyncIterator[str]:
             line = {"status": "partial", "error": None, "writes": []}
         else:
             continue
-        yield _line({"kind": "writes", "thread_id": tid, "checkpoint_id": cps[-1].checkpoint_id, **line})
+        yield _line({"kind": "writes", "thread_id": named(tid), "checkpoint_id": cps[-1].checkpoint_id, **line})
     yield _line({"kind": "end", "checkpoints": count})
+
+
+def _renamed(cp: StoredCheckpoint, body: Body, rename: Rename) -> tuple[StoredCheckpoint, Body]:
+    """``cp`` (with its decoded ``body``) with every thread id it names renamed: its own, its parent's, its body's
+    lineage (the body's other bytes unchanged) and the links of its metadata."""
+    thread_id = rename(cp.thread_id)
+    lineage = [(rename(tid), first) for tid, first in body.lineage]
+    metadata = dict(cp.metadata)
+    for key in RENAMED_LINKS:
+        link = metadata.get(key)
+        if isinstance(link, Mapping) and isinstance(link.get("thread_id"), str):
+            metadata[key] = {**link, "thread_id": rename(link["thread_id"])}
+    renamed = dataclasses.replace(
+        cp,
+        thread_id=thread_id,
+        parent_thread_id=None if cp.parent_thread_id is None else rename(cp.parent_thread_id),
+        metadata=metadata,
+        body=cp.body if lineage == body.lineage else _with_lineage(cp.body, lineage),
+        blobs=[dataclasses.replace(b, thread_id=thread_id) for b in cp.blobs],
+    )
+    return renamed, dataclasses.replace(body, lineage=lineage)
+
+
+def _with_lineage(data: bytes, lineage: list[tuple[str, int]]) -> bytes:
+    """The encoded body ``data`` with its lineage entry replaced and every other byte kept (the entries' raw
+    encodings are copied, not decoded and encoded again: what the file carries stays what was stored)."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    size = unpacker.read_map_header()
+    parts = [data[: unpacker.tell()]]
+    for _ in range(size):
+        start = unpacker.tell()
+        key = unpacker.unpack()
+        middle = unpacker.tell()
+        unpacker.skip()
+        end = unpacker.tell()
+        parts.append(data[start:middle])
+        parts.append(
+            msgpack.packb([[t, s] for t, s in lineage], use_bin_type=True) if key == "lin" else data[middle:end]
+        )
+    return b"".join(parts)
 
 
 def _write_json(write: StoredWrite) -> list[Any]:
     return [write.task_id, write.kind, write.index, _b64(write.data)]
 
 
-async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
-    """Store the exported thread in ``saver``; returns its thread id. Nothing that exists is changed.
+async def import_thread(saver: Saver, lines: Iterable[str], *, rename: Rename | None = None) -> str:
+    """Store the exported thread in ``saver``; returns its thread id. Nothing that exists is changed. ``rename``
+    maps the file's thread ids to the ones stored (default: as written); an id it refuses makes the file corrupt.
 
     Four phases; only the last one writes, so a file that fails any check changes nothing:
 
@@ -108,7 +179,7 @@ async def import_thread(saver: Saver, lines: Iterable[str]) -> str:
     4. :func:`_apply`: commit the new checkpoints in order, then restore the status and pending writes of the
        threads whose head the import wrote.
     """
-    export = _parse_export(lines)
+    export = _parse_export(lines, rename)
     _check_export(export)
     plan = await _check_target(saver, export)
     await _apply(saver, plan)
@@ -152,7 +223,7 @@ def _corrupt(message: str) -> CorruptCheckpointError:
 # -- 1. parse ----------------------------------------------------------------------------------------------------------
 
 
-def _parse_export(lines: Iterable[str]) -> _Export:
+def _parse_export(lines: Iterable[str], rename: Rename | None = None) -> _Export:
     thread_id: str | None = None
     checkpoints: list[StoredCheckpoint] = []
     writes: dict[str, _Writes] = {}
@@ -187,8 +258,11 @@ def _parse_export(lines: Iterable[str]) -> _Export:
                 if thread_id is not None:
                     raise ValueError("a second header")
                 thread_id = check.text(item["thread_id"], "thread_id")
+                thread_id = rename(thread_id) if rename is not None else thread_id
             elif kind == "checkpoint":
                 cp, body = _checkpoint_from(item, codec)
+                if rename is not None:
+                    cp, body = _renamed(cp, body, rename)
                 if cp.checkpoint_id in numbers:
                     raise ValueError(
                         f"checkpoint {cut(cp.checkpoint_id)} is also on line {numbers[cp.checkpoint_id]}: an export "
@@ -198,6 +272,7 @@ def _parse_export(lines: Iterable[str]) -> _Export:
                 checkpoints.append(cp)
             elif kind == "writes":
                 tid = check.text(item["thread_id"], "thread_id")
+                tid = rename(tid) if rename is not None else tid
                 if tid in writes:
                     raise ValueError(f"a second writes line for thread {cut(tid)}")
                 writes[tid] = _writes_from(item, codec)

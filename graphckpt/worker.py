@@ -13,7 +13,8 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   leaves alone) and the run ends ``cancelled``. A cancel in this process does not wait for a step that does not end:
   after :data:`CANCEL_GRACE` seconds the task running the run is cancelled (its current step is lost, as in a crash).
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
-  died (lease expired) and queues a resume for every crashed thread nobody queued. It never executes anything
+  died (lease expired) and queues a resume for every crashed thread nobody queued that has a ``graph`` tag (one
+  run outside the queue has none: it stays ``crashed`` for ``graphckpt recover``). It never executes anything
   itself: a claim runs what it queued.
 """
 

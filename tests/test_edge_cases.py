@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -498,6 +499,42 @@ def test_close_stops_the_run_of_a_stream_whose_reader_is_between_items(tmp_path:
     reopened = _blocked_at_n2(tmp_path, threading.Event(), threading.Event())
     try:
         assert reopened.get_state("t").step == 2
+    finally:
+        reopened.close()
+
+
+def test_a_stream_whose_reader_asks_for_more_as_the_close_begins_still_has_its_run_stopped(tmp_path: Any) -> None:
+    """The reader's next ``next()`` comes after ``close()`` has begun but before its loop got to the open streams:
+    the call is refused (SyncCallError) and the close still stops that stream's run (its lease is released), instead
+    of losing the stream between the two and leaving its run's task to be destroyed mid-step with the loop."""
+    from graphckpt import SyncCallError
+
+    started, release, gate = threading.Event(), threading.Event(), threading.Event()
+    app = _blocked_at_n2(tmp_path, started, release)
+    stream = app.stream({"n": 0}, thread_id="t", mode="values")
+    try:
+        while next(stream)["n"] < 2:  # then the run is in its blocked step: one step ahead of this reader
+            pass
+        assert started.wait(30)
+        app._portal.loop.call_soon_threadsafe(gate.wait, 30)  # the loop is busy: the close cannot get to it yet
+        closer = threading.Thread(target=app.close)
+        closer.start()
+        deadline = time.monotonic() + 30
+        while not app._portal._cancelled:  # the close has begun
+            assert time.monotonic() < deadline, "the close did not begin"
+            time.sleep(0.005)
+        with pytest.raises(SyncCallError, match="being closed"):
+            next(stream)
+        gate.set()
+        closer.join(30)
+        assert not closer.is_alive()
+    finally:
+        gate.set()
+        release.set()
+    reopened = _blocked_at_n2(tmp_path, threading.Event(), threading.Event())
+    try:
+        info = reopened.thread("t")
+        assert (info.status, info.step, info.lease) == ("running", 2, None)  # its run stopped and let the thread go
     finally:
         reopened.close()
 

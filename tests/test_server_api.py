@@ -6,7 +6,9 @@ rule, and the official langgraph-sdk client."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgpack
 import pytest
 from serving import Served, durable, read_events, wait_for
 
@@ -232,6 +235,60 @@ def test_two_namespaces_cannot_see_or_touch_each_other(serve: Callable[..., Serv
         b.post("/threads", json={"thread_id": "x"}).raise_for_status()  # b's own "x" is another thread
         assert b.get("/threads/x").json()["status"] == "idle"
         assert a.get("/threads/x").json()["graphckpt_status"] == "done"
+
+
+def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another_namespace(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKENS)
+    server = serve(["server_graphs:counter"], args=["--tokens-file", str(tokens)])
+    a = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-a"})
+    b = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-b"})
+    with a, b:
+        a.post("/threads/x/runs/wait", json={"input": {"limit": 4}}).raise_for_status()
+        a.post("/threads/x/fork", json={"step": 2, "values": {"limit": 3}, "new_thread_id": "y"}).raise_for_status()
+        a.post("/threads/y/runs/wait", json={"command": {}}).raise_for_status()
+        exported = a.get("/threads/y/export")
+        assert exported.status_code == 200
+        lines = [json.loads(line) for line in exported.text.splitlines()]
+        bodies = [base64.b64decode(line["body"]) for line in lines if line["kind"] == "checkpoint"]
+        assert "alpha" not in exported.text and not any(b"alpha" in body for body in bodies)  # no stored id at all
+        lineages = [msgpack.unpackb(body, strict_map_key=False)["lin"] for body in bodies]
+        assert {tid for lineage in lineages for tid, _ in lineage} == {"x", "y"}  # as the token sees them
+        assert lines[0]["thread_id"] == "y"
+        assert {line["thread_id"] for line in lines[1:-1]} == {"x", "y"}
+        [fork_point] = [line for line in lines if line["kind"] == "checkpoint" and line["thread_id"] == "y"
+                        and line["parent_thread_id"] == "x"]  # fmt: skip
+        assert fork_point["metadata"]["forked_from"]["thread_id"] == "x"
+        imported = b.post("/threads/import", content=exported.content)
+        assert imported.status_code == 201, imported.text
+        assert imported.json()["thread_id"] == "y"
+        assert b.get("/threads/y/state").json()["values"] == a.get("/threads/y/state").json()["values"]
+        assert [s["step"] for s in b.get("/threads/y/history", params={"limit": 10}).json()] == [4, 3, 2, 1, 0]
+        assert b.get("/threads/y/tree").json()["thread_id"] == "x"  # beta's x (the ancestor the file brought)
+        again = b.post("/threads/y/runs/wait", json={"input": {"limit": 5}})  # beta's own thread: it runs it
+        assert again.status_code == 200 and again.json()["n"] == 5
+        assert a.get("/threads/y/state").json()["values"]["n"] == 3  # alpha's y untouched
+        reexported = b.get("/threads/y/export").text
+        assert "beta" not in reexported and json.loads(reexported.splitlines()[0])["thread_id"] == "y"
+        assert a.post("/threads/import", content=exported.content).status_code == 201  # its own file: a no-op
+        hostile = exported.text.replace('"thread_id":"x"', '"thread_id":"alpha/x"')
+        refused = b.post("/threads/import", content=hostile.encode())
+        assert refused.status_code == 422 and "alpha/x" in refused.json()["message"]
+        assert a.get("/threads/x/state").json()["values"]["n"] == 4
+
+        cli_db = tmp_path / "cli.db"  # a file the CLI wrote (no namespace) imports into one
+        env = {**server.env, "SERVE_TEST_DELAY": "0"}
+        run = [sys.executable, "-m", "graphckpt", "--db", str(cli_db)]
+        done = subprocess.run([*run, "run", "server_graphs:counter", "--input", '{"limit": 2}', "--thread", "c"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out = subprocess.run([*run, "export", "c"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert b.post("/threads/import", content=out.stdout).status_code == 201
+        assert b.get("/threads/c/state").json()["values"]["n"] == 2
+        assert a.get("/threads/c").status_code == 404
 
 
 def test_binding_beyond_loopback_needs_a_token(tmp_path: Path) -> None:

@@ -153,3 +153,61 @@ def test_cancel_of_a_run_a_separate_worker_runs(
         finally:
             assert _stop(worker) == 0
         assert c.get(f"/threads/x/runs/{run['run_id']}").json()["status"] == "cancelled"
+
+
+def test_a_run_shows_its_metadata_strategy_and_stream_after_the_server_was_killed(
+    serve: Callable[..., Served],
+) -> None:
+    first = serve(["server_graphs:counter"])
+    with httpx.Client(base_url=first.url, timeout=30) as c:
+        one = c.post("/threads/a/runs", json={"input": {"limit": 3}, "metadata": {"by": "ann", "n": [1, 2]}}).json()
+        two = c.post("/threads/a/runs", json={"input": {"limit": 5}, "multitask_strategy": "enqueue",
+                                              "metadata": {"by": "bob"}}).json()  # fmt: skip
+        assert (one["multitask_strategy"], two["multitask_strategy"]) == ("reject", "enqueue")
+        c.get(f"/threads/a/runs/{two['run_id']}/join").raise_for_status()
+        uncut = read_events(c, f"/threads/a/runs/{one['run_id']}/stream")
+    first.kill()  # SIGKILL: nothing of this process's memory survives
+    second = serve(["server_graphs:counter"], db=first.db)
+    with httpx.Client(base_url=second.url, timeout=30) as c:
+        for created in (one, two):
+            got = c.get(f"/threads/a/runs/{created['run_id']}").json()
+            assert (got["metadata"], got["multitask_strategy"], got["status"]) == (
+                created["metadata"], created["multitask_strategy"], "success")  # fmt: skip
+        listed = {r["run_id"]: r["metadata"] for r in c.get("/threads/a/runs").json()}
+        assert listed == {one["run_id"]: {"by": "ann", "n": [1, 2]}, two["run_id"]: {"by": "bob"}}
+        again = read_events(c, f"/threads/a/runs/{one['run_id']}/stream")  # from the run's start, no Last-Event-ID
+        assert durable(again) == durable(uncut) and durable(again)[0][1] == "run.started"
+        second_run = durable(read_events(c, f"/threads/a/runs/{two['run_id']}/stream"))
+        assert second_run[-1][1] == "run.done"
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_recursion_limit_ends_the_run_in_error_also_in_a_separate_worker(
+    serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    server = serve(["server_graphs:counter"], args=["--no-workers"], db=_db(tmp_path, store, request))
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        limited = c.post("/threads/r/runs", json={"input": {"limit": 10}, "recursion_limit": 3}).json()
+        free = c.post("/threads/f/runs", json={"input": {"limit": 10}}).json()
+        worker = _worker(server, "server_graphs:counter")
+        try:
+            ended = c.get(f"/threads/r/runs/{limited['run_id']}/join")
+            assert ended.status_code == 200
+            got = c.get(f"/threads/r/runs/{limited['run_id']}").json()
+            assert got["status"] == "error" and got["error"].startswith("RecursionLimitError: ")
+            assert "recursion_limit=3" in got["error"]
+            assert c.get("/threads/r/state").json()["values"]["n"] < 10
+            assert c.get(f"/threads/f/runs/{free['run_id']}/join").json()["n"] == 10  # no limit: the app's (25)
+        finally:
+            assert _stop(worker) == 0
+
+
+def test_a_recursion_limit_in_the_servers_own_worker(serve: Callable[..., Served]) -> None:
+    server = serve(["server_graphs:counter"])
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        run = c.post("/threads/r/runs", json={"input": {"limit": 10}, "recursion_limit": 3}).json()
+        c.get(f"/threads/r/runs/{run['run_id']}/join").raise_for_status()
+        got = c.get(f"/threads/r/runs/{run['run_id']}").json()
+        assert got["status"] == "error" and "RecursionLimitError" in got["error"]
+        bad = c.post("/threads/r2/runs", json={"input": {"limit": 10}, "recursion_limit": 0})
+        assert bad.status_code == 422 and "recursion_limit" in bad.text

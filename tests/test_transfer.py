@@ -12,6 +12,7 @@ from graphckpt import (
     END,
     START,
     CorruptCheckpointError,
+    GraphckptError,
     NodeError,
     Saver,
     StateGraph,
@@ -239,3 +240,63 @@ async def test_old_exports_that_called_ancestors_running_import_them_as_partial(
         lines.append(json.dumps(item))
     await import_thread(saver, lines)
     assert (await app_for(saver).aget_state("main")).status == "partial"
+
+
+def _prefix(old: str, new: str) -> Any:
+    """A rename from one namespace prefix to another (what a server does on export and import)."""
+
+    def rename(thread_id: str) -> str:
+        if not thread_id.startswith(old):
+            raise ValueError(f"thread {thread_id!r} is not under {old!r}")
+        return new + thread_id[len(old) :]
+
+    return rename
+
+
+async def test_renamed_on_export_and_import_every_thread_id_moves(saver: Saver) -> None:
+    """``rename`` renames every id a file holds (header, checkpoints, parents, body lineages, metadata links, writes
+    lines): a fork of ``a/main`` exported as ``main``/``alt`` imports as ``b/main``/``b/alt`` and resumes there."""
+    from graphckpt.subgraph import SEPARATOR, link_of
+
+    source = MemorySaver()
+    src = app_for(source)
+    FAIL["on"] = False
+    await src.ainvoke({}, thread_id="a/main")
+    mid = (await src.ahistory("a/main"))[3]
+    await src.afork("a/main", mid.checkpoint_id, update={"log": ["forked"]}, new_thread_id="a/alt")
+    plain = await dump(source, "a/alt")
+    assert [line async for line in export_thread(source, "a/alt", rename=lambda t: t)] == plain  # same bytes
+    lines = [line async for line in export_thread(source, "a/alt", rename=_prefix("a/", ""))]
+    assert not any('"a/' in line for line in lines)
+    with pytest.raises(CorruptCheckpointError, match="not under 'x/'"):
+        await import_thread(saver, lines, rename=_prefix("x/", ""))  # the importer's rename refuses an id
+    assert await saver.list_threads() == []
+    assert await import_thread(saver, lines, rename=_prefix("", "b/")) == "b/alt"
+    dst = app_for(saver)
+    assert (await dst.aget_state("b/alt")).values == (await src.aget_state("a/alt")).values
+    history = await dst.ahistory("b/alt")
+    assert {s.thread_id for s in history} == {"b/alt", "b/main"}
+    fork_point = next(s for s in history if s.metadata.get("source") == "fork")
+    assert fork_point.metadata["forked_from"]["thread_id"] == "b/main"
+    done = await dst.aresume("b/alt")
+    assert done.status == "done" and (await dst.athread("b/main")).status == "partial"
+    with pytest.raises(GraphckptError, match=r"cannot export thread 'b/alt'.*not under 'a/'"):
+        await dump_renamed(saver, "b/alt", _prefix("a/", ""))
+
+    from test_subgraphs import child_graph, parent_graph
+
+    calls: dict[str, int] = {}
+    parent = parent_graph(child_graph(calls), source, calls)
+    await parent.ainvoke({"log": ["in"], "x": 1}, thread_id="a/p")
+    [child] = [t for t in await source.list_threads() if t.thread_id.startswith(f"a/p{SEPARATOR}")]
+    out = [line async for line in export_thread(source, child.thread_id, rename=_prefix("a/", ""))]
+    links = [link_of(json.loads(line)["metadata"]) for line in out if json.loads(line)["kind"] == "checkpoint"]
+    assert links and all(link is not None and link["thread_id"] == "p" for link in links)
+    assert await import_thread(saver, out, rename=_prefix("", "b/")) == "b/" + child.thread_id[2:]
+    copied = await saver.get_thread("b/" + child.thread_id[2:])
+    assert copied is not None and link_of(copied.metadata) is not None
+    assert link_of(copied.metadata)["thread_id"] == "b/p"  # type: ignore[index]
+
+
+async def dump_renamed(saver: Saver, thread_id: str, rename: Any) -> list[str]:
+    return [line async for line in export_thread(saver, thread_id, rename=rename)]

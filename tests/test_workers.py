@@ -130,3 +130,24 @@ def test_workers_run_every_submitted_thread_once_through_kills_and_a_rolling_res
     assert len(calls) == THREADS * STEPS  # every step's call was made
     repeats = calls.total() - len(calls)
     assert repeats <= kills * 2, calls  # at most one in-flight call per run a killed worker held (concurrency 2)
+
+
+def test_a_recursion_limit_submitted_by_the_cli_ends_the_run_in_a_worker_process(tmp_path: Path, db: str) -> None:
+    """``graphckpt submit --recursion-limit N`` reaches the worker process that runs it: past N super-steps the run
+    ends ``failed`` with the engine's recursion error; a run without one takes the graph's whole loop."""
+    fleet = Fleet(tmp_path, db)
+    limited = fleet.cli("submit", "worker_graph:graph", "--thread", "limited", "--recursion-limit", "2", "--json")
+    assert limited.returncode == 0, limited.stderr
+    assert fleet.cli("submit", "worker_graph:graph", "--thread", "free").returncode == 0
+    bad = fleet.cli("submit", "worker_graph:graph", "--thread", "bad", "--recursion-limit", "0")
+    assert bad.returncode != 0 and "--recursion-limit" in bad.stderr
+    try:
+        fleet.start_worker()
+        wait_for(lambda: all(r["status"] not in ("queued", "running") for r in fleet.runs()), 60, "both runs to end")
+    finally:
+        fleet.stop_all()
+    runs = {str(r["thread_id"]): r for r in fleet.runs()}
+    assert runs["limited"]["run_id"] == json.loads(limited.stdout)["run_id"]
+    assert runs["limited"]["status"] == "failed" and "recursion_limit=2" in str(runs["limited"]["error"])
+    assert str(runs["limited"]["error"]).startswith("RecursionLimitError: ")
+    assert runs["free"]["status"] == "done" and "bad" not in runs

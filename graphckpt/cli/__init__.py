@@ -286,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the thread instead of starting it")
     p.add_argument("--answer", metavar="JSON", help="with --resume: the answer to an open ctx.interrupt")
     p.add_argument("--multitask", choices=("reject", "enqueue"), default="reject", help="what a busy thread does")
+    p.add_argument("--recursion-limit", type=positive_int, metavar="N", help="max super-steps of this run (>= 1)")
 
     p = command("runs", "list the run queue", "Queued, running and ended runs, oldest first.")
     p.add_argument("--status", choices=get_args(RunStatus), help="only runs with this status")

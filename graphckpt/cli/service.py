@@ -32,10 +32,11 @@ async def cmd_submit(args: argparse.Namespace, s: Session) -> int:
         answer = parse_json(args.answer, "--answer") if args.answer is not None else None
         given = {"answer": answer} if args.answer is not None else {}
         run = await app.asubmit(None, thread_id=args.thread, multitask=args.multitask, resume=True,
-                                graph=args.target, **given)  # fmt: skip
+                                graph=args.target, recursion_limit=args.recursion_limit, **given)  # fmt: skip
     else:
         update = parse_json(args.input, "--input")
-        run = await app.asubmit(update, thread_id=args.thread, multitask=args.multitask, graph=args.target)
+        run = await app.asubmit(update, thread_id=args.thread, multitask=args.multitask, graph=args.target,
+                                recursion_limit=args.recursion_limit)  # fmt: skip
     if args.json:
         print(json.dumps(run_record(run), indent=2))
     else:

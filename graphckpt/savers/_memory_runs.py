@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
 from graphckpt.savers.base import Lease, Owner, brief, check_storable, thread_busy
-from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 
 class MemoryRuns(RunQueue):
@@ -129,6 +129,8 @@ class MemoryRuns(RunQueue):
             if run.status == "running" and run.lease_until is not None and run.lease_until < now:
                 self._runs[run.run_id] = dataclasses.replace(run, status="queued", fence=None, lease_until=None)
                 moved += 1
+            elif run.status == "queued" and run.graph is None:  # nothing can claim it (see GRAPHLESS)
+                self._runs[run.run_id] = dataclasses.replace(run, status="cancelled", ended_at=now, error=GRAPHLESS)
         for thread_id, thread in self._threads.items():
             record = thread.record
             lease = record.lease
@@ -139,6 +141,8 @@ class MemoryRuns(RunQueue):
             if self._active(thread_id) is None:
                 tags = record.metadata.get("tags")
                 graph = tags.get("graph") if isinstance(tags, dict) else None
+                if not isinstance(graph, str):  # run outside the queue: it stays crashed (no worker could claim it)
+                    continue
                 run_id = ids.new_id()
                 self._runs[run_id] = RunRecord(run_id, thread_id, "resume", "queued", graph, created_at=now)
                 moved += 1

@@ -13,7 +13,7 @@ import psycopg
 from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadBusyError
 from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
-from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.savers.base import ThreadRecord
@@ -67,10 +67,15 @@ RUN_SQL: dict[str, LiteralString] = {
         AND (%(status)s::text IS NULL OR status = %(status)s) ORDER BY created_at, run_id""",
     # Nothing stranded: running runs whose worker stopped heartbeating go back to the queue, and every crashed
     # thread nobody queued gets a resume run (a claim runs them; the sweeper never does), but a subgraph's child
-    # thread: its parent's resume continues it.
+    # thread (its parent's resume continues it) and a thread without a graph tag (run outside the queue: no worker
+    # could claim it; it stays crashed). Nothing queued forever: a queued run without a graph (older versions queued
+    # them) is cancelled with GRAPHLESS as its error.
     "requeue_expired": """WITH q AS (
             UPDATE {runs} SET status = 'queued', fence = NULL, lease_until = NULL
             WHERE status = 'running' AND lease_until < %(now)s RETURNING 1
+        ), g AS (
+            UPDATE {runs} SET status = 'cancelled', ended_at = %(now)s, error = %(graphless)s
+            WHERE status = 'queued' AND graph IS NULL RETURNING 1
         ), n AS (
             INSERT INTO {runs} ("""
     + RUN_COLS
@@ -79,6 +84,7 @@ RUN_SQL: dict[str, LiteralString] = {
                 t.metadata::jsonb #>> '{{tags,graph}}', NULL, 0, NULL, NULL, NULL, %(now)s, NULL, NULL, NULL
             FROM {threads} t WHERE NOT t.deleted AND t.status = 'running' AND t.lease_until < %(now)s
                 AND t.metadata -> 'subgraph' IS NULL
+                AND jsonb_typeof(t.metadata::jsonb #> '{{tags,graph}}') = 'string'
                 AND NOT EXISTS (SELECT 1 FROM {runs} r WHERE r.thread_id = t.thread_id
                     AND r.status IN ('queued', 'running'))
             RETURNING 1)
@@ -171,7 +177,7 @@ class PostgresRuns(RunQueue):
         return [run_from_row(r) for r in rows]
 
     async def requeue_expired(self, now: float) -> int:
-        params = {"now": now, "salt": ids.new_id(), "channel": self.channel}
+        params = {"now": now, "salt": ids.new_id(), "channel": self.channel, "graphless": GRAPHLESS}
         [(count, _)] = await self._fetch("requeue of expired runs", "requeue_expired", params)
         return int(count)
 

@@ -12,7 +12,7 @@ from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
 from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
 from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
-from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 _T = TypeVar("_T")
 
@@ -54,11 +54,17 @@ REQUEUE_EXPIRED = (
 CRASHED_WITHOUT_RUN = (
     "SELECT t.thread_id, json_extract(t.metadata, '$.tags.graph') FROM threads AS t"
     " WHERE t.deleted = 0 AND t.status = 'running' AND t.lease_until < ?"
-    " AND json_extract(t.metadata, '$.subgraph') IS NULL"
+    " AND json_extract(t.metadata, '$.subgraph') IS NULL AND json_type(t.metadata, '$.tags.graph') = 'text'"
     " AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.thread_id = t.thread_id AND r.status IN ('queued', 'running'))"
 )
 """Crashed threads nobody queued: recovery queues a resume for each (not a subgraph's child thread, whose
-head metadata links it to its parent: the parent's resume continues it)."""
+head metadata links it to its parent: the parent's resume continues it; nor a thread without a ``graph`` tag, run
+outside the queue: no worker could claim its run, it stays ``crashed`` for ``graphckpt recover`` or a person)."""
+CANCEL_GRAPHLESS = (
+    "UPDATE runs SET status = 'cancelled', ended_at = ?, error = ? WHERE status = 'queued' AND graph IS NULL"
+)
+"""Nothing queued forever: a queued run without a graph (an older sweeper queued them for graph-less threads) can
+never be claimed, so it is cancelled, saying why (it would keep its thread busy for every ``reject`` submit)."""
 
 PUT_CREATED = "INSERT INTO created_threads (thread_id, tags, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 """A thread created before its first checkpoint; the first one of an id wins."""
@@ -139,6 +145,7 @@ class SqliteRuns(RunQueue):
     async def requeue_expired(self, now: float) -> int:
         def body(conn: sqlite3.Connection) -> int:
             moved = conn.execute(REQUEUE_EXPIRED, (now,)).rowcount
+            conn.execute(CANCEL_GRAPHLESS, (now, GRAPHLESS))
             for thread_id, graph in conn.execute(CRASHED_WITHOUT_RUN, (now,)).fetchall():
                 conn.execute(ENQUEUE, (ids.new_id(), thread_id, "resume", graph, None, now))
                 moved += 1

@@ -27,11 +27,14 @@ from typing import Literal
 
 from graphckpt.savers.base import Owner
 
-__all__ = ["RunKind", "RunQueue", "RunRecord", "RunStatus", "TERMINAL"]
+__all__ = ["GRAPHLESS", "RunKind", "RunQueue", "RunRecord", "RunStatus", "TERMINAL"]
 
 RunStatus = Literal["queued", "running", "done", "failed", "interrupted", "cancelled"]
 RunKind = Literal["input", "resume"]
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "interrupted", "cancelled"})
+
+GRAPHLESS = "no graph to run it with: no worker can claim it (resume its thread with graphckpt recover or resume)"
+"""The error of a queued run without a graph that the sweeper cancels (see :meth:`RunQueue.requeue_expired`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,13 @@ class RunQueue:
     async def requeue_expired(self, now: float) -> int:
         """The sweeper: put every ``running`` run whose lease expired before ``now`` back to ``queued`` (its worker
         died); and queue a ``resume`` run for every crashed thread that has no queued or running run (a process
-        outside the queue died running it; its graph is the thread's ``graph`` tag). Returns how many."""
+        outside the queue died running it; its graph is the thread's ``graph`` tag). Returns how many.
+
+        A crashed thread without a ``graph`` tag (text) gets no run: it was run outside the queue (``invoke``,
+        ``resume``), no worker could claim a run without a graph, and it stays ``crashed`` for ``graphckpt recover``
+        or a person. A child thread of a subgraph gets none either (its parent's resume continues it). A ``queued``
+        run without a graph (an older version queued those) is ``cancelled`` with :data:`GRAPHLESS` as its error:
+        nothing could ever claim it, and it would keep its thread busy."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
     # -- threads created before their first checkpoint (what a server's ``POST /threads`` makes) ----------------------

@@ -16,21 +16,24 @@ cancelled), else through the queue's cancel request (``cancel_requested``), whic
 steps (at most every :data:`~graphckpt.worker.CANCEL_CHECK` seconds). A cancel answers once the run has stopped.
 A run keeps the request's tags (the UI's ``via``, ``ui_action``) in its payload (:data:`~graphckpt.runs.ENVELOPE`).
 
-What only the creating process knows (the run's own metadata, its multitask strategy, the event cursor its stream
-starts at, a recursion limit) is kept in memory; a run read back after a restart has its metadata empty and its
-stream followed from a ``Last-Event-ID``."""
+What the API adds to a run (its own metadata, its multitask strategy, the event cursor its stream starts at, its
+recursion limit) travels in the run's payload (:data:`~graphckpt.runs.ENVELOPE`): the worker that runs it applies
+the recursion limit, and any server reads the rest back from the row, after a restart too (a run's stream is
+replayed from its start). Only a resume the sweeper queued has none of them (strategy ``enqueue``, no start). The
+decoded facts of recent runs are cached here (a payload never changes)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.errors import ThreadBusyError, ThreadStateError
-from graphckpt.runs import Multitask
+from graphckpt.runs import Multitask, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
 from graphckpt.server.executor import UI_TAGS, RunConflict, RunInfo, RunRequest, RunStatus
@@ -57,16 +60,17 @@ WATCH_EVERY = 0.05
 """How often (seconds) the runs someone waits for are read back from the queue."""
 
 KEEP_LOCAL = 10_000
-"""How many recent runs' in-memory facts (metadata, strategy, stream start) this process keeps."""
+"""How many recent runs' decoded facts (metadata, strategy, stream start, recursion limit) this process caches."""
 
 
-@dataclass
-class _Local:
-    """What this process knows of a run it created (not in the queue's row)."""
+@dataclass(frozen=True)
+class _Facts:
+    """What a run was submitted with, decoded from its payload once (it never changes)."""
 
     multitask: str
-    start: tuple[int, int]
+    start: tuple[int, int] | None
     metadata: Mapping[str, Any]
+    recursion_limit: int | None
 
 
 class QueueRuns:
@@ -79,7 +83,7 @@ class QueueRuns:
         self.workers: list[Worker] = []
         self._count, self._concurrency = workers, concurrency
         self._tasks: list[asyncio.Task[None]] = []
-        self._local: dict[str, _Local] = {}
+        self._facts: dict[str, _Facts] = {}
         self._active: dict[str, str] = {}
         """Thread id -> run id of the unfinished runs this process created (what :meth:`active` answers)."""
         self._waiters: dict[str, asyncio.Event] = {}
@@ -124,24 +128,43 @@ class QueueRuns:
         if not busy:
             await self._check(request)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
-        tags = request.tags if request.tags is not None else await self._inherited_tags(sid)
+        options: dict[str, Any] = {
+            "multitask": mode, "graph": request.graph_id, "tags": await self._run_tags(request),
+            "recursion_limit": request.recursion_limit, "metadata": metadata, "start": start,
+        }  # fmt: skip
         try:
             if request.resume:
-                run = await app.asubmit(thread_id=sid, resume=True, answer=request.answer, multitask=mode,
-                                        graph=request.graph_id, tags=tags)  # fmt: skip
+                run = await submit(app, thread_id=sid, resume=True, answer=request.answer, **options)
             else:
-                run = await app.asubmit(request.input or {}, thread_id=sid, multitask=mode, graph=request.graph_id,
-                                        tags=tags)  # fmt: skip
+                run = await submit(app, request.input or {}, thread_id=sid, **options)
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
-        self._local[run.run_id] = _Local(multitask, start, dict(metadata or {}))
-        while len(self._local) > KEEP_LOCAL:  # the oldest runs are read back like a restart's
-            del self._local[next(iter(self._local))]
         self._active[sid] = run.run_id
         for worker in self.workers:
             worker.wake()
         self._waiters[run.run_id] = asyncio.Event()
         return self._info(run)
+
+    async def _run_tags(self, request: RunRequest) -> Mapping[str, Any] | None:
+        """The tags the run's checkpoints take: the request's; else a resume keeps the thread's (see
+        :meth:`_inherited_tags`), and an input gets the thread's with ``metadata`` the request's (the thread's
+        metadata, which its checkpoints keep as ``tags.metadata``)."""
+        if request.tags is not None:
+            return request.tags
+        inherited = await self._inherited_tags(request.thread_id)
+        if request.resume:
+            return inherited
+        base = inherited if inherited is not None else await self._thread_tags(request.thread_id)
+        return {**base, "metadata": dict(request.metadata)}
+
+    async def _thread_tags(self, thread_id: str) -> Mapping[str, Any]:
+        """The thread's tags: its head's, or the ones a thread created before its first checkpoint was stored with."""
+        record = await self.service.saver.get_thread(thread_id)
+        found: Any = record.metadata.get("tags") if record is not None else None
+        if record is None:
+            created = await self.service.saver.get_created_thread(thread_id)  # type: ignore[attr-defined]
+            found = json.loads(created[0]) if created is not None else None
+        return found if isinstance(found, Mapping) else {}
 
     async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
         """A run without tags of its own keeps the thread's, less the marks of a web UI action (an API run after a
@@ -166,18 +189,35 @@ class QueueRuns:
         self.service.app(request.graph_id).graph.validate_input(request.input or {})
 
     def _info(self, run: RunRecord) -> RunInfo:
-        local = self._local.get(run.run_id)
         graph = run.graph if run.graph in self.service.apps else self.service.default_graph
+        facts = self._facts_of(run, graph)
         info = RunInfo(
-            run.run_id, RunRequest(run.thread_id, graph, resume=run.kind == "resume"),
-            local.multitask if local else "enqueue", local.start if local else None,
-            dict(local.metadata) if local else {}, STATUS.get(run.status, "error"), run.error, run.created_at,
-            run.ended_at or run.started_at or run.created_at,
+            run.run_id,
+            RunRequest(run.thread_id, graph, resume=run.kind == "resume", recursion_limit=facts.recursion_limit),
+            facts.multitask, facts.start, dict(facts.metadata), STATUS.get(run.status, "error"), run.error,
+            run.created_at, run.ended_at or run.started_at or run.created_at,
         )  # fmt: skip
         if run.status in TERMINAL:
             info.done.set()
             self._settle(info)
         return info
+
+    def _facts_of(self, run: RunRecord, graph: str) -> _Facts:
+        """The run's submitted facts from its payload (cached); a payload this server cannot read has none (the
+        run is still listed: its row is what matters)."""
+        facts = self._facts.get(run.run_id)
+        if facts is None:
+            try:
+                found = submitted(self.service.apps[graph], run)
+            except Exception as exc:
+                logger.warning("run %s: its payload cannot be read (%s); shown without its options", run.run_id, exc)
+                facts = _Facts("enqueue", None, {}, None)
+            else:
+                facts = _Facts(found.multitask or "enqueue", found.start, found.metadata, found.recursion_limit)
+            self._facts[run.run_id] = facts
+            while len(self._facts) > KEEP_LOCAL:
+                del self._facts[next(iter(self._facts))]
+        return facts
 
     async def get(self, run_id: str) -> RunInfo | None:
         run = await self.service.saver.get_run(run_id)  # type: ignore[attr-defined]

@@ -283,24 +283,32 @@ class Service:
         return found
 
     def export(self, ns: str, record: ThreadRecord) -> AsyncIterator[str]:
-        return transfer.export_thread(self.saver, record.thread_id)
+        """The export of ``record``'s thread with the ids ``ns`` sees (an API id, not the stored ``ns/ID``), so the
+        file imports into any namespace, or anywhere with ``graphckpt import``."""
+
+        def visible(stored: str) -> str:
+            found = api_id(ns, stored)
+            if found is None:  # a lineage that leaves the namespace: never written into its file
+                raise ValueError(f"it names thread {stored!r}, which is not in this namespace")
+            return found
+
+        return transfer.export_thread(self.saver, record.thread_id, rename=visible)
 
     async def import_(self, ns: str, lines: Sequence[str]) -> str:
-        """Import an export whose every thread id is in ``ns``; returns the API id of the thread."""
-        for number, line in enumerate(lines, 1):
-            try:
-                item = json.loads(line)
-            except ValueError:
-                raise ApiError(422, "ValidationError", f"line {number} of the export is not JSON") from None
-            for key in ("thread_id", "parent_thread_id"):
-                value = item.get(key) if isinstance(item, dict) else None
-                if isinstance(value, str) and api_id(ns, value) is None:
-                    raise ApiError(422, "ValidationError", f"line {number}: {key} {value!r} is not in this namespace")
+        """Import an export into ``ns``: each thread id of the file is an API id, stored as ``ns``'s (so a file
+        exported from another namespace, or by ``graphckpt export``, imports as this namespace's threads and names
+        nobody else's); returns the API id of the thread."""
+
+        def stored(file_id: str) -> str:
+            if ns and "/" in file_id:
+                raise ValueError(f"thread_id {file_id[:80]!r} is not a thread id of this API (it contains '/')")
+            return store_id(ns, file_id)
+
         try:
-            stored = await transfer.import_thread(self.saver, lines)
+            imported = await transfer.import_thread(self.saver, lines, rename=stored)
         except CorruptCheckpointError as exc:  # the file is the request: refused, nothing written
             raise ApiError(422, "CorruptCheckpointError", str(exc)) from None
-        return api_id(ns, stored) or stored
+        return api_id(ns, imported) or imported
 
     # -- events -------------------------------------------------------------------------------------------------------
 

@@ -145,3 +145,27 @@ class QueueCases:
         assert (recovery.kind, recovery.status, recovery.graph) == ("resume", "queued", G)
         assert await q.requeue_expired(ids.now()) == 0  # queued once, not again
         await self._drain(saver)
+
+    async def test_the_sweeper_queues_nothing_for_a_crashed_thread_without_a_graph(self, saver: Saver) -> None:
+        """A thread run outside the queue (no ``graph`` tag) stays ``crashed``: a run without a graph could never be
+        claimed. A queued run without a graph (an older sweeper's) is cancelled, saying why."""
+        await self._drain(saver)
+        q = _queue(saver)
+        plain, odd, tagged = new_thread_id("q-plain"), new_thread_id("q-odd"), new_thread_id("q-tagged")
+        for thread_id, tags in ((plain, {"via": "invoke"}), (odd, {"graph": 7}), (tagged, {"graph": G})):
+            cp = make_checkpoint(thread_id, 0, metadata={"source": "input", "tags": tags})
+            await saver.commit(cp, expected_head=None, run_id=new_id(), owner=W, lease_until=ids.now() - 1)
+        stale = RunRecord(new_id(), new_thread_id("q-stale"), "resume", "queued", None, None)
+        await q.enqueue_run(stale, reject_busy=True)
+        await q.requeue_expired(ids.now())
+        assert await q.list_runs(thread_id=plain) == [] and await q.list_runs(thread_id=odd) == []
+        [queued] = await q.list_runs(thread_id=tagged)
+        assert (queued.kind, queued.status, queued.graph) == ("resume", "queued", G)
+        cancelled = await q.get_run(stale.run_id)
+        assert cancelled is not None and cancelled.status == "cancelled" and cancelled.ended_at is not None
+        assert cancelled.error is not None and "no graph" in cancelled.error
+        crashed = {t.thread_id for t in await saver.list_threads(status="crashed")}
+        assert {plain, odd} <= crashed  # left for graphckpt recover or a person
+        await q.requeue_expired(ids.now())
+        assert await q.list_runs(thread_id=plain) == []  # not on a later sweep either
+        await self._drain(saver)
