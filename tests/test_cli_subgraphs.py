@@ -31,8 +31,13 @@ def test_history_nests_the_subgraph_steps(runs: Path, columns: int, thread: str)
     out = on_terminal(runs, columns, "history", thread)
     print(out)
     assert max(len(line) for line in out.splitlines()) <= columns
-    header, rows = _header_and_rows(out)
-    rows = [row for row in rows if row[header.index("checkpoint")]]  # not the lines a folded "next" continues on
+    header, lines = _header_and_rows(out)
+    rows: list[list[str]] = []
+    for line in lines:  # a folded cell (next, thread) continues on the lines below its row, which have no checkpoint
+        if line[header.index("checkpoint")] or not rows:
+            rows.append(line)
+        else:
+            rows[-1] = [a + b for a, b in zip(rows[-1], line, strict=True)]
     steps = [row[header.index("step")] for row in rows]
     ran = [row[header.index("ran")] for row in rows]
     after = ["2", "3"] if thread == "customer-4711" else ["3", "4"]  # the fork's own checkpoint is its step 2

@@ -271,14 +271,16 @@ def history_table(snaps: Sequence[Snapshot], thread_id: str, width: int | None =
     """``graphckpt history``: the lineage oldest first; a ``thread`` column appears when it crosses a fork.
     Checkpoint ids are abbreviated (:func:`abbreviations`). Narrower than the essential columns (thread, step,
     checkpoint, ran, next), the optional ones are left out: ``source`` first, then ``duration``, then ``tokens``;
-    narrower still, ``next`` may break a node name across lines."""
+    narrower still, ``next`` may break a node name and ``thread`` a thread id across lines (never cut: checkpoint
+    ids made in one millisecond need longer abbreviations, which can leave too little room)."""
     crosses = any(s.thread_id != thread_id and not s.namespace for s in snaps)
     short = abbreviations(s.checkpoint_id for s in snaps)
     metadata = [metadata_of(s) for s in snaps]
     ran: list[str | Text] = [escape(_ran(s, m)) for s, m in zip(snaps, metadata, strict=True)]
     nexts: list[str | Text] = [escape(", ".join(_in_subgraph(s, n) for n in s.next) or "END") for s in snaps]
+    threads: list[str | Text] = [escape(_thread_of(s)) for s in snaps]
     columns = [
-        *([_Column("thread", [escape(_thread_of(s)) for s in snaps], no_wrap=True)] if crosses else []),
+        *([_Column("thread", threads, compact=(1, threads), fold=12)] if crosses else []),
         _Column("step", [_step_of(s) for s in snaps], no_wrap=True, justify="right"),
         _Column("checkpoint", [escape(short[s.checkpoint_id]) for s in snaps], no_wrap=True),
         _Column("source", [escape(source_of(m)) for m in metadata], no_wrap=True, drop=4),
