@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from graphckpt.savers.base import (
     utf8_safe,
 )
 from graphckpt.savers.events import checkpoint_events
+from graphckpt.savers.lazyjson import LazyJsonMapping
 
 __all__ = ["MemorySaver"]
 
@@ -348,7 +348,7 @@ class MemorySaver(MemoryRuns, Saver):
 
     # -- events (what the SQL savers write: graphckpt.savers.events, and the triggers of _events_sql) ---------------
 
-    def _event(self, thread_id: str, step: int, kind: EventKind, payload: dict[str, Any], at: float = 0.0) -> None:
+    def _event(self, thread_id: str, step: int, kind: EventKind, payload: Mapping[str, Any], at: float = 0.0) -> None:
         log = self._events.setdefault(thread_id, [])
         seq = log[-1].seq + 1 if log and log[-1].step == step else 0
         log.append(StoredEvent(thread_id, step, seq, kind, payload, at or ids.now()))
@@ -357,8 +357,8 @@ class MemorySaver(MemoryRuns, Saver):
     def _checkpoint_events(self, cp: StoredCheckpoint, *, created: bool, run_id: str) -> None:
         if created and cp.metadata.get("source") == "input":
             self._event(cp.thread_id, cp.step, "run.started", {"run_id": run_id})
-        for kind, payload in checkpoint_events(cp) if self.events else ():
-            self._event(cp.thread_id, cp.step, kind, json.loads(payload), cp.created_at)
+        for kind, payload in checkpoint_events(cp) if self.events else ():  # parsed when a reader looks inside
+            self._event(cp.thread_id, cp.step, kind, LazyJsonMapping(payload), cp.created_at)
 
     async def read_events(
         self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
