@@ -83,6 +83,12 @@ START = (-1, -1)
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Content-Encoding": "identity"}
 
+SHUTDOWN_GRACE = 1.0
+"""At shutdown every stream ends by itself at once (the hub wakes it and it returns, so its response ends with its
+last chunk); sse-starlette, which also sees the shutdown, waits this long for that before it cancels a stream (it
+would otherwise cancel at once, racing the stream's own end: a client could see the connection cut mid-response).
+Below ``graphckpt serve``'s ``--graceful-timeout``."""
+
 ModeName = Literal[
     "events", "values", "updates", "checkpoints", "tasks", "debug", "messages", "messages-tuple", "custom"
 ]
@@ -456,7 +462,9 @@ async def sse_response(
         run_stream=run_stream,
         preamble=first, run_id=run_id,
     )  # fmt: skip
-    return EventSourceResponse(source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive)
+    return EventSourceResponse(
+        source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive, shutdown_grace_period=SHUTDOWN_GRACE
+    )
 
 
 async def thread_stream(request: Request) -> EventSourceResponse:

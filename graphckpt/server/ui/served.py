@@ -289,7 +289,7 @@ def _events(tokens: Tokens) -> Any:
     from sse_starlette import EventSourceResponse, ServerSentEvent
     from starlette.requests import Request
 
-    from graphckpt.server.streams import HEADERS, event_source, open_stream
+    from graphckpt.server.streams import HEADERS, SHUTDOWN_GRACE, event_source, open_stream
 
     async def events(request: Request) -> EventSourceResponse:
         ns = namespace_of(tokens, request)
@@ -310,6 +310,7 @@ def _events(tokens: Tokens) -> Any:
             first.append(ServerSentEvent(event="stream.reset", data="{}"))
         source = event_source(service, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS),
                               preamble=first)  # fmt: skip
-        return EventSourceResponse(source, headers=HEADERS, ping=request.app.state.config.keepalive)
+        keepalive = request.app.state.config.keepalive
+        return EventSourceResponse(source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE)
 
     return events
