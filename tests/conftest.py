@@ -120,3 +120,21 @@ def unopened_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[A
 
             with psycopg.connect(PG_DSN, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    """``serve(targets, **kwargs)`` starts a real ``graphckpt serve`` subprocess on a free loopback port (see
+    :class:`serving.Served`); every server a test started is killed after it."""
+    from serving import Served
+
+    started: list[Served] = []
+
+    def start(targets: list[str], **kwargs: Any) -> Served:
+        server = Served(tmp_path, targets, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()

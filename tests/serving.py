@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,30 +136,36 @@ def read_events(
             raise AssertionError(f"{method} {path}: {response.status_code} {response.text}")
         if on_response is not None:
             on_response(response)
-        fields: dict[str, str] = {}
+        frames = SseFrames()
         for line in response.iter_lines():
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(":")
-                fields[name] = value[1:] if value.startswith(" ") else value
-                continue
-            if fields:
-                data = fields.get("data")
-                out.append((fields.get("id"), fields.get("event", "message"), json.loads(data) if data else None))
-                fields = {}
+            if (event := frames.feed(line)) is not None:
+                out.append(event)
                 if limit is not None and sum(1 for i, _, _ in out if i) >= limit:
                     break
     return out
 
 
+class SseFrames:
+    """SSE lines in, ``(id, event, data as JSON)`` out: :meth:`feed` returns an event at the blank line that ends
+    it (comments, the keep-alives, are skipped)."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> tuple[str | None, str, Any] | None:
+        if line.startswith(":"):
+            return None
+        if line:
+            name, _, value = line.partition(":")
+            self.fields[name] = value.removeprefix(" ")
+            return None
+        if not self.fields:
+            return None
+        fields, self.fields = self.fields, {}
+        data = fields.get("data")
+        return fields.get("id"), fields.get("event", "message"), json.loads(data) if data else None
+
+
 def durable(events: list[tuple[str | None, str, Any]]) -> list[tuple[str | None, str, Any]]:
     """The events with an id (what a reconnect must continue exactly)."""
     return [e for e in events if e[0]]
-
-
-def servers(tmp_path: Path) -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for s in started:
-        s.kill()

@@ -11,7 +11,7 @@ import inspect
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +26,6 @@ from graphckpt.server.app import create_app
 from graphckpt.server.errors import STATUS, status_of
 
 TOKENS = "token-a  alpha\ntoken-b beta  # a comment\n"
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    started: list[Served] = []
-
-    def start(targets: list[str], **kwargs: Any) -> Served:
-        server = Served(tmp_path, targets, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.kill()
 
 
 def _status(client: httpx.Client, thread: str, want: str, timeout: float = 20) -> dict[str, Any]:

@@ -18,26 +18,12 @@ import httpx
 import pytest
 import server_graphs
 from openai_server import FakeOpenAIServer
-from serving import Served, durable, read_events
+from serving import Served, SseFrames, durable, read_events
 
 from graphckpt.savers.memory import MemorySaver
 
 Event = tuple[str | None, str, Any]
 MODES = {"stream_mode": "messages-tuple,custom,events"}
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    started: list[Served] = []
-
-    def start(targets: list[str], **kwargs: Any) -> Served:
-        server = Served(tmp_path, targets, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.kill()
 
 
 @pytest.fixture
@@ -272,23 +258,14 @@ def _cut_every_after(client: httpx.Client, path: str, n: int, params: dict[str, 
 async def _read_async(
     client: httpx.AsyncClient, path: str, params: dict[str, str], opened: asyncio.Event, *, limit: int
 ) -> list[Event]:
-    import json
-
     out: list[Event] = []
     async with client.stream("GET", path, params=params) as response:
         assert response.status_code == 200
         opened.set()
-        fields: dict[str, str] = {}
+        frames = SseFrames()
         async for line in response.aiter_lines():
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(":")
-                fields[name] = value.removeprefix(" ")
-            elif fields:
-                data = fields.get("data")
-                out.append((fields.get("id"), fields.get("event", "message"), json.loads(data) if data else None))
-                fields = {}
+            if (event := frames.feed(line)) is not None:
+                out.append(event)
                 if sum(1 for i, _, _ in out if i) >= limit:
                     break
     return out

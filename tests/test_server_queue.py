@@ -6,9 +6,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -18,20 +17,6 @@ pytest.importorskip("sse_starlette")
 pytest.importorskip("uvicorn")
 
 from serving import Served, durable, read_events, wait_for
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    started: list[Served] = []
-
-    def start(targets: list[str], **kwargs: Any) -> Served:
-        server = Served(tmp_path, targets, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.kill()
 
 
 def _worker(server: Served, graph: str) -> subprocess.Popen[bytes]:

@@ -10,30 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from openai_server import FakeOpenAIServer
-from serving import Served, durable, read_events, wait_for
+from serving import Served, SseFrames, durable, read_events, wait_for
 
 Event = tuple[str | None, str, Any]
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    started: list[Served] = []
-
-    def start(targets: list[str], **kwargs: Any) -> Served:
-        server = Served(tmp_path, targets, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.kill()
 
 
 def _position(event_id: str | None) -> tuple[int, int]:
@@ -200,16 +186,10 @@ async def _subscribe(client: httpx.AsyncClient, path: str, opened: Opened) -> li
     async with client.stream("GET", path) as response:
         assert response.status_code == 200
         opened.add()
-        fields: dict[str, str] = {}
+        frames = SseFrames()
         async for line in response.aiter_lines():
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(":")
-                fields[name] = value.removeprefix(" ")
-            elif fields:
-                out.append((fields.get("id"), fields.get("event", "message"), fields.get("data")))
-                fields = {}
+            if (event := frames.feed(line)) is not None:
+                out.append(event)
     return out
 
 
