@@ -31,7 +31,16 @@ from graphckpt.subgraph import link_of
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
 
-__all__ = ["InProcessRuns", "RunConflict", "RunExecutor", "RunInfo", "RunRequest", "RunStatus"]
+__all__ = [
+    "InProcessRuns",
+    "RunConflict",
+    "RunExecutor",
+    "RunInfo",
+    "RunRequest",
+    "RunStatus",
+    "check_request",
+    "inherited_tags",
+]
 
 logger = logging.getLogger("graphckpt.server")
 
@@ -103,6 +112,31 @@ class RunExecutor(Protocol):
     async def join(self, run_id: str) -> RunInfo: ...
 
 
+async def check_request(service: Service, request: RunRequest) -> None:
+    """Refuse at once what the run would refuse: a resume of no thread (404); input for a thread that waits for an
+    answer or a resume, or that another process runs or that crashed (:class:`ThreadStateError`); input that does not
+    fit the graph."""
+    record = await service.saver.get_thread(request.thread_id)
+    if request.resume:
+        if record is None:
+            raise ApiError(404, "ThreadNotFoundError", f"no thread {request.thread_id!r} to resume")
+        return
+    if record is not None and record.status != "done":
+        hint = "answer it with command.resume" if record.status == "interrupted" else "resume it with a command"
+        raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
+    service.app(request.graph_id).graph.validate_input(request.input or {})
+
+
+async def inherited_tags(service: Service, thread_id: str) -> Mapping[str, Any] | None:
+    """The tags a run without its own keeps: the thread's, less the marks of a web UI action (:data:`UI_TAGS`: an
+    API run after a UI cancel is not a UI action); ``None`` when the thread has no such marks (it keeps them all)."""
+    record = await service.saver.get_thread(thread_id)
+    found = record.metadata.get("tags") if record is not None else None
+    if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
+        return None
+    return {k: v for k, v in found.items() if k not in UI_TAGS}
+
+
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
@@ -169,36 +203,13 @@ class InProcessRuns:
             if multitask == "reject":
                 raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         elif not recovery:
-            await self._check(request)
+            await check_request(self.service, request)
         info = RunInfo(ids.new_id(), request, multitask, start, dict(metadata or {}))
         self._runs[info.run_id] = info
         self._queues.setdefault(sid, []).append(info)
         if sid not in self._tasks:
             self._tasks[sid] = asyncio.create_task(self._drain(sid), name=f"graphckpt-run-{sid}")
         return info
-
-    async def _check(self, request: RunRequest) -> None:
-        """Refuse at once what the run would refuse: a thread another process is running (or that crashed: resume
-        it with a command), input for a thread that waits for an answer or a resume, input that does not fit."""
-        record = await self.service.saver.get_thread(request.thread_id)
-        app = self.service.app(request.graph_id)
-        if request.resume:
-            if record is None:
-                raise ApiError(404, "ThreadNotFoundError", f"no thread {request.thread_id!r} to resume")
-            return
-        if record is not None and record.status != "done":
-            hint = "answer it with command.resume" if record.status == "interrupted" else "resume it with a command"
-            raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
-        app.graph.validate_input(request.input or {})
-
-    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
-        """The tags a resume without its own keeps: the thread's, less the marks of a web UI action (``via``,
-        ``ui_action``, ``ui_by``: an API run after a UI cancel is not a UI action); ``None``: keep them all."""
-        record = await self.service.saver.get_thread(thread_id)
-        found = record.metadata.get("tags") if record is not None else None
-        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
-            return None
-        return {k: v for k, v in found.items() if k not in UI_TAGS}
 
     async def get(self, run_id: str) -> RunInfo | None:
         return self._runs.get(run_id)
@@ -258,7 +269,9 @@ class InProcessRuns:
         info.status, info.updated_at = "running", ids.now()
         try:
             if request.resume:
-                tags = request.tags if request.tags is not None else await self._inherited_tags(request.thread_id)
+                tags = (
+                    request.tags if request.tags is not None else await inherited_tags(self.service, request.thread_id)
+                )
                 snap = await app.aresume(
                     request.thread_id, request.answer, recursion_limit=request.recursion_limit,
                     **({"tags": dict(tags)} if tags is not None else {}),

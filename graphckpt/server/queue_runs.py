@@ -32,11 +32,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from graphckpt.errors import ThreadBusyError, ThreadStateError
+from graphckpt.errors import ThreadBusyError
 from graphckpt.runs import Multitask, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import UI_TAGS, RunConflict, RunInfo, RunRequest, RunStatus
+from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus, check_request, inherited_tags
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
@@ -126,7 +126,7 @@ class QueueRuns:
         if busy and multitask == "reject":
             raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         if not busy:
-            await self._check(request)
+            await check_request(self.service, request)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
         options: dict[str, Any] = {
             "multitask": mode, "graph": request.graph_id, "tags": await self._run_tags(request),
@@ -147,11 +147,11 @@ class QueueRuns:
 
     async def _run_tags(self, request: RunRequest) -> Mapping[str, Any] | None:
         """The tags the run's checkpoints take: the request's; else a resume keeps the thread's (see
-        :meth:`_inherited_tags`), and an input gets the thread's with ``metadata`` the request's (the thread's
-        metadata, which its checkpoints keep as ``tags.metadata``)."""
+        :func:`~graphckpt.server.executor.inherited_tags`), and an input gets the thread's with ``metadata`` the
+        request's (the thread's metadata, which its checkpoints keep as ``tags.metadata``)."""
         if request.tags is not None:
             return request.tags
-        inherited = await self._inherited_tags(request.thread_id)
+        inherited = await inherited_tags(self.service, request.thread_id)
         if request.resume:
             return inherited
         base = inherited if inherited is not None else await self._thread_tags(request.thread_id)
@@ -165,28 +165,6 @@ class QueueRuns:
             created = await self.service.saver.get_created_thread(thread_id)  # type: ignore[attr-defined]
             found = json.loads(created[0]) if created is not None else None
         return found if isinstance(found, Mapping) else {}
-
-    async def _inherited_tags(self, thread_id: str) -> Mapping[str, Any] | None:
-        """A run without tags of its own keeps the thread's, less the marks of a web UI action (an API run after a
-        UI cancel is not a UI action); ``None``: the thread has no such marks (the worker keeps its tags)."""
-        record = await self.service.saver.get_thread(thread_id)
-        found = record.metadata.get("tags") if record is not None else None
-        if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
-            return None
-        return {k: v for k, v in found.items() if k not in UI_TAGS}
-
-    async def _check(self, request: RunRequest) -> None:
-        """Refuse at once what the run would refuse: input for a thread that waits for an answer or a resume (or
-        that another process runs), input that does not fit the graph, a resume of no thread."""
-        record = await self.service.saver.get_thread(request.thread_id)
-        if request.resume:
-            if record is None:
-                raise ApiError(404, "ThreadNotFoundError", f"no thread {request.thread_id!r} to resume")
-            return
-        if record is not None and record.status != "done":
-            hint = "answer it with command.resume" if record.status == "interrupted" else "resume it with a command"
-            raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
-        self.service.app(request.graph_id).graph.validate_input(request.input or {})
 
     def _info(self, run: RunRecord) -> RunInfo:
         graph = run.graph if run.graph in self.service.apps else self.service.default_graph
