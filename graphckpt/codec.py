@@ -351,26 +351,40 @@ class Codec:
                 continue
             if key not in body.channels:
                 return None
-            base = body.channels[key][0]
-            blobs = await saver.get_blobs([BlobRange(cp.thread_id, key, base, cp.step)])
-            if channel.reducer is None:
-                found = [b for b in blobs if b.step == cp.step and b.kind == "snapshot"]
-                if not found:
+            if channel.reducer is None:  # written this step: its snapshot row is at this step
+                blobs = await saver.get_blobs([BlobRange(cp.thread_id, key, cp.step, cp.step)])
+                if not blobs or blobs[0].kind != "snapshot":
                     return None
-                out[key] = self._loads(cp, found[0].data)
+                out[key] = self._loads(cp, blobs[0].data)
                 continue
-            writes = None
-            for blob in blobs:
-                if blob.kind == "delta" and blob.step == cp.step:
-                    writes = self._loads(cp, blob.data)
-                elif blob.kind == "chunk" and blob.step <= cp.step:
-                    packed = self._loads(cp, blob.data)
-                    if _is_chunk(packed):
-                        writes = next((packed[k + 1] for k in range(0, len(packed), 2) if packed[k] == cp.step), writes)
+            data = await self._step_delta(saver, cp, key, body.channels[key][0])
+            writes = None if data is None else self._loads(cp, data)
             if not isinstance(writes, list) or len(writes) != 1:
                 return None
             out[key] = writes[0]
         return out
+
+    async def _step_delta(self, saver: Saver, cp: StoredCheckpoint, key: str, base: int) -> bytes | None:
+        """The stored delta of reducer channel ``key`` at ``cp.step``: its own row, or its part of the chunk that
+        packed it (the newest chunk begun at or before the step), undecoded. Looked for in widening ranges that
+        never overlap (the step; the ``CHUNK`` steps before it, where the chunk of a channel written every step
+        begins; back to its snapshot at ``base``), so reading one step's write stays a small read however many
+        deltas the channel has."""
+        upper = cp.step
+        for first in (cp.step, max(base, cp.step - CHUNK + 1), base):
+            if first > upper:
+                continue
+            for blob in reversed(await saver.get_blobs([BlobRange(cp.thread_id, key, first, upper)])):
+                if blob.kind == "delta" and blob.step == cp.step:
+                    return blob.data
+                if blob.kind != "chunk":  # a delta or snapshot before the step: the step's write is not packed
+                    return None
+                try:
+                    return next((data for step, data in split_chunk(blob.data) if step == cp.step), None)
+                except ValueError:
+                    return None
+            upper = first - 1
+        return None
 
     def _blob(self, cp: StoredCheckpoint, blob: Blob, decoded: dict[tuple[str, int], Any]) -> Any:
         key = (blob.channel, blob.step)
