@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
@@ -66,14 +65,13 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 
-from graphckpt.checkpoint import Snapshot
-from graphckpt.engine import debug_event
-from graphckpt.savers.base import TERMINAL_EVENTS, StoredEvent
-from graphckpt.server import models, queries
+from graphckpt.savers.base import TERMINAL_EVENTS
+from graphckpt.server import models
 from graphckpt.server.auth import api_id, store_id
 from graphckpt.server.ephemeral import EPHEMERAL_MODES, At, Channel, Entry
 from graphckpt.server.errors import ApiError
 from graphckpt.server.http import scope_of
+from graphckpt.server.render import dump, render_event
 from graphckpt.server.service import Service
 
 __all__ = ["MODES", "EventId", "StreamQuery", "open_stream", "parse_event_id", "parse_modes", "sse_response"]
@@ -257,7 +255,7 @@ async def event_source(
                 if stream is not None:
                     chunk += stream.before((event.step, event.seq))
                 cursor, last_kind = (event.step, event.seq), event.kind
-                chunk += await _render_all(service, ns, thread_id, event, modes, kinds if raw else set())
+                chunk += await render_event(service, ns, thread_id, event, modes, kinds if raw else set())
                 if run_stream and event.kind in TERMINAL_EVENTS:
                     yield bytes(chunk) + END
                     return
@@ -312,7 +310,7 @@ class _Ephemeral:
         if self.channel.evicted > self.n:  # the ring moved on while this stream lagged: say it missed some
             self.n = self.channel.evicted
             reason = "ephemeral events were dropped: this stream fell behind"
-            out += ServerSentEvent(event="stream.reset", data=_dump({"lost": "ephemeral", "reason": reason})).encode()
+            out += ServerSentEvent(event="stream.reset", data=dump({"lost": "ephemeral", "reason": reason})).encode()
         for entry in self.channel.after(self.n):
             if not fits(entry):
                 break
@@ -340,96 +338,12 @@ def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
                 meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
             data = [data[0], meta]
         eid = f"{tid}:{anchor.step}:{anchor.seq}~{epoch}.{entry.n}"
-        encoded = entry.encoded[ns] = ServerSentEvent(id=eid, event=entry.mode, data=_dump(data)).encode()
+        encoded = entry.encoded[ns] = ServerSentEvent(id=eid, event=entry.mode, data=dump(data)).encode()
     return encoded
 
 
 END = ServerSentEvent(event="end", data="{}").encode()
 """The last thing a stream sends (no id): its run or thread has finished."""
-
-_DURABLE_MODES = {
-    "checkpoint": ("values", "checkpoints", "debug"),
-    "task.finished": ("updates", "tasks", "debug"),
-}
-"""Which durable events each mode renders."""
-
-
-async def _render_all(
-    service: Service, ns: str, thread_id: str, e: StoredEvent, modes: frozenset[str], kinds: set[str] | None
-) -> bytes:
-    """The SSE encodings of ``e`` for this stream: its own kind (``kinds``: ``None`` all, else those named) and
-    each of ``modes`` that renders it; cached (an event never changes: subscribers of one thread encode it once)."""
-    wanted = [""] if kinds is None or e.kind in kinds else []
-    wanted += [mode for mode in _DURABLE_MODES.get(e.kind, ()) if mode in modes]
-    out = bytearray()
-    payload: dict[str, Any] | None = None
-    for mode in wanted:
-        key = (ns, e.thread_id, e.step, e.seq, mode)
-        encoded = service.rendered.get(key)
-        if encoded is None:
-            if payload is None:
-                payload = _payload(ns, e)
-            data = await _data(service, ns, thread_id, e, payload, mode)
-            eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
-            encoded = service.rendered[key] = ServerSentEvent(id=eid, event=mode or e.kind, data=_dump(data)).encode()
-            while len(service.rendered) > 1024:
-                del service.rendered[next(iter(service.rendered))]
-        out += encoded
-    return bytes(out)
-
-
-def _payload(ns: str, e: StoredEvent) -> dict[str, Any]:
-    """``e``'s payload with thread ids as ``ns`` names them (a ``task.finished``'s update is filled in already, see
-    :meth:`Service.events`)."""
-    payload = dict(e.payload)
-    if payload.get("parent_thread_id"):
-        payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
-    return payload
-
-
-async def _data(service: Service, ns: str, thread_id: str, e: StoredEvent, payload: dict[str, Any], mode: str) -> Any:
-    """What ``e`` shows in ``mode`` (``""``: itself)."""
-    if not mode:
-        return payload
-    if e.kind == "task.finished":
-        node, update = payload.get("node"), payload.get("update")
-        if mode == "updates":
-            return {node: update or None}
-        result = {"id": payload.get("task_id"), "name": node, "result": update}
-        if mode == "tasks":
-            return result
-        pairs = list(update.items()) if isinstance(update, dict) else []
-        return debug_event("task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs,
-                           interrupts=[])  # fmt: skip
-    snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
-    view = queries.state_view(ns, snap)
-    if mode == "values":
-        return view["values"]
-    if mode == "checkpoints":
-        return _checkpoint_view(view)
-    return debug_event("checkpoint", e.step, **_checkpoint_view(view), thread_id=view["checkpoint"]["thread_id"],
-                       checkpoint_id=snap.checkpoint_id, parent=_parent(snap))  # fmt: skip
-
-
-def _checkpoint_view(view: dict[str, Any]) -> dict[str, Any]:
-    """A state as LangGraph's ``checkpoints`` stream shows it."""
-    parent = view["parent_checkpoint"]
-    return {
-        "config": {"configurable": view["checkpoint"]},
-        "parent_config": {"configurable": parent} if parent else None,
-        "values": view["values"],
-        "metadata": view["metadata"],
-        "next": view["next"],
-        "tasks": [{"id": t["id"], "name": t["name"], "interrupts": t["interrupts"]} for t in view["tasks"]],
-    }
-
-
-def _parent(snap: Snapshot) -> list[str] | None:
-    return list(snap.parent) if snap.parent else None
-
-
-def _dump(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
 async def sse_response(
@@ -455,7 +369,7 @@ async def sse_response(
     start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral)
     first = list(preamble)
     if start.reset is not None:
-        first.append(ServerSentEvent(event="stream.reset", data=_dump(start.reset)))
+        first.append(ServerSentEvent(event="stream.reset", data=dump(start.reset)))
     source = event_source(
         service, ns, thread_id, start.segments, start.cursor, last_kind=start.kind,
         kinds=set(q.kinds) if q.kinds else None, modes=wanted, after_n=start.after_n, subgraphs=subgraphs,

@@ -1,0 +1,104 @@
+"""How one durable event of the log looks on a stream: as itself (its kind, its payload with thread ids as the
+caller's namespace names them) and in each LangGraph stream mode that renders it (``checkpoint`` -> ``values``,
+``checkpoints``, ``debug``; ``task.finished`` -> ``updates``, ``tasks``, ``debug``). Encodings are cached on the
+service: an event never changes, so the subscribers of one thread encode it once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sse_starlette import ServerSentEvent
+
+from graphckpt.checkpoint import Snapshot
+from graphckpt.engine import debug_event
+from graphckpt.savers.base import StoredEvent
+from graphckpt.server import queries
+from graphckpt.server.auth import api_id
+from graphckpt.server.service import Service
+
+__all__ = ["DURABLE_MODES", "dump", "render_event"]
+
+DURABLE_MODES = {
+    "checkpoint": ("values", "checkpoints", "debug"),
+    "task.finished": ("updates", "tasks", "debug"),
+}
+"""Which durable events each mode renders."""
+
+
+async def render_event(
+    service: Service, ns: str, thread_id: str, e: StoredEvent, modes: frozenset[str], kinds: set[str] | None
+) -> bytes:
+    """The SSE encodings of ``e`` for this stream: its own kind (``kinds``: ``None`` all, else those named) and
+    each of ``modes`` that renders it; cached (an event never changes: subscribers of one thread encode it once)."""
+    wanted = [""] if kinds is None or e.kind in kinds else []
+    wanted += [mode for mode in DURABLE_MODES.get(e.kind, ()) if mode in modes]
+    out = bytearray()
+    payload: dict[str, Any] | None = None
+    for mode in wanted:
+        key = (ns, e.thread_id, e.step, e.seq, mode)
+        encoded = service.rendered.get(key)
+        if encoded is None:
+            if payload is None:
+                payload = _payload(ns, e)
+            data = await _data(service, ns, thread_id, e, payload, mode)
+            eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
+            encoded = service.rendered[key] = ServerSentEvent(id=eid, event=mode or e.kind, data=dump(data)).encode()
+            while len(service.rendered) > 1024:
+                del service.rendered[next(iter(service.rendered))]
+        out += encoded
+    return bytes(out)
+
+
+def _payload(ns: str, e: StoredEvent) -> dict[str, Any]:
+    """``e``'s payload with thread ids as ``ns`` names them (a ``task.finished``'s update is filled in already, see
+    :meth:`Service.events`)."""
+    payload = dict(e.payload)
+    if payload.get("parent_thread_id"):
+        payload["parent_thread_id"] = api_id(ns, payload["parent_thread_id"])
+    return payload
+
+
+async def _data(service: Service, ns: str, thread_id: str, e: StoredEvent, payload: dict[str, Any], mode: str) -> Any:
+    """What ``e`` shows in ``mode`` (``""``: itself)."""
+    if not mode:
+        return payload
+    if e.kind == "task.finished":
+        node, update = payload.get("node"), payload.get("update")
+        if mode == "updates":
+            return {node: update or None}
+        result = {"id": payload.get("task_id"), "name": node, "result": update}
+        if mode == "tasks":
+            return result
+        pairs = list(update.items()) if isinstance(update, dict) else []
+        return debug_event("task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs,
+                           interrupts=[])  # fmt: skip
+    snap = await service.state(ns, thread_id, str(e.payload["checkpoint_id"]))
+    view = queries.state_view(ns, snap)
+    if mode == "values":
+        return view["values"]
+    if mode == "checkpoints":
+        return _checkpoint_view(view)
+    return debug_event("checkpoint", e.step, **_checkpoint_view(view), thread_id=view["checkpoint"]["thread_id"],
+                       checkpoint_id=snap.checkpoint_id, parent=_parent(snap))  # fmt: skip
+
+
+def _checkpoint_view(view: dict[str, Any]) -> dict[str, Any]:
+    """A state as LangGraph's ``checkpoints`` stream shows it."""
+    parent = view["parent_checkpoint"]
+    return {
+        "config": {"configurable": view["checkpoint"]},
+        "parent_config": {"configurable": parent} if parent else None,
+        "values": view["values"],
+        "metadata": view["metadata"],
+        "next": view["next"],
+        "tasks": [{"id": t["id"], "name": t["name"], "interrupts": t["interrupts"]} for t in view["tasks"]],
+    }
+
+
+def _parent(snap: Snapshot) -> list[str] | None:
+    return list(snap.parent) if snap.parent else None
+
+
+def dump(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=repr)
