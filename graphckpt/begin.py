@@ -21,7 +21,7 @@ from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import StoredCheckpoint, StoredWrite
 from graphckpt.store import ThreadStore, partial_thread_error
 
-__all__ = ["RunOptions", "check_limit", "resume", "start"]
+__all__ = ["RunOptions", "check_limit", "resume", "resumed_thread", "start", "streamed"]
 
 
 class RunOptions:
@@ -185,6 +185,40 @@ async def resume(
     recorded.errors.clear()
     return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra,
                        lease_until=until)  # fmt: skip
+
+
+async def streamed(
+    options: RunOptions,
+    input: Any,
+    thread_id: str | None,
+    recursion_limit: int | None,
+    tags: Mapping[str, Any] | None,
+    runner: NodeRunner | None,
+    *,
+    resuming: bool,
+    answer: Any,
+) -> Run:
+    """A streamed run as ``App.astream`` begins it: :func:`start` with ``input``, or :func:`resume` with ``answer``
+    when ``resuming`` or when ``input`` is ``Command(resume=answer)``."""
+    if isinstance(input, Command):  # LangGraph's stream(Command(resume=answer), config)
+        resuming, answer, thread_id = True, input, resumed_thread(input, thread_id)
+    if not resuming:
+        return await start(options, input, thread_id, recursion_limit, tags, runner, streamed=True)
+    if thread_id is None:
+        raise ValueError("astream(resume=True) needs thread_id")
+    return await resume(options, thread_id, answer, recursion_limit, tags, runner, streamed=True)
+
+
+def resumed_thread(command: Command, thread_id: str | None) -> str:
+    """The thread a ``Command`` given as input resumes; only ``Command(resume=...)`` is an input."""
+    if command.resume is None or command.update is not None or command.goto:
+        raise ValueError(
+            "as the input of invoke/stream, only Command(resume=answer) is accepted (it answers the thread's open "
+            "interrupt); use update_state(...) or fork(..., goto=...) to change a thread's state or route"
+        )
+    if thread_id is None:
+        raise ValueError("invoke(Command(resume=...)) needs the thread_id of the interrupted thread")
+    return thread_id
 
 
 def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[tuple[Task, int, Any]]:

@@ -1,11 +1,12 @@
-"""The frozen graph: what ``StateGraph.compile()`` returns to the app. It answers the engine's three questions
+"""The frozen graph and its parts (:class:`NodeSpec`, :class:`Branch`, :class:`Join`, :data:`Migration`): what
+``StateGraph.compile()`` returns to the app. It answers the engine's three questions
 about structure: the next tasks after a step's results, the status a frontier gives the thread, and the tasks a
 ``goto`` names. Nothing done to the builder after ``compile()`` reaches it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -14,15 +15,51 @@ from graphckpt.checkpoint import Interrupt, Task
 from graphckpt.control import END, START, Send
 from graphckpt.errors import InvalidUpdateError
 from graphckpt.records import TaskResult
+from graphckpt.retry import RetryPolicy
 from graphckpt.savers.base import Status
 from graphckpt.state import StateSchema
 
 if TYPE_CHECKING:
     import networkx
 
-    from graphckpt.graph import Branch, Join, Migration, NodeSpec
+__all__ = ["Branch", "CompiledGraph", "Join", "Migration", "NodeSpec", "RouteError"]
 
-__all__ = ["CompiledGraph", "RouteError"]
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+"""Upgrades the stored values of a checkpoint written by schema version ``v`` to version ``v + 1``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A node as registered: its function and how to call it."""
+
+    name: str
+    fn: Callable[..., Any]
+    takes_ctx: bool
+    is_async: bool
+    retry: RetryPolicy | None
+    timeout: float | None
+    destinations: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A conditional edge: ``router(state)`` picks the next node(s) after ``source``."""
+
+    source: str
+    router: Callable[[Any], Any]
+    path_map: Mapping[Hashable, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """``target`` runs once every one of ``sources`` has finished (since it last ran)."""
+
+    sources: tuple[str, ...]
+    target: str
+
+    @property
+    def key(self) -> str:
+        return f"{'+'.join(self.sources)}->{self.target}"
 
 
 class RouteError(Exception):

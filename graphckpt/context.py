@@ -98,6 +98,11 @@ class Context:
         return self._task.id
 
     @property
+    def task(self) -> Task:
+        """The task this attempt runs (its id, node and ``Send`` payload)."""
+        return self._task
+
+    @property
     def step(self) -> int:
         """The super-step this task belongs to."""
         return self._journal.step

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import datetime as dt
-import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from graphckpt import _hook, ids
-from graphckpt.audit import CallInfo, digest, failed_attempt, step_audit
+from graphckpt.audit import failed_attempt, step_audit
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
 from graphckpt.context import Context, NodeInterrupt
@@ -46,25 +44,20 @@ from graphckpt.errors import (
     SerializationError,
     ThreadConflictError,
 )
+from graphckpt.journal import Journal
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
+from graphckpt.runner import NodeRunner, ThreadRunner
 from graphckpt.savers.base import Status, StoredWrite
 from graphckpt.state import ReducerError
 from graphckpt.store import NO_RESULT, ThreadStore
 
 if TYPE_CHECKING:
-    from graphckpt.compiled import CompiledGraph
-    from graphckpt.graph import NodeSpec
+    from graphckpt.compiled import CompiledGraph, NodeSpec
     from graphckpt.lease import Heartbeat
 
-__all__ = ["NodeRunner", "Run", "Step", "ThreadRunner", "debug_event", "node_failure"]
+__all__ = ["NodeRunner", "RunsInParent", "Run", "Step", "ThreadRunner", "debug_event", "node_failure"]
 
 logger = logging.getLogger("graphckpt")
-
-WRITE_LINGER = 0.002
-"""Group commit: a finished task's result waits this long (seconds) for siblings that finish close behind it, then
-all that finished are recorded in one transaction. When every task finishes inside the window, no pending write is
-recorded at all: the super-step's commit holds the results. A long-running sibling delays a finished task's
-durability by at most this much."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,32 +68,12 @@ class Step:
     results: list[TaskResult]
 
 
-class NodeRunner(Protocol):
-    """How sync nodes are called. ``alone``: the task is the only one of its step; ``span`` receives the start and
-    end of the call in the thread that made it (so time spent waiting for a worker is not the node's)."""
+@runtime_checkable
+class RunsInParent(Protocol):
+    """A node function that runs inside its parent's run (a subgraph node, see :mod:`graphckpt.subgraph`): the
+    engine calls :meth:`run_in` with the parent run and the task instead of calling the function with the state."""
 
-    def run_sync(
-        self, spec: NodeSpec, args: tuple[Any, ...], *, alone: bool, streamed: bool, span: list[float]
-    ) -> Awaitable[Any]: ...
-
-
-class ThreadRunner:
-    """The default :class:`NodeRunner`: each sync node call runs in the loop's default executor."""
-
-    def run_sync(
-        self, spec: NodeSpec, args: tuple[Any, ...], *, alone: bool, streamed: bool, span: list[float]
-    ) -> asyncio.Future[Any]:
-        run = functools.partial(contextvars.copy_context().run, spec.fn, *args)
-        return asyncio.get_running_loop().run_in_executor(None, timed, run, span)
-
-
-def timed(run: Callable[[], Any], span: list[float]) -> Any:
-    """``run()``, noting in ``span`` when it started and ended."""
-    span.append(time.perf_counter())
-    try:
-        return run()
-    finally:
-        span.append(time.perf_counter())
+    def run_in(self, parent: Run, task: Task, state: Any, ctx: Context) -> Awaitable[Any]: ...
 
 
 @dataclass(slots=True)
@@ -167,14 +140,11 @@ class Run:
         """Where the run stands: ``running`` while it iterates, then ``done`` or ``interrupted``."""
         self.thread_id = head.cp.thread_id
         self.loop = asyncio.get_running_loop()
-        self._queue: list[TaskResult] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._flush_timer: asyncio.TimerHandle | None = None
-        self._replayed_ms: dict[str, float] = {}
+        self.journal = Journal(self, store, run_id, lease)
+        """What the run's tasks' contexts write to, and the group commit of their results."""
         self._tracing: _hook.Tracing | None = None  # with telemetry on: the tracer, the run's and the step's span
         self._span: Any = None
         self._step_span: Any = None
-        """Per task: the original time of the journaled calls the running attempt replayed."""
 
     def emit(self, mode: str, payload: Any) -> None:
         """Hand an ephemeral event (``custom`` writes, ``tasks`` starts) to the stream reading this run, from the
@@ -200,38 +170,20 @@ class Run:
         """The super-step being run (the head's step + 1)."""
         return self.head.cp.step + 1
 
-    def steps(self) -> AsyncGenerator[Step, None]:
+    async def steps(self) -> AsyncGenerator[Step, None]:
         """The loop. Yields each committed step; ends when the thread is done or paused; raises
         :class:`NodeError` (and :class:`RecursionLimitError`) on the fail path. It never runs ahead of its
         consumer: the next step starts when the next item is asked for. With telemetry on, inside the run's span.
         The run holds its lease meanwhile (heartbeats on a timer); a stop that leaves the thread running releases it."""
-        return self._leased_steps() if _hook.TRACING is None else self._traced_steps(_hook.TRACING)
-
-    async def _traced_steps(self, tracing: _hook.Tracing) -> AsyncGenerator[Step, None]:
-        tags = self.tags or {}
-        graph = str(tags.get("graph") or getattr(self.codec.state.schema, "__name__", "graph"))
-        self._tracing = tracing
-        self._span = tracing.run_span(graph, self.thread_id, self.head.cp.metadata.get("trace"))
-        try:
-            async for step in self._leased_steps():
-                yield step
-        except GeneratorExit:
-            tracing.end(self._span)
-            raise
-        except BaseException as exc:
-            tracing.end(self._span, exc)
-            raise
-        tracing.end(self._span)
-
-    async def _leased_steps(self) -> AsyncGenerator[Step, None]:
-        if self.lease is not None:
-            self.lease.start()
-        try:
-            async for step in self._steps():
-                yield step
-        finally:
-            if self.lease is not None:  # a stop that leaves the thread running (signal, limit, error) releases it
-                await self.lease.stop(release=self.status not in ("done", "interrupted", "failed"))
+        with self._run_span():
+            if self.lease is not None:
+                self.lease.start()
+            try:
+                async for step in self._steps():
+                    yield step
+            finally:
+                if self.lease is not None:  # a stop that leaves the thread running (signal, limit, error) releases it
+                    await self.lease.stop(release=self.status not in ("done", "interrupted", "failed"))
 
     async def _steps(self) -> AsyncGenerator[Step, None]:
         if self.initial is not None:
@@ -251,18 +203,10 @@ class Run:
             self.status = "running"
             if self.lease is not None:
                 await self.lease.check()  # taken over while this process was paused: stop before any node runs
-            if self._tracing is not None:
-                self._step_span = self._tracing.step_span(self._span, self.thread_id, self.step)
-            try:
+            with self._step_span_of():
                 results = await self.run_frontier()  # 1. run (a pause ends the loop here)
                 if results is not None:
                     await self.commit_step(results)  # 2-4. apply, route, commit
-            except BaseException as exc:
-                if self._tracing is not None:
-                    self._tracing.end(self._step_span, exc)
-                raise
-            if self._tracing is not None:
-                self._tracing.end(self._step_span)
             if results is None:
                 self.status = "interrupted"
                 return
@@ -293,13 +237,7 @@ class Run:
                 for future in running:
                     future.cancel()
                 raise
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()  # every task finished inside the linger: the commit records them all
-            self._flush_timer = None
-        if self._flusher is not None:
-            await self._flusher
-            self._flusher = None
-        self._queue.clear()  # what was not written is in the step's commit (or the stop's writes) below
+        await self.journal.settle()  # what was not written is in the step's commit (or the stop's writes) below
         failed = [o for o in outcomes if isinstance(o, _Failed)]
         if failed:
             await self.fail(failed[0], outcomes)
@@ -322,8 +260,8 @@ class Run:
             attempt += 1
             state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
-            ctx = Context(self, task, attempt, usage)
-            self._replayed_ms.pop(task.id, None)
+            ctx = Context(self.journal, task, attempt, usage)
+            self.journal.replayed_ms(task.id)  # a new attempt: its own replays count
             if self.listener is not None:
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
                 if self.wants("debug"):
@@ -331,10 +269,8 @@ class Run:
             started = time.perf_counter()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
-                if self._tracing is None:
+                with self._task_span_of(ctx):
                     out = await self._call(spec, state, ctx, alone=not record, span=span)
-                else:
-                    out = await self._traced_call(self._tracing, spec, state, ctx, alone=not record, span=span)
                 update, goto = self._normalize(spec.name, out)
             except NodeInterrupt as intr:
                 asked = []
@@ -357,38 +293,21 @@ class Run:
                 logger.warning(
                     "thread %r node %r attempt %d failed: %r; retrying", self.thread_id, spec.name, attempt, exc
                 )
-                await self._record_attempt(failed_attempt(task, self.step, attempt, exc, retried=True))
+                await self.journal.record_attempt(failed_attempt(task, self.step, attempt, exc, retried=True))
                 await asyncio.sleep(policy.wait(attempt))
                 continue
             took = ((span[1] - span[0]) if len(span) == 2 else (time.perf_counter() - started)) * 1000
-            replayed = self._replayed_ms.pop(task.id, 0.0)
+            replayed = self.journal.replayed_ms(task.id)
             result = TaskResult(task, update, goto, took + replayed, usage, replayed)
             if record:
-                self._enqueue(result)
+                self.journal.enqueue(result)
             return result
-
-    async def _traced_call(
-        self, tracing: _hook.Tracing, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool, span: list[float]
-    ) -> Any:
-        """:meth:`_call` inside the task's span (the current span while the node runs, so its calls nest in it)."""
-        task_span = tracing.task_span(self._step_span, ctx._task, ctx.attempt, self.thread_id, self.step)
-        token = tracing.activate(task_span)
-        try:
-            out = await self._call(spec, state, ctx, alone=alone, span=span)
-        except NodeInterrupt:
-            tracing.end(task_span)
-            raise
-        except BaseException as exc:
-            tracing.end(task_span, exc)
-            raise
-        finally:
-            tracing.deactivate(token)
-        tracing.end(task_span)
-        return out
 
     async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool, span: list[float]) -> Any:
         args = (state, ctx) if spec.takes_ctx else (state,)
-        if spec.is_async:
+        if isinstance(spec.fn, RunsInParent):  # a subgraph: it runs inside this run
+            pending = spec.fn.run_in(self, ctx.task, state, ctx)
+        elif spec.is_async:
             pending = spec.fn(*args)
         else:
             pending = self.runner.run_sync(spec, args, alone=alone, streamed=self.streamed, span=span)
@@ -416,121 +335,6 @@ class Run:
             return self.codec.state.validate_update(out.update, node=node), out.targets()
         return self.codec.state.validate_update(out, node=node), []
 
-    # -- the journal a Context writes to ----------------------------------------------------------------------
-
-    def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]:
-        key = (task.id, index)
-        if key not in self.recorded.effects:
-            return False, None
-        rec = self.recorded
-        rec.replays[key] = rec.replays.get(key, 0) + 1
-        for (tid, seq), start in rec.starts.items():  # the original call's time: a replayed step is not "fast"
-            end = rec.finishes.get((tid, seq))
-            if tid == task.id and start.get("effect") == index and end is not None and end.get("status") == "finished":
-                ms = end.get("ms")
-                if isinstance(ms, int | float) and not isinstance(ms, bool):
-                    self._replayed_ms[task.id] = self._replayed_ms.get(task.id, 0.0) + float(ms)
-                break
-        return True, rec.effects[key]
-
-    async def start_call(self, task: Task, index: int, attempt: int, info: CallInfo, key: str) -> int:
-        """Record that the task's effect ``index`` is about to be called (durably, before the call)."""
-        seq = self.recorded.next_seq(self.recorded.starts, task.id)
-        entry: dict[str, Any] = {"effect": index, "name": info.name, "args": digest(info.arguments), "key": key,
-                                 "attempt": attempt, "started_at": ids.now()}  # fmt: skip
-        if info.model is not None:
-            entry["model"] = info.model
-        self.recorded.starts[(task.id, seq)] = entry  # before the await: a concurrent effect takes the next number
-        data = self.codec.serde.dumps(entry)
-        await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "started", seq, data)], run_id=self.run_id)
-        return seq
-
-    async def record_effect(
-        self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0, info: CallInfo | None = None
-    ) -> None:
-        try:
-            data = self.codec.serde.dumps(value)
-        except SerializationError as exc:
-            raise SerializationError(
-                f"node {task.node!r}: the result of effect #{index} cannot be journaled: {exc}"
-            ) from None
-        writes = [StoredWrite(task.id, "effect", index, data)]
-        end: dict[str, Any] | None = None
-        if seq >= 0:  # the call's end, in the journal entry's transaction
-            end = {"status": "finished", "ms": round(ms, 3), "finished_at": ids.now()}
-            if info is not None and info.usage is not None:
-                with contextlib.suppress(Exception):
-                    prompt, completion = info.usage(value)
-                    end["usage"] = {"prompt_tokens": int(prompt), "completion_tokens": int(completion)}
-            writes.append(StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end)))
-        await self.store.record_writes(self.head.cp, writes, run_id=self.run_id)
-        self.recorded.effects[(task.id, index)] = value
-        if end is not None:
-            self.recorded.finishes[(task.id, seq)] = end
-
-    async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None:
-        """Record that the started call ``seq`` raised."""
-        end = {
-            "status": "failed",
-            "ms": round(ms, 3),
-            "finished_at": ids.now(),
-            "error": f"{type(exc).__name__}: {exc}",
-        }
-        self.recorded.finishes[(task.id, seq)] = end
-        data = self.codec.serde.dumps(end)
-        await self.store.record_writes(self.head.cp, [StoredWrite(task.id, "finished", seq, data)], run_id=self.run_id)
-
-    async def _record_attempt(self, entry: dict[str, Any]) -> None:
-        """Record a failed attempt that is retried (the last one is recorded with the failure)."""
-        task_id = str(entry["task"])
-        seq = self.recorded.next_seq(self.recorded.attempts, task_id)
-        self.recorded.attempts[(task_id, seq)] = entry
-        data = self.codec.serde.dumps(entry)
-        await self.store.record_writes(self.head.cp, [StoredWrite(task_id, "attempt", seq, data)], run_id=self.run_id)
-
-    def lease_fresh(self) -> bool:
-        return self.lease is None or self.lease.fresh()
-
-    async def check_lease(self) -> None:
-        if self.lease is not None:
-            await self.lease.check()
-
-    def answer(self, task: Task, index: int) -> tuple[bool, Any]:
-        key = (task.id, index)
-        return (True, self.recorded.answers[key]) if key in self.recorded.answers else (False, None)
-
-    # -- group commit of pending results ----------------------------------------------------------------------
-
-    def _enqueue(self, result: TaskResult) -> None:
-        """Queue a finished task's result; it is written within ``WRITE_LINGER`` seconds if siblings still run."""
-        self._queue.append(result)  # encoded only if it is written before the step commits
-        if self._flush_timer is None and (self._flusher is None or self._flusher.done()):
-            self._flush_timer = self.loop.call_later(WRITE_LINGER, self._start_flush)
-
-    def _start_flush(self) -> None:
-        self._flush_timer = None
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush())
-
-    async def _flush(self) -> None:
-        while self._queue:
-            try:
-                batch = [StoredWrite(r.task.id, "result", 0, self._encode_result(r)) for r in self._queue]
-            except SerializationError:
-                return  # not storable: the step's commit finds the same value and fails the node that wrote it
-            self._queue = []
-            if self._flush_timer is not None:
-                self._flush_timer.cancel()
-                self._flush_timer = None
-            await self.store.record_writes(self.head.cp, batch, run_id=self.run_id)
-
-    def _encode_result(self, r: TaskResult) -> bytes:
-        goto = [[g.node, True, g.payload] if isinstance(g, Send) else [g, False, None] for g in r.goto]
-        try:
-            return self.codec.serde.dumps({"u": r.update, "g": goto, "ms": r.duration_ms, "use": dict(r.usage)})
-        except SerializationError as exc:
-            raise SerializationError(f"node {r.task.node!r}: {exc}") from None
-
     # -- stopping: the fail path and the pause path --------------------------------------------------------------
 
     async def fail(self, failed: _Failed, outcomes: Sequence[Outcome]) -> NoReturn:
@@ -547,7 +351,7 @@ class Run:
         # no result: one written early (its siblings were still running) is withdrawn, so that the task runs again
         # on resume (a reducer refused that result when the step was folded)
         writes.append(StoredWrite(task.id, "result", 0, NO_RESULT))
-        await self.store.record_writes(self.head.cp, writes, run_id=self.run_id, status="failed", error=str(error))
+        await self.journal.record(writes, status="failed", error=str(error))
         self.status = "failed"
         self._keep_finished(outcomes, {task.id})
         logger.info("thread %r step %d failed", self.thread_id, self.step)
@@ -561,18 +365,17 @@ class Run:
             for index, payload, data in p.asked:
                 writes.append(StoredWrite(p.task.id, "interrupt", index, data))
                 self.recorded.interrupts[(p.task.id, index)] = payload
-        await self.store.record_writes(self.head.cp, writes, run_id=self.run_id, status="interrupted")
+        await self.journal.record(writes, status="interrupted")
         self._keep_finished(outcomes, stopped)
         logger.info("thread %r step %d interrupted", self.thread_id, self.step)
 
     def _finished_writes(self, outcomes: Sequence[Outcome], stopped: set[str]) -> list[StoredWrite]:
-        self._queue.clear()  # superseded: every finished result is written with the stop
         writes: list[StoredWrite] = []
         for o in outcomes:
             if isinstance(o, TaskResult) and o.task.id not in stopped:
                 # not storable: this task runs again on resume (and fails the same way, visibly)
                 with contextlib.suppress(SerializationError):
-                    writes.append(StoredWrite(o.task.id, "result", 0, self._encode_result(o)))
+                    writes.append(StoredWrite(o.task.id, "result", 0, self.journal.encode_result(o)))
         return writes
 
     def _keep_finished(self, outcomes: Sequence[Outcome], stopped: set[str]) -> None:
@@ -625,6 +428,65 @@ class Run:
                 checkpoint_id,
                 [t.node for t in tasks] or "END",
             )
+
+    # -- telemetry: spans around the run, each step and each task ----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _run_span(self) -> Iterator[None]:
+        """With telemetry on, the run's span around the loop (a consumer that stops early ends it without error)."""
+        tracing = _hook.TRACING
+        if tracing is None:
+            yield
+            return
+        graph = str((self.tags or {}).get("graph") or getattr(self.codec.state.schema, "__name__", "graph"))
+        self._tracing = tracing
+        self._span = tracing.run_span(graph, self.thread_id, self.head.cp.metadata.get("trace"))
+        try:
+            yield
+        except GeneratorExit:
+            tracing.end(self._span)
+            raise
+        except BaseException as exc:
+            tracing.end(self._span, exc)
+            raise
+        tracing.end(self._span)
+
+    @contextlib.contextmanager
+    def _step_span_of(self) -> Iterator[None]:
+        """With telemetry on, the step's span around running its frontier and committing it."""
+        tracing = self._tracing
+        if tracing is None:
+            yield
+            return
+        self._step_span = tracing.step_span(self._span, self.thread_id, self.step)
+        try:
+            yield
+        except BaseException as exc:
+            tracing.end(self._step_span, exc)
+            raise
+        tracing.end(self._step_span)
+
+    @contextlib.contextmanager
+    def _task_span_of(self, ctx: Context) -> Iterator[None]:
+        """With telemetry on, the task's span around the node call (the current span meanwhile, so the node's calls
+        nest in it); an interrupt ends it without error."""
+        tracing = self._tracing
+        if tracing is None:
+            yield
+            return
+        task_span = tracing.task_span(self._step_span, ctx.task, ctx.attempt, self.thread_id, self.step)
+        token = tracing.activate(task_span)
+        try:
+            yield
+        except NodeInterrupt:
+            tracing.end(task_span)
+            raise
+        except BaseException as exc:
+            tracing.end(task_span, exc)
+            raise
+        finally:
+            tracing.deactivate(token)
+        tracing.end(task_span)
 
 
 def debug_event(kind: str, step: int, **payload: Any) -> dict[str, Any]:

@@ -19,20 +19,14 @@ from graphckpt.audit import step_audit
 from graphckpt.checkpoint import Snapshot, Task
 from graphckpt.codec import Body, Codec
 from graphckpt.compiled import CompiledGraph, RouteError
-from graphckpt.control import START, Send
+from graphckpt.control import START
 from graphckpt.errors import InvalidUpdateError, ThreadConflictError
-from graphckpt.records import Head, Recorded, StepRecord, TaskResult
+from graphckpt.records import Goto, Head, LoadLater, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint
 from graphckpt.store import ThreadStore, partial_thread_error
 from graphckpt.views import make_snapshot
 
 __all__ = ["Goto", "LoadLater", "fork", "update_state"]
-
-Goto = str | Send | Sequence[str | Send]
-
-LoadLater = Callable[[StoredCheckpoint, Body, list[BlobRange], str], Callable[[], list[dict[str, Any]]]]
-"""Given the source checkpoint, its body, the blob ranges holding its values and the new thread's id: a loader that
-fetches and folds the source's values when first called (the sync facade's way: no fetch at fork time)."""
 
 
 async def fork(

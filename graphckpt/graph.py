@@ -7,11 +7,10 @@ import inspect
 import typing
 import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.app import App
-from graphckpt.compiled import CompiledGraph
+from graphckpt.compiled import Branch, CompiledGraph, Join, Migration, NodeSpec
 from graphckpt.control import END, START
 from graphckpt.errors import GraphckptWarning, GraphSetupError
 from graphckpt.retry import RetryPolicy
@@ -25,8 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Branch", "Join", "NodeSpec", "StateGraph"]
 
-Migration = Callable[[dict[str, Any]], dict[str, Any]]
-"""Upgrades the stored values of a checkpoint written by schema version ``v`` to version ``v + 1``."""
+# Branch, Join, Migration and NodeSpec live with the frozen graph (graphckpt.compiled); the builder re-exports them
 
 DEFAULT_RECURSION_LIMIT = 10007
 """The default ``recursion_limit`` of :meth:`StateGraph.compile`: LangGraph 1.x's default (1.2 reads it from
@@ -34,40 +32,6 @@ DEFAULT_RECURSION_LIMIT = 10007
 
 ALL_NODES = "*"
 """``interrupt_before="*"`` / ``interrupt_after="*"``: every node."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """A node as registered: its function and how to call it."""
-
-    name: str
-    fn: Callable[..., Any]
-    takes_ctx: bool
-    is_async: bool
-    retry: RetryPolicy | None
-    timeout: float | None
-    destinations: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """A conditional edge: ``router(state)`` picks the next node(s) after ``source``."""
-
-    source: str
-    router: Callable[[Any], Any]
-    path_map: Mapping[Hashable, str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Join:
-    """``target`` runs once every one of ``sources`` has finished (since it last ran)."""
-
-    sources: tuple[str, ...]
-    target: str
-
-    @property
-    def key(self) -> str:
-        return f"{'+'.join(self.sources)}->{self.target}"
 
 
 class StateGraph:
@@ -134,7 +98,7 @@ class StateGraph:
         if name in (START, END) or name in self.nodes:
             raise GraphSetupError(f"node {name!r} is {'reserved' if name in (START, END) else 'already defined'}")
         if isinstance(fn, App):  # a compiled graph as a node: a subgraph (see graphckpt.subgraph)
-            fn = SubgraphNode(name, fn)
+            fn = SubgraphNode(name, fn.graph, fn.codec)
         if not callable(fn):
             raise GraphSetupError(f"node {name!r}: {fn!r} is not callable")
         if timeout is not None and timeout <= 0:

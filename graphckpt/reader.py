@@ -24,23 +24,17 @@ from typing import Any, TypedDict
 
 import pydantic
 
-from graphckpt.audit import Prices, thread_audit, thread_spend
-from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.codec import Body, Codec
-from graphckpt.diff import Diff, diff_values
-from graphckpt.savers.base import Saver, Status, StoredCheckpoint, ThreadRecord
+from graphckpt.reads import Reader
+from graphckpt.savers.base import Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import Channel, StateSchema
 from graphckpt.store import ThreadStore
-from graphckpt.subgraph import link_of, with_subgraphs
-from graphckpt.sync import Portal
-from graphckpt.views import as_dict, thread_info
+from graphckpt.sync import sync_twin
 
 _ANY_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)
 
 __all__ = ["RawCodec", "RawReader", "RawSchema", "Unreduced"]
-
-CheckpointSpec = Snapshot | tuple[str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,60 +46,17 @@ class Unreduced:
     writes: list[Any]
 
 
-class RawReader:
+class RawReader(Reader):
     """Read-only access to every thread of ``saver``, with values decoded as plain data (see the module docstring).
 
-    Same reading methods as :class:`~graphckpt.app.App` (``get_state``, ``history``, ``threads``, ``thread``,
-    ``diff``, with async twins) plus :meth:`tag`. Close it (or use it as a context manager) to release the saver.
+    The reading methods of :class:`~graphckpt.app.App` (:class:`~graphckpt.reads.Reader`: ``get_state``,
+    ``history``, ``threads``, ``thread``, ``diff``, ``audit``, ``spend``, with async twins) plus :meth:`tag`. Close
+    it (or use it as a context manager) to release the saver.
     """
 
     def __init__(self, saver: Saver) -> None:
-        self.saver = saver
         self.codec = RawCodec()
-        self.store = ThreadStore(saver, self.codec)
-        self._portal = Portal()
-
-    # -- async -------------------------------------------------------------------------------------------------------
-
-    async def aget_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
-        """The head of ``thread_id``, or any checkpoint of its lineage by id. See :meth:`App.aget_state`."""
-        return await self.store.state(thread_id, checkpoint_id)
-
-    async def ahistory(
-        self, thread_id: str, *, limit: int | None = None, before: str | None = None, subgraphs: bool = False
-    ) -> list[Snapshot]:
-        """Checkpoints of the thread's lineage, newest first; with ``subgraphs``, those of the subgraphs its tasks
-        ran too. See :meth:`App.ahistory`."""
-        snaps = await self.store.history(thread_id, limit=limit, before=before)
-        if not subgraphs:
-            return snaps
-
-        async def child_history(record: ThreadRecord) -> list[Snapshot]:
-            return await self.ahistory(record.thread_id, subgraphs=True)
-
-        return await with_subgraphs(self.saver, snaps, child_history)
-
-    async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
-        """Every thread, most recently updated first, but the child threads of subgraphs. See :meth:`App.athreads`."""
-        return [thread_info(r) for r in await self.saver.list_threads(status=status) if link_of(r.metadata) is None]
-
-    async def athread(self, thread_id: str) -> ThreadInfo:
-        """One thread's record. See :meth:`App.athread`."""
-        return thread_info(await self.store.thread(thread_id))
-
-    async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
-        """The thread's audit record. See :meth:`App.aaudit`."""
-        return await thread_audit(self.store, thread_id, prices)
-
-    async def aspend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
-        """The thread's spend (own, inherited, total). See :meth:`App.aspend`."""
-        return await thread_spend(self.store, await self.store.thread(thread_id), prices)
-
-    async def adiff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
-        """What differs between two checkpoints' (raw) values. See :meth:`App.adiff`."""
-        sa = a if isinstance(a, Snapshot) else await self.aget_state(*a)
-        sb = b if isinstance(b, Snapshot) else await self.aget_state(*b)
-        return diff_values(sa.ref, as_dict(sa.values), sb.ref, as_dict(sb.values))
+        super().__init__(ThreadStore(saver, self.codec))
 
     async def atag(self, thread_id: str, key: str) -> Any:
         """The user tag ``key`` (``tags={key: ...}`` given to ``invoke``/``resume``/``fork``) of the newest checkpoint
@@ -122,53 +73,11 @@ class RawReader:
                 return found
         return None
 
-    async def aclose(self) -> None:
-        """Close the saver."""
-        await self.saver.aclose()
-
-    # -- sync facade -------------------------------------------------------------------------------------------------
-
-    def get_state(self, thread_id: str, checkpoint_id: str | None = None) -> Snapshot:
-        """Sync :meth:`aget_state`."""
-        return self._portal.call(self.aget_state(thread_id, checkpoint_id))
-
-    def history(
-        self, thread_id: str, *, limit: int | None = None, before: str | None = None, subgraphs: bool = False
-    ) -> list[Snapshot]:
-        """Sync :meth:`ahistory`."""
-        return self._portal.call(self.ahistory(thread_id, limit=limit, before=before, subgraphs=subgraphs))
-
-    def threads(self, status: Status | None = None) -> list[ThreadInfo]:
-        """Sync :meth:`athreads`."""
-        return self._portal.call(self.athreads(status))
-
-    def thread(self, thread_id: str) -> ThreadInfo:
-        """Sync :meth:`athread`."""
-        return self._portal.call(self.athread(thread_id))
-
-    def diff(self, a: CheckpointSpec, b: CheckpointSpec) -> Diff:
-        """Sync :meth:`adiff`."""
-        return self._portal.call(self.adiff(a, b))
-
-    def tag(self, thread_id: str, key: str) -> Any:
-        """Sync :meth:`atag`."""
-        return self._portal.call(self.atag(thread_id, key))
+    tag = sync_twin(atag)
 
     def close(self) -> None:
         """Close the saver and stop the background loop."""
-        self._portal.shutdown(self.aclose())
-
-    def __enter__(self) -> RawReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> RawReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        self.portal.shutdown(self.aclose())
 
 
 def _tag(metadata: Mapping[str, Any], key: str) -> Any:

@@ -1,24 +1,43 @@
-"""The records a run passes between its layers: a loaded :class:`Head`, a finished task's :class:`TaskResult`, the
-:class:`Recorded` pending writes of a head, and the :class:`StepRecord` a commit turns into a checkpoint.
+"""The records the layers pass each other: a loaded :class:`Head`, a finished task's :class:`TaskResult`, the
+:class:`Recorded` pending writes of a head, the :class:`StepRecord` a commit turns into a checkpoint, a fork's
+:data:`Goto` and :data:`LoadLater`, and recovery's :class:`CrashedThread` and :class:`RecoveryResult`.
 
-They live below both the engine and the thread store, so neither imports the other for them.
+They live below every layer that uses them (the engine, the thread store, the app and its sync facade), so none of
+those imports another for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphckpt.checkpoint import Interrupt, NodeUsage, Task, TaskError
+from graphckpt.checkpoint import Interrupt, NodeUsage, Snapshot, Task, TaskError
 from graphckpt.codec import Body, Loose
 from graphckpt.control import Send
-from graphckpt.savers.base import Status, StoredCheckpoint
+from graphckpt.savers.base import BlobRange, Lease, Status, StoredCheckpoint
 
-__all__ = ["NO_ANSWER", "Head", "Recorded", "StepRecord", "TaskResult"]
+__all__ = [
+    "NO_ANSWER",
+    "CrashedThread",
+    "Goto",
+    "Head",
+    "LoadLater",
+    "Recorded",
+    "RecoveryResult",
+    "StepRecord",
+    "TaskResult",
+]
 
 NO_ANSWER: Any = object()
 """``resume``'s answer when none is given."""
+
+Goto = str | Send | Sequence[str | Send]
+"""Where a fork (or ``update_state``) re-routes the frontier: a node, a ``Send``, or several."""
+
+LoadLater = Callable[[StoredCheckpoint, Body, list[BlobRange], str], Callable[[], list[dict[str, Any]]]]
+"""Given the source checkpoint, its body, the blob ranges holding its values and the new thread's id: a loader that
+fetches and folds the source's values when first called (the sync facade's way: no fetch at fork time)."""
 
 
 @dataclass(slots=True)
@@ -110,3 +129,33 @@ class StepRecord:
     tags: Mapping[str, Any] | None = None
     wrote: Mapping[str, list[str]] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashedThread:
+    """A crashed thread as a person deciding whether to continue it sees it."""
+
+    thread_id: str
+    graph: str | None
+    """The graph recorded by ``graphckpt run`` (tag ``graph``), if any."""
+    step: int
+    """The last committed step."""
+    running: tuple[str, ...]
+    """The nodes of the frontier: what it was running when it died."""
+    tokens: int
+    """Model tokens its lineage spent so far (prompt + completion, from the checkpoints' usage)."""
+    lease: Lease
+    """The dead owner's lease (host, pid, worker id, last heartbeat)."""
+    seconds_ago: float
+    """How long ago its last heartbeat was."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What recovering one crashed thread gave."""
+
+    thread_id: str
+    snapshot: Snapshot | None
+    """The head after the recovered run, or ``None`` when it was not run."""
+    error: str | None = None
+    """Why it was not run (another process took it first), or how the run failed."""

@@ -13,62 +13,33 @@ service's start). See docs/workers.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids
 from graphckpt.errors import GraphckptError, ThreadConflictError
-from graphckpt.savers.base import Lease
+from graphckpt.records import CrashedThread, RecoveryResult
 from graphckpt.subgraph import link_of
 
 if TYPE_CHECKING:
-    from graphckpt.app import App
     from graphckpt.checkpoint import Snapshot
+    from graphckpt.store import ThreadStore
 
 __all__ = ["CrashedThread", "RecoveryResult", "crashed", "recover"]
 
 
-@dataclass(frozen=True, slots=True)
-class CrashedThread:
-    """A crashed thread as a person deciding whether to continue it sees it."""
-
-    thread_id: str
-    graph: str | None
-    """The graph recorded by ``graphckpt run`` (tag ``graph``), if any."""
-    step: int
-    """The last committed step."""
-    running: tuple[str, ...]
-    """The nodes of the frontier: what it was running when it died."""
-    tokens: int
-    """Model tokens its lineage spent so far (prompt + completion, from the checkpoints' usage)."""
-    lease: Lease
-    """The dead owner's lease (host, pid, worker id, last heartbeat)."""
-    seconds_ago: float
-    """How long ago its last heartbeat was."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
-    thread_id: str
-    snapshot: Snapshot | None
-    """The head after the recovered run, or ``None`` when it was not run."""
-    error: str | None = None
-    """Why it was not run (another process took it first), or how the run failed."""
-
-
-async def crashed(app: App) -> list[CrashedThread]:
-    """Every crashed thread of ``app``'s saver, most recently updated first."""
+async def crashed(store: ThreadStore) -> list[CrashedThread]:
+    """Every crashed thread of ``store``'s saver, most recently updated first."""
     found = []
     now = ids.now()
-    for record in await app.saver.list_threads(status="crashed"):
+    for record in await store.saver.list_threads(status="crashed"):
         if record.lease is None:  # pragma: no cover - crashed implies an expired lease
             continue
         if link_of(record.metadata) is not None:  # a subgraph's child thread: its parent's recovery continues it
             continue
-        head = await app.store.state(record.thread_id)
+        head = await store.state(record.thread_id)
         tokens = 0
-        for cp in await app.store.lineage_checkpoints(record):
+        for cp in await store.lineage_checkpoints(record):
             tokens += _tokens(cp.metadata)
         tags = record.metadata.get("tags")
         graph = tags.get("graph") if isinstance(tags, dict) else None
@@ -80,14 +51,15 @@ async def crashed(app: App) -> list[CrashedThread]:
     return found
 
 
-async def recover(app: App, thread_ids: Sequence[str]) -> list[RecoveryResult]:
-    """Continue each of ``thread_ids`` from its last checkpoint (``resume``, one after the other). A thread taken
+async def recover(resume: Callable[[str], Awaitable[Snapshot]], thread_ids: Sequence[str]) -> list[RecoveryResult]:
+    """Continue each of ``thread_ids`` from its last checkpoint (``resume(thread_id)``, one after the other; an
+    app's ``aresume``). A thread taken
     by another process first is reported with its reason and not run; a run that fails is reported with its error
     (the thread is ``failed``, as after any ``resume``)."""
     results = []
     for thread_id in thread_ids:
         try:
-            results.append(RecoveryResult(thread_id, await app.aresume(thread_id)))
+            results.append(RecoveryResult(thread_id, await resume(thread_id)))
         except ThreadConflictError as exc:
             results.append(RecoveryResult(thread_id, None, str(exc)))
         except GraphckptError as exc:

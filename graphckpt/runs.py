@@ -1,5 +1,6 @@
 """The run queue as an app sees it: :func:`submit` queues a run, :func:`list_runs` and :func:`cancel` read and
-cancel them; :class:`~graphckpt.worker.Worker` executes them.
+cancel them; :class:`~graphckpt.worker.Worker` executes them, each begun by :func:`begin_queued`. Each function takes
+the parts it uses (the queue, the compiled graph, the serializer, the run options), never the app.
 
 The queue's rows and the invariants its statements keep are in :mod:`graphckpt.savers.queue` (one running run per
 thread by a partial unique index, one worker per run, completion committed with the run's last checkpoint, nothing
@@ -17,19 +18,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from graphckpt import ids
+from graphckpt import begin, ids
 from graphckpt.errors import GraphckptError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from graphckpt.app import App
+    from graphckpt.compiled import CompiledGraph
+    from graphckpt.engine import Run
+    from graphckpt.runner import NodeRunner
+    from graphckpt.savers.base import Saver
+    from graphckpt.serde import Serializer
 
 __all__ = [
     "ENVELOPE",
     "MULTITASK",
     "Multitask",
     "Submitted",
+    "begin_queued",
     "cancel",
     "list_runs",
     "queue_of",
@@ -75,15 +81,17 @@ class Submitted:
     """The event cursor ``(step, seq)`` before the run, where its stream starts (``None``: not known)."""
 
 
-def queue_of(app: App) -> RunQueue:
-    """The app's saver as a run queue (every shipped saver is one)."""
-    if not isinstance(app.saver, RunQueue):
-        raise GraphckptError(f"{type(app.saver).__name__} has no run queue: submit and workers need one")
-    return app.saver
+def queue_of(saver: Saver) -> RunQueue:
+    """``saver`` as a run queue (every shipped saver is one)."""
+    if not isinstance(saver, RunQueue):
+        raise GraphckptError(f"{type(saver).__name__} has no run queue: submit and workers need one")
+    return saver
 
 
 async def submit(
-    app: App,
+    queue: RunQueue,
+    compiled: CompiledGraph,
+    serde: Serializer,
     input: Any = None,
     *,
     thread_id: str | None = None,
@@ -96,7 +104,8 @@ async def submit(
     metadata: Mapping[str, Any] | None = None,
     start: tuple[int, int] | None = None,
 ) -> RunRecord:
-    """Queue a run of ``graph`` (``module:attr``, what workers load; default: ``app.graph_ref``) on ``thread_id``
+    """Queue on ``queue`` a run of ``graph`` (``module:attr``, what workers load: a graph compiled as ``compiled``,
+    whose input is checked and stored with ``serde``) on ``thread_id``
     (a new id when ``None``): ``input`` starts it (or a new turn of a ``done`` thread), ``resume=True`` continues
     it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
     the thread's; ``recursion_limit`` caps its super-steps (``None``: the app's; a run past it fails with
@@ -105,7 +114,6 @@ async def submit(
     :data:`ENVELOPE`). Values are checked now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
-    graph = graph or app.graph_ref
     if not graph:
         raise ValueError("submit needs graph='module:attr' (what a worker loads to run it), or app.graph_ref set")
     if thread_id is None:
@@ -119,12 +127,12 @@ async def submit(
         if not isinstance(tags, Mapping):
             raise ValueError(f"tags must be a mapping (or None for the thread's), not {type(tags).__name__}")
         envelope["tags"] = dict(tags)
-    value: Any = answer if resume else dict(app.graph.validate_input(input))
+    value: Any = answer if resume else dict(compiled.validate_input(input))
     if value is not NO_ANSWER:
         envelope["value"] = value
-    payload = app.codec.serde.dumps(envelope)
+    payload = serde.dumps(envelope)
     run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
-    await queue_of(app).enqueue_run(run, reject_busy=multitask == "reject")
+    await queue.enqueue_run(run, reject_busy=multitask == "reject")
     return run
 
 
@@ -149,12 +157,12 @@ def _options(
     return found
 
 
-def submitted(app: App, run: RunRecord) -> Submitted:
+def submitted(serde: Serializer, run: RunRecord) -> Submitted:
     """What ``run`` was submitted with (see :data:`ENVELOPE`); a payload without an envelope is its value alone.
     A key of the wrong type (a payload written by something else) reads as absent."""
     if run.payload is None:
         return Submitted()
-    value = app.codec.serde.loads(run.payload)
+    value = serde.loads(run.payload)
     if not (isinstance(value, dict) and value.get(ENVELOPE) == 1):
         return Submitted(value)
     tags, limit, metadata = value.get("tags"), value.get("recursion_limit"), value.get("metadata")
@@ -170,17 +178,40 @@ def submitted(app: App, run: RunRecord) -> Submitted:
     )  # fmt: skip
 
 
-def unpack(app: App, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:
+def unpack(serde: Serializer, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:
     """The run's input or answer (:data:`~graphckpt.records.NO_ANSWER`: none) and the tags it was submitted with
     (``None``: none, it keeps the thread's)."""
-    found = submitted(app, run)
+    found = submitted(serde, run)
     return found.value, found.tags
 
 
-async def list_runs(app: App, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
-    return await queue_of(app).list_runs(thread_id=thread_id, status=status)
+async def list_runs(
+    queue: RunQueue, *, thread_id: str | None = None, status: RunStatus | None = None
+) -> list[RunRecord]:
+    """Queued, running and ended runs, oldest first."""
+    return await queue.list_runs(thread_id=thread_id, status=status)
 
 
-async def cancel(app: App, run_id: str) -> bool:
+async def cancel(queue: RunQueue, run_id: str) -> bool:
     """Cancel a queued run; ``False`` when it is not queued any more."""
-    return await queue_of(app).cancel_run(run_id)
+    return await queue.cancel_run(run_id)
+
+
+async def begin_queued(
+    options: begin.RunOptions, runner: NodeRunner | None, run: RunRecord, fence: str, tags: Mapping[str, Any]
+) -> Run:
+    """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``, with the
+    recursion limit it was submitted with: its input starts the thread, unless an earlier attempt of this run
+    already committed it (then it resumes)."""
+    found = submitted(options.store.codec.serde, run)
+    payload, limit = found.value, found.recursion_limit
+    if run.kind == "input" and run.attempt > 1:
+        record = await options.store.get_thread(run.thread_id)
+        old = record.metadata.get("tags") if record is not None else None
+        if isinstance(old, Mapping) and old.get("run") == run.run_id:  # its input step is committed
+            return await begin.resume(
+                options, run.thread_id, NO_ANSWER, limit, tags, runner, streamed=True, run_id=fence
+            )
+    if run.kind == "input":
+        return await begin.start(options, payload, run.thread_id, limit, tags, runner, streamed=True, run_id=fence)
+    return await begin.resume(options, run.thread_id, payload, limit, tags, runner, streamed=True, run_id=fence)

@@ -1,12 +1,12 @@
 """What a stream shows of a run: the run driven at most one step ahead of its reader (:func:`ahead_by_one`), with
 the ephemeral events it emits in between, and each committed step rendered in the stream modes asked for
-(:func:`chunks`)."""
+(:func:`chunks`); :func:`stream` is all of it, shaped as ``App.astream`` yields it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 from graphckpt.compiled import CompiledGraph
@@ -15,12 +15,44 @@ from graphckpt.engine import Run, Step, debug_event
 from graphckpt.store import ThreadStore
 from graphckpt.subgraph import SubEvent
 
-__all__ = ["EPHEMERAL", "STREAM_MODES", "StreamMode", "ahead_by_one", "chunks"]
+__all__ = ["EPHEMERAL", "STREAM_MODES", "StreamMode", "ahead_by_one", "chunks", "check_modes", "stream"]
 
 StreamMode = Literal["updates", "values", "checkpoints", "custom", "tasks", "messages", "debug"]
 STREAM_MODES: tuple[StreamMode, ...] = ("updates", "values", "checkpoints", "custom", "tasks", "messages", "debug")
 EPHEMERAL = frozenset({"custom", "tasks", "messages", "debug"})
 """The modes whose events a run emits as they happen (not read from committed checkpoints)."""
+
+
+def check_modes(mode: StreamMode | Sequence[StreamMode]) -> list[StreamMode]:
+    """The modes ``mode`` asks for (one, or a list); ``ValueError`` for an unknown one."""
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown or not modes:
+        raise ValueError(f"stream mode must be one of {', '.join(STREAM_MODES)} (or a list of them), not {mode!r}")
+    return modes
+
+
+async def stream(
+    run: Run,
+    mode: StreamMode | Sequence[StreamMode],
+    *,
+    subgraphs: bool,
+    graph: CompiledGraph,
+    store: ThreadStore,
+) -> AsyncIterator[Any]:
+    """``run``'s chunks as ``App.astream`` yields them (see there): a chunk for one mode, ``(mode, chunk)`` for a
+    list of modes, with the namespace in front when ``subgraphs``. Closing it stops the run (see
+    :func:`ahead_by_one`)."""
+    wanted: set[str] = set(check_modes(mode))
+    ephemeral = (wanted & EPHEMERAL) | ({"subgraph"} if subgraphs else set())
+    # closed with this stream (not when collected): a stream left midway stops its run and releases its lease
+    async with contextlib.aclosing(ahead_by_one(run, ephemeral=ephemeral)) as items:
+        async for item in items:
+            for namespace, chunk_mode, chunk in chunks(item, wanted, graph, store):
+                if isinstance(mode, str):
+                    yield (namespace, chunk) if subgraphs else chunk
+                else:
+                    yield (namespace, chunk_mode, chunk) if subgraphs else (chunk_mode, chunk)
 
 
 def chunks(

@@ -1,5 +1,6 @@
 """Subgraphs: a compiled graph (an :class:`~graphckpt.app.App`) used as a node of another graph,
-``builder.add_node("sub", child_app)``.
+``builder.add_node("sub", child_app)``. The node (:class:`SubgraphNode`) keeps the child's compiled graph and codec,
+and the engine runs it inside the parent's run (:class:`~graphckpt.engine.RunsInParent`).
 
 **State.** The child reads the parent's state fields it declares (a ``Send`` payload instead, when the task has one)
 as its input; when it is done, its final values of the fields the parent also has (the child's ``output_schema``'s,
@@ -26,20 +27,24 @@ from inside.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from graphckpt import begin
+from graphckpt.codec import Codec
 from graphckpt.context import Context, NodeInterrupt
 from graphckpt.control import Command, ParentCommand, Send
-from graphckpt.errors import CorruptCheckpointError
+from graphckpt.errors import CorruptCheckpointError, GraphckptError
 from graphckpt.records import NO_ANSWER
+from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
+from graphckpt.sync import InlineRunner
 
 if TYPE_CHECKING:
-    from graphckpt.app import App
-    from graphckpt.checkpoint import Snapshot
+    from graphckpt.checkpoint import Snapshot, Task
     from graphckpt.compiled import CompiledGraph
     from graphckpt.engine import Run, Step
     from graphckpt.savers.base import Saver, ThreadRecord
@@ -51,9 +56,10 @@ __all__ = [
     "SEPARATOR",
     "SubEvent",
     "SubgraphNode",
-    "app_for",
     "child_thread_id",
+    "codec_for",
     "delete_with_subgraphs",
+    "level_for",
     "link_of",
     "store_for",
     "subgraph_heads",
@@ -99,26 +105,38 @@ class SubEvent:
 
 
 class SubgraphNode:
-    """The node function of ``add_node(name, child_app)``: runs the child graph on its child thread (see the module
-    docstring) and returns its output as the node's update, or the command a child node sent to the parent."""
+    """The node function of ``add_node(name, child_app)``: the child's compiled ``graph`` and ``codec``. The engine
+    runs it inside the parent's run (:meth:`run_in`): the child graph runs on its child thread (see the module
+    docstring) and its output is the node's update, or the command a child node sent to the parent."""
 
-    def __init__(self, name: str, app: App) -> None:
-        self.name, self.app = name, app
+    def __init__(self, name: str, graph: CompiledGraph, codec: Codec) -> None:
+        self.name, self.graph, self.codec = name, graph, codec
+        self.runner = InlineRunner({})
+        """How the child's sync nodes are called (their durations measured apart from the parent's nodes)."""
         self.__name__ = name
 
     async def __call__(self, state: Any, ctx: Context) -> Any:
-        parent, task = cast("Run", ctx._journal), ctx._task
-        found, sent = parent.recorded_effect(task, PARENT_COMMAND)
+        """A subgraph runs only inside its parent's run (the engine calls :meth:`run_in`)."""
+        raise GraphckptError(f"subgraph node {self.name!r} runs only as a node of its parent graph")
+
+    async def run_in(self, parent: Run, task: Task, state: Any, ctx: Context) -> Any:
+        """Run ``task`` of the parent run ``parent``: the child thread from its head, to its end or its stop."""
+        found, sent = parent.journal.recorded_effect(task, PARENT_COMMAND)
         if found:
             return _command(sent)
         thread_id = child_thread_id(parent.thread_id, self.name, task.id)
         namespace = (*parent.namespace, f"{self.name}:{task.id}")
-        store = ThreadStore(parent.store.saver, self.app.codec)
-        options = begin.RunOptions(self.app.graph, store, parent.recursion_limit)
-        link = {"thread_id": parent.thread_id, "checkpoint_id": parent.head.cp.checkpoint_id, "task_id": task.id,
-                "node": self.name, "ns": list(namespace)}  # fmt: skip
+        store = ThreadStore(parent.store.saver, self.codec)
+        options = begin.RunOptions(self.graph, store, parent.recursion_limit)
+        link = {
+            "thread_id": parent.thread_id,
+            "checkpoint_id": parent.head.cp.checkpoint_id,
+            "task_id": task.id,
+            "node": self.name,
+            "ns": list(namespace),
+        }
         extra = {LINK: link}
-        runner, tags = self.app._runner, parent.tags
+        runner, tags = self.runner, parent.tags
         while True:
             record = await store.get_thread(thread_id)
             if record is None:
@@ -129,19 +147,19 @@ class SubgraphNode:
                 head, _ = await store.load_head(record)
                 return self._output(head.values, parent)
             else:  # interrupted, or running (the parent crashed inside it), or failed: go on from the child's head
-                answer = await self._answer(parent, ctx, store, record)
+                answer = await self._answer(parent, task, store, record)
                 run = await begin.resume(
                     options, thread_id, answer, None, tags, runner, streamed=parent.streamed, extra=extra
                 )
             run.namespace = namespace
             try:
-                await _drive(run, parent, self.app.graph, store)
+                await _drive(run, parent, self.graph, store)
             except ParentCommand as sent_up:
-                return await self._to_parent(parent, ctx, store, run, sent_up.command)
+                return await self._to_parent(parent, task, store, run, sent_up.command)
             if run.status != "interrupted":
                 return self._output(run.head.values, parent)
 
-    async def _answer(self, parent: Run, ctx: Context, store: ThreadStore, record: ThreadRecord) -> Any:
+    async def _answer(self, parent: Run, task: Task, store: ThreadStore, record: ThreadRecord) -> Any:
         """What resuming the child takes: nothing when no interrupt of it is open; else the parent's answers to the
         parent interrupts that stand for the child's open ones (``{child interrupt id: answer}``), or, while one of
         them has no answer yet, the parent's interrupts carrying the child's questions (all at once).
@@ -150,7 +168,7 @@ class SubgraphNode:
         and index; noted before the parent asks), so the same child question keeps its parent interrupt across
         re-runs, a new one gets a new index, and an answer reaches exactly the child interrupt it was given for. An
         answer the child has recorded closes its interrupt there: a re-run never hands it over twice."""
-        task = ctx._task
+        journal = parent.journal
         head, recorded = await store.load_head(record)
         asked = recorded.open_interrupts(head.body.tasks)
         if record.status != "interrupted" and not asked:
@@ -159,15 +177,15 @@ class SubgraphNode:
         # interrupt_before/after in the child: the checkpoint alone names it, and resuming needs no answer
         questions = [([cp, t.id, i], f"{t.id}:{i}", p) for t, i, p in asked] or [([cp, "", -1], "", None)]
         noted: list[Any] = []
-        while (found := parent.recorded_effect(task, ASKED + len(noted)))[0]:
+        while (found := journal.recorded_effect(task, ASKED + len(noted)))[0]:
             noted.append(list(found[1]))
         mine: list[tuple[int, str, Any]] = []
         for which, child_id, payload in questions:
             if which not in noted:
                 noted.append(which)
-                await parent.record_effect(task, ASKED + len(noted) - 1, which)
+                await journal.record_effect(task, ASKED + len(noted) - 1, which)
             mine.append((noted.index(which), child_id, payload))
-        answers = {child_id: parent.answer(task, j) for j, child_id, _ in mine}
+        answers = {child_id: journal.answer(task, j) for j, child_id, _ in mine}
         waiting = [(j, payload) for j, child_id, payload in mine if not answers[child_id][0]]
         if waiting:
             (first, question), *others = waiting
@@ -176,22 +194,22 @@ class SubgraphNode:
             return NO_ANSWER
         return {child_id: value for child_id, (_, value) in answers.items()}
 
-    async def _to_parent(self, parent: Run, ctx: Context, store: ThreadStore, run: Run, command: Command) -> Command:
+    async def _to_parent(self, parent: Run, task: Task, store: ThreadStore, run: Run, command: Command) -> Command:
         """Journal the command in the parent task (so a crash after this returns it again), then end the child."""
         goto = [[g.node, True, g.payload] if isinstance(g, Send) else [g, False, None] for g in command.targets()]
         sent = {"u": dict(command.update or {}), "g": goto}
-        await parent.record_effect(ctx._task, PARENT_COMMAND, sent)
+        await parent.journal.record_effect(task, PARENT_COMMAND, sent)
         await store.record_writes(run.head.cp, [], run_id=run.run_id, status="done")
         return _command(sent)
 
     def _input(self, state: Any) -> dict[str, Any]:
-        graph = self.app.graph
+        graph = self.graph
         fields = (graph.input_schema or graph.state).channels
         return {k: v for k, v in _as_dict(state).items() if k in fields}
 
     def _output(self, values: Mapping[str, Any], parent: Run) -> dict[str, Any]:
         """The child's final values of its output fields that the parent's state has too."""
-        graph = self.app.graph
+        graph = self.graph
         fields, shared = (graph.output_schema or graph.state).channels, parent.codec.state.channels
         return {k: v for k, v in values.items() if k in fields and k in shared}
 
@@ -231,6 +249,35 @@ async def _drive(run: Run, parent: Run, graph: CompiledGraph, store: ThreadStore
         parent.emit("subgraph", SubEvent(namespace, step, graph, store))
 
 
+def codec_for(graph: CompiledGraph, snapshot_every: int) -> Codec:
+    """The codec of ``graph``'s threads. Its serializer knows the types of the state, of each node's input (a
+    ``Send`` payload may carry a model named nowhere else) and of its subgraphs' states (a subgraph's values become
+    this graph's updates and journal entries)."""
+    serde = Serializer()
+    annotations = [c.annotation for c in graph.state.channels.values()] + _input_annotations(graph)
+    for spec in graph.nodes.values():
+        if isinstance(spec.fn, SubgraphNode):
+            annotations += [c.annotation for c in spec.fn.graph.state.channels.values()]
+    for annotation in annotations:
+        for tp in types_in(annotation):
+            serde.register(tp)
+    return Codec(graph.state, serde, version=graph.version, snapshot_every=snapshot_every, migrations=graph.migrations)
+
+
+def _input_annotations(graph: CompiledGraph) -> list[Any]:
+    """The annotation of each node's first parameter."""
+    found: list[Any] = []
+    for spec in graph.nodes.values():
+        try:
+            params = list(inspect.signature(spec.fn).parameters.values())
+            hints = typing.get_type_hints(spec.fn)
+        except Exception:
+            continue  # builtins, partials of C functions, unresolvable forward references: nothing to register
+        if params and params[0].name in hints:
+            found.append(hints[params[0].name])
+    return found
+
+
 # -- reading: finding and decoding child threads -------------------------------------------------------------------
 
 
@@ -248,39 +295,46 @@ async def delete_with_subgraphs(saver: Saver, thread_id: str) -> None:
 
 
 async def subgraph_heads(
-    app: App, snap: Snapshot, get_state: Callable[..., Awaitable[Snapshot]]
+    saver: Saver,
+    graph: CompiledGraph,
+    snap: Snapshot,
+    get_state: Callable[..., Awaitable[Snapshot]],
 ) -> dict[str, Snapshot]:
     """The heads (with their own subgraphs) of the child threads that ``snap``'s frontier's subgraph tasks have
-    started, by task id: ``get_state(child_id, subgraphs=True)`` for each."""
-    level = app_for(app, snap.namespace)
+    started, by task id: ``get_state(child_id, subgraphs=True)`` for each. ``graph`` runs the root threads."""
+    level = level_for(graph, snap.namespace)
     if level is None:
         return {}
     heads: dict[str, Snapshot] = {}
     for task in snap.tasks:
-        spec = level.graph.nodes.get(task.node)
+        spec = level[0].nodes.get(task.node)
         if spec is None or not isinstance(spec.fn, SubgraphNode):
             continue
         child = child_thread_id(snap.thread_id, task.node, task.id)
-        if await app.saver.get_thread(child) is not None:
+        if await saver.get_thread(child) is not None:
             heads[task.id] = await get_state(child, subgraphs=True)
     return heads
 
 
-def app_for(app: App, namespace: Sequence[str]) -> App | None:
-    """The app whose graph runs the threads at ``namespace`` under ``app``'s (``None``: no such subgraph)."""
+def level_for(graph: CompiledGraph, namespace: Sequence[str]) -> tuple[CompiledGraph, Codec | None] | None:
+    """The graph that runs the threads at ``namespace`` under ``graph``'s, with its codec (``None``: ``graph``'s own,
+    for ``()``); ``None`` when there is no such subgraph."""
+    codec: Codec | None = None
     for entry in namespace:
-        spec = app.graph.nodes.get(str(entry).split(":", 1)[0])
+        spec = graph.nodes.get(str(entry).split(":", 1)[0])
         if spec is None or not isinstance(spec.fn, SubgraphNode):
             return None
-        app = spec.fn.app
-    return app
+        graph, codec = spec.fn.graph, spec.fn.codec
+    return graph, codec
 
 
-def store_for(app: App, namespace: Sequence[str]) -> ThreadStore | None:
-    """The store (``app``'s saver, the subgraph's codec) that decodes a child thread of ``app``'s threads at
-    ``namespace``; ``None`` when ``app`` has no such subgraph."""
-    level = app_for(app, namespace)
-    return ThreadStore(app.saver, level.codec) if level is not None else None
+def store_for(store: ThreadStore, graph: CompiledGraph, namespace: Sequence[str]) -> ThreadStore | None:
+    """The store (``store``'s saver, the subgraph's codec) that decodes a child thread at ``namespace`` of the
+    threads that ``graph`` runs with ``store``; ``None`` when ``graph`` has no such subgraph."""
+    level = level_for(graph, namespace)
+    if level is None:
+        return None
+    return store if level[1] is None else ThreadStore(store.saver, level[1])
 
 
 async def with_subgraphs(

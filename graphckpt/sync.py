@@ -2,10 +2,11 @@
 
 - :class:`Portal`: the loop's thread and a way to run coroutines on it from other threads. Savers opened by one call
   serve all later ones, whatever thread the calls come from.
-- :class:`SyncFacade`: the sync twins of ``App``'s methods (``invoke`` for ``ainvoke``, ...), mixed into ``App``.
+- :class:`SyncFacade` (mixed into ``App``) with :func:`sync_twin` / :func:`sync_iter_twin`: the sync twins of
+  ``App``'s methods (``invoke = sync_twin(ainvoke)``, ...), typed from the async signatures.
 - :class:`InlineRunner`: the app's node runner. A super-step whose only task is a *fast* sync node, in a run started
   by the only sync call in flight, calls the node inline on the portal loop instead of hopping to a worker thread.
-- The sync ``fork``'s lazy values (:meth:`SyncFacade._load_later`): fetched on first access, through the portal.
+- The sync ``fork``'s lazy values (:meth:`SyncFacade.load_later`): fetched on first access, through the portal.
 
 This is the only module that uses asyncio's private API.
 """
@@ -21,27 +22,33 @@ import inspect
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from graphckpt.engine import timed
 from graphckpt.errors import SyncCallError
-from graphckpt.records import NO_ANSWER
+from graphckpt.runner import timed
 
 if TYPE_CHECKING:
-    from graphckpt.audit import Prices
-    from graphckpt.checkpoint import Snapshot, ThreadInfo
     from graphckpt.codec import Body, Codec
-    from graphckpt.diff import Diff
-    from graphckpt.fork import Goto, LoadLater
-    from graphckpt.graph import NodeSpec
-    from graphckpt.recovery import CrashedThread, RecoveryResult
-    from graphckpt.savers.base import BlobRange, Saver, Status, StoredCheckpoint
-    from graphckpt.savers.queue import RunRecord
+    from graphckpt.compiled import NodeSpec
+    from graphckpt.records import LoadLater
+    from graphckpt.savers.base import BlobRange, Saver, StoredCheckpoint
 
-__all__ = ["INLINE_MAX_MS", "SYNC_FACADE", "InlineRunner", "Portal", "SyncFacade", "note_sync_call"]
+__all__ = [
+    "INLINE_MAX_MS",
+    "SYNC_FACADE",
+    "InlineRunner",
+    "Portal",
+    "SyncFacade",
+    "note_sync_call",
+    "sync_iter_twin",
+    "sync_twin",
+]
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+F = TypeVar("F", bound="SyncFacade")
 
 _CLOSED_CHECK = 1.0
 """Seconds between checks, while a sync call waits, that the loop it was sent to has not been closed meanwhile."""
@@ -128,159 +135,28 @@ def _call_as_plain_function(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class SyncFacade:
-    """The sync twins of an async app's methods, each running the coroutine on the app's portal loop."""
+    """What an async app needs for its sync twins: the portal loop its sync calls run on, the count of sync calls in
+    flight (see :data:`SYNC_FACADE`), its sync nodes' durations and the :class:`InlineRunner` that measures them.
+    The twins themselves are made in the app's class body with :func:`sync_twin` and :func:`sync_iter_twin`."""
 
-    _portal: Portal
-    _node_ms: dict[str, float]
-
-    if TYPE_CHECKING:  # what the facade needs of the async app it is mixed into
-        saver: Saver
-        codec: Codec
-
-        async def ainvoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
-                          tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
-        async def aresume(self, thread_id: str, answer: Any = NO_ANSWER, *, recursion_limit: int | None = None,
-                          tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
-        def astream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
-                    recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
-                    resume: bool = False, answer: Any = NO_ANSWER,
-                    subgraphs: bool = False) -> AsyncIterator[Any]: ...  # fmt: skip
-        async def aget_state(self, thread_id: str, checkpoint_id: str | None = None, *,
-                             step: int | None = None, subgraphs: bool = False) -> Snapshot: ...  # fmt: skip
-        async def ahistory(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
-                           filter: Mapping[str, Any] | None = None,
-                           subgraphs: bool = False) -> list[Snapshot]: ...  # fmt: skip
-        async def _fork(self, thread_id: str, checkpoint_id: str | None, step: int | None,
-                        update: Mapping[str, Any] | None, new_thread_id: str | None, goto: Goto | None,
-                        tags: Mapping[str, Any] | None, load_later: LoadLater | None,
-                        as_node: str | None = None) -> Snapshot: ...  # fmt: skip
-        async def aupdate_state(self, thread_id: str, update: Mapping[str, Any] | None, *,
-                                as_node: str | None = None,
-                                tags: Mapping[str, Any] | None = None) -> Snapshot: ...  # fmt: skip
-        async def adiff(self, a: Any, b: Any) -> Diff: ...
-        async def athreads(self, status: Status | None = None) -> list[ThreadInfo]: ...
-        async def athread(self, thread_id: str) -> ThreadInfo: ...
-        async def acrashed(self) -> list[CrashedThread]: ...
-        async def asubmit(
-            self,
-            input: Any = None,
-            *,
-            thread_id: str | None = None,
-            multitask: Any = "reject",
-            resume: bool = False,
-            answer: Any = NO_ANSWER,
-            graph: str | None = None,
-            tags: Mapping[str, Any] | None = None,
-            recursion_limit: int | None = None,
-            metadata: Mapping[str, Any] | None = None,
-        ) -> RunRecord: ...
-        async def aruns(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]: ...
-        async def acancel_run(self, run_id: str) -> bool: ...
-        async def arecover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]: ...
-        async def adelete_thread(self, thread_id: str) -> None: ...
-        async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]: ...
-        async def aspend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]: ...
-        async def aclose(self) -> None: ...
-
-    def _init_sync(self) -> None:
+    def __init__(self) -> None:
         self._portal = Portal()
         self._sync_lock = threading.Lock()
         self._sync_calls = 0  # sync calls in flight (see SYNC_FACADE)
-        self._node_ms = {}  # sync nodes' average duration, shared by this app's runs
-        self._closes = 0  # how many times the app was closed (a sync fork's lazy values must not outlive it)
+        self._node_ms: dict[str, float] = {}  # sync nodes' average duration, shared by this app's runs
+        self.runner = InlineRunner(self._node_ms)
+        """How the app's runs call sync nodes (in worker threads, or inline: see :data:`SYNC_FACADE`)."""
+        self.closes = 0
+        """How many times the app was closed (a sync fork's lazy values must not outlive it)."""
 
-    def invoke(self, input: Any, *, thread_id: str | None = None, recursion_limit: int | None = None,
-               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
-        """Sync :meth:`ainvoke`."""
-        return self._sync(self.ainvoke(input, thread_id=thread_id, recursion_limit=recursion_limit, tags=tags))
+    @property
+    def portal(self) -> Portal:
+        """The loop the app's sync calls run on."""
+        return self._portal
 
-    def resume(self, thread_id: str, answer: Any = NO_ANSWER, *, recursion_limit: int | None = None,
-               tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
-        """Sync :meth:`aresume`."""
-        return self._sync(self.aresume(thread_id, answer, recursion_limit=recursion_limit, tags=tags))
-
-    def stream(self, input: Any, *, thread_id: str | None = None, mode: Any = "updates",
-               recursion_limit: int | None = None, tags: Mapping[str, Any] | None = None,
-               resume: bool = False, answer: Any = NO_ANSWER, subgraphs: bool = False) -> Iterator[Any]:  # fmt: skip
-        """Sync :meth:`astream`."""
-        agen = self.astream(input, thread_id=thread_id, mode=mode, recursion_limit=recursion_limit, tags=tags,
-                            resume=resume, answer=answer, subgraphs=subgraphs)  # fmt: skip
-        return self._sync_iter(agen)
-
-    def get_state(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
-                  subgraphs: bool = False) -> Snapshot:  # fmt: skip
-        """Sync :meth:`aget_state`."""
-        return self._sync(self.aget_state(thread_id, checkpoint_id, step=step, subgraphs=subgraphs))
-
-    def history(self, thread_id: str, *, limit: int | None = None, before: str | None = None,
-                filter: Mapping[str, Any] | None = None, subgraphs: bool = False) -> list[Snapshot]:  # fmt: skip
-        """Sync :meth:`ahistory`."""
-        return self._sync(self.ahistory(thread_id, limit=limit, before=before, filter=filter, subgraphs=subgraphs))
-
-    def fork(self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None,
-             update: Mapping[str, Any] | None = None, new_thread_id: str | None = None,
-             goto: Goto | None = None, as_node: str | None = None,
-             tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
-        """Sync :meth:`afork`, with one difference: when the new checkpoint does not need the source's values (see
-        :meth:`afork`), they are not fetched now but on the first access to the returned snapshot's ``values``
-        (through the app's background loop), so a fork costs the same however long the source's history is. Read them
-        before closing the app (afterwards that raises :class:`SyncCallError`), or use ``get_state`` later."""
-        coro = self._fork(thread_id, checkpoint_id, step, update, new_thread_id, goto, tags, self._load_later, as_node)
-        return self._sync(coro)
-
-    def update_state(self, thread_id: str, update: Mapping[str, Any] | None, *, as_node: str | None = None,
-                     tags: Mapping[str, Any] | None = None) -> Snapshot:  # fmt: skip
-        """Sync :meth:`aupdate_state`."""
-        return self._sync(self.aupdate_state(thread_id, update, as_node=as_node, tags=tags))
-
-    def diff(self, a: Any, b: Any) -> Diff:
-        """Sync :meth:`adiff`."""
-        return self._sync(self.adiff(a, b))
-
-    def threads(self, status: Status | None = None) -> list[ThreadInfo]:
-        """Sync :meth:`athreads`."""
-        return self._sync(self.athreads(status))
-
-    def audit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
-        """Sync :meth:`aaudit`."""
-        return self._sync(self.aaudit(thread_id, prices=prices))
-
-    def spend(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
-        """Sync :meth:`aspend`."""
-        return self._sync(self.aspend(thread_id, prices=prices))
-
-    def thread(self, thread_id: str) -> ThreadInfo:
-        """Sync :meth:`athread`."""
-        return self._sync(self.athread(thread_id))
-
-    def submit(self, input: Any = None, *, thread_id: str | None = None, multitask: Any = "reject",
-               resume: bool = False, answer: Any = NO_ANSWER, graph: str | None = None,
-               tags: Mapping[str, Any] | None = None, recursion_limit: int | None = None,
-               metadata: Mapping[str, Any] | None = None) -> RunRecord:  # fmt: skip
-        """Sync :meth:`asubmit`."""
-        return self._sync(self.asubmit(input, thread_id=thread_id, multitask=multitask, resume=resume, answer=answer,
-                                       graph=graph, tags=tags, recursion_limit=recursion_limit,
-                                       metadata=metadata))  # fmt: skip
-
-    def runs(self, *, thread_id: str | None = None, status: Any = None) -> list[RunRecord]:
-        """Sync :meth:`aruns`."""
-        return self._sync(self.aruns(thread_id=thread_id, status=status))
-
-    def cancel_run(self, run_id: str) -> bool:
-        """Sync :meth:`acancel_run`."""
-        return self._sync(self.acancel_run(run_id))
-
-    def crashed(self) -> list[CrashedThread]:
-        """Sync :meth:`acrashed`."""
-        return self._sync(self.acrashed())
-
-    def recover(self, thread_ids: Sequence[str]) -> list[RecoveryResult]:
-        """Sync :meth:`arecover`."""
-        return self._sync(self.arecover(thread_ids))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Sync :meth:`adelete_thread`."""
-        self._sync(self.adelete_thread(thread_id))
+    def aclose(self) -> Coroutine[Any, Any, None]:
+        """Close the app (provided by the app)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Close the saver and stop the background loop. Sync calls other threads still have running end with
@@ -304,7 +180,8 @@ class SyncFacade:
 
     # -- the bridge ------------------------------------------------------------------------------------------------
 
-    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+    def sync_call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the portal loop and return its result here (what every sync twin does)."""
         note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1
@@ -317,7 +194,8 @@ class SyncFacade:
             with self._sync_lock:
                 self._sync_calls -= 1
 
-    def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+    def sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """Drive ``agen`` on the portal loop, one item per ``next()`` (what a sync stream does)."""
         note_sync_call(self._node_ms)
         with self._sync_lock:
             self._sync_calls += 1  # a stream in flight: other sync calls must not block the loop meanwhile
@@ -330,23 +208,60 @@ class SyncFacade:
     def _only_sync_call(self) -> bool:
         return self._sync_calls == 1
 
-    def _load_later(
-        self, src_cp: StoredCheckpoint, src_body: Body, ranges: list[BlobRange], new_thread_id: str
-    ) -> Callable[[], list[dict[str, Any]]]:
-        """For the sync :meth:`fork`: fetch and fold the source's values when first needed, through the portal (the
-        caller is not on that loop). Raises :class:`SyncCallError` if the app was closed since, instead of reopening
-        its saver on a new loop that nobody would close."""
-        closes = self._closes
+    def load_later(self, codec: Codec, saver: Saver) -> LoadLater:
+        """For the sync ``fork``: a loader that fetches and folds the source's values when first needed, through the
+        portal (the caller is not on that loop). It raises :class:`SyncCallError` if the app was closed since,
+        instead of reopening its saver on a new loop that nobody would close."""
+        closes = self.closes
 
-        def load() -> list[dict[str, Any]]:
-            if self._closes != closes:
-                raise SyncCallError(
-                    f"the values of fork {new_thread_id!r} are loaded on first access and the app was closed since; "
-                    f"read them before closing it, or later with get_state({new_thread_id!r})"
-                )
-            return self.codec.fold_many([(src_cp, src_body)], self._sync(self.saver.get_blobs(ranges)))
+        def later(
+            src_cp: StoredCheckpoint, src_body: Body, ranges: list[BlobRange], new_thread_id: str
+        ) -> Callable[[], list[dict[str, Any]]]:
+            def load() -> list[dict[str, Any]]:
+                if self.closes != closes:
+                    raise SyncCallError(
+                        f"the values of fork {new_thread_id!r} are loaded on first access and the app was closed "
+                        f"since; read them before closing it, or later with get_state({new_thread_id!r})"
+                    )
+                return codec.fold_many([(src_cp, src_body)], self.sync_call(saver.get_blobs(ranges)))
 
-        return load
+            return load
+
+        return later
+
+
+def sync_twin(method: Callable[Concatenate[F, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[F, P], R]:
+    """The sync twin of the async method ``method`` (``invoke = sync_twin(ainvoke)`` in the app's class body): the
+    same parameters, typed from the async signature, and the coroutine's result, run on the app's portal loop."""
+    name = method.__name__
+
+    def twin(self: F, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        coro: Coroutine[Any, Any, R] = getattr(self, name)(*args, **kwargs)
+        return self.sync_call(coro)
+
+    return _named(twin, method)
+
+
+def sync_iter_twin(method: Callable[Concatenate[F, P], AsyncIterator[R]]) -> Callable[Concatenate[F, P], Iterator[R]]:
+    """The sync twin of an async iterator method (``stream = sync_iter_twin(astream)``): an iterator driven on the
+    app's portal loop."""
+    name = method.__name__
+
+    def twin(self: F, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
+        agen: AsyncIterator[R] = getattr(self, name)(*args, **kwargs)
+        return self.sync_iter(agen)
+
+    return _named(twin, method)
+
+
+def _named(twin: Callable[..., Any], method: Callable[..., Any]) -> Any:
+    """``twin`` named after ``method`` without its ``a``, documented as its sync twin (``help(app.invoke)``), with
+    ``method``'s signature (``inspect.signature`` follows ``__wrapped__``)."""
+    functools.update_wrapper(twin, method)
+    twin.__name__ = method.__name__.removeprefix("a")
+    twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.{twin.__name__}".lstrip(".")
+    twin.__doc__ = f"Sync :meth:`{method.__name__}`."
+    return twin
 
 
 async def _as_sync_facade(coro: Coroutine[Any, Any, T], only_caller: Callable[[], bool]) -> T:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
 from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, ThreadBusyError
-from graphckpt.runs import queue_of, unpack
+from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Worker:
         for ref, app in self.apps.items():
             app.graph_ref = app.graph_ref or ref
         first = next(iter(self.apps.values()))
-        self.queue: RunQueue = queue_of(first)
+        self.queue: RunQueue = queue_of(first.saver)
         self.concurrency, self.poll = concurrency, poll
         self.lease_seconds = first.lease_seconds
         self.stopping = False
@@ -157,7 +157,7 @@ class Worker:
         self._executing[run.run_id] = task
         try:
             tags = await self._tags(app, run)
-            engine = await app._begin(run, fence, tags)
+            engine = await begin_queued(app.run_options, app.runner, run, fence, tags)
             for hook in self.on_begin:
                 hook(run, engine)
             next_check = ids.now() + CANCEL_CHECK
@@ -209,7 +209,7 @@ class Worker:
         if record is None:  # a thread created before its first checkpoint (a server's POST /threads)?
             created = await self.queue.get_created_thread(run.thread_id)
             old = json.loads(created[0]) if created is not None else None
-        _, own = unpack(app, run)
+        _, own = unpack(app.codec.serde, run)
         if own is not None:
             old = own
         return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from graphckpt import END, START, Context, NodeError, Saver, StateGraph, ThreadNotFoundError, append, engine
+from graphckpt import END, START, Context, NodeError, Saver, StateGraph, ThreadNotFoundError, append, journal
 
 
 class S(BaseModel):
@@ -240,7 +240,7 @@ async def test_results_committed_with_their_step_are_not_written_again_against_t
     """Group commit: results that the step's commit recorded (every task finished inside the linger) must leave the
     queue; they were written as pending writes of the next checkpoint, for tasks it does not plan, when a task of a
     later step was written early."""
-    monkeypatch.setattr(engine, "WRITE_LINGER", 0.2)  # step 1's tasks surely finish inside it: nothing written early
+    monkeypatch.setattr(journal, "WRITE_LINGER", 0.2)  # step 1's tasks surely finish inside it: nothing written early
     seen: list[str] = []
     head_id = ""
 

@@ -183,9 +183,9 @@ async def test_a_result_written_early_then_refused_by_its_reducer_runs_again_on_
     """The writer finishes first and its sibling is slower than the write linger, so the writer's result is written
     as a pending write before the step is folded; the reducer then refuses it. On resume the writer must run again,
     not have its refused result replayed (which failed the resume the same way; seen under CPU load)."""
-    from graphckpt import engine
+    from graphckpt import journal
 
-    monkeypatch.setattr(engine, "WRITE_LINGER", 0.0)  # a finished task's result is written at once
+    monkeypatch.setattr(journal, "WRITE_LINGER", 0.0)  # a finished task's result is written at once
 
     calls: list[str] = []
     bad: dict[str, Any] = {"notes": None}

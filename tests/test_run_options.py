@@ -64,7 +64,7 @@ async def test_a_worker_applies_the_recursion_limit_a_run_was_submitted_with(sav
     finally:
         worker.stop()
         await loop
-    found = runs.submitted(app, run)
+    found = runs.submitted(app.codec.serde, run)
     assert (found.recursion_limit, found.metadata, found.multitask) == (3, {"who": "ann"}, "reject")
     assert found.value == {"n": 0} and found.tags is None and found.start is None
 
@@ -83,35 +83,35 @@ async def test_submit_refuses_bad_options_naming_them_and_queues_nothing(saver: 
             await app.asubmit({"n": 0}, thread_id="t", **options)
     assert await app.aruns() == []
     with pytest.raises(ValueError, match="start must be an event cursor"):
-        await runs.submit(app, {"n": 0}, thread_id="t", start=(1, "x"))  # type: ignore[arg-type]
+        await runs.submit(runs.queue_of(app.saver), app.graph, app.codec.serde, {"n": 0}, graph=GRAPH, thread_id="t", start=(1, "x"))  # type: ignore[arg-type]
 
 
 async def test_the_options_read_back_and_an_old_payload_means_none(saver: Saver) -> None:
     app = _app(saver)
-    run = await runs.submit(app, thread_id="t", resume=True, answer="yes", multitask="enqueue", tags={"via": "ui"},
+    run = await runs.submit(runs.queue_of(app.saver), app.graph, app.codec.serde, graph=GRAPH, thread_id="t", resume=True, answer="yes", multitask="enqueue", tags={"via": "ui"},
                             recursion_limit=7, metadata={"k": [1, 2]}, start=(4, -1))  # fmt: skip
     stored = await saver.get_run(run.run_id)  # type: ignore[attr-defined]
-    assert runs.submitted(app, stored) == runs.Submitted("yes", {"via": "ui"}, 7, {"k": [1, 2]}, "enqueue", (4, -1))
-    assert runs.unpack(app, stored) == ("yes", {"via": "ui"})
-    resume = await runs.submit(app, thread_id="t2", resume=True, multitask="enqueue")
-    assert runs.submitted(app, resume).value is NO_ANSWER
+    assert runs.submitted(app.codec.serde, stored) == runs.Submitted("yes", {"via": "ui"}, 7, {"k": [1, 2]}, "enqueue", (4, -1))
+    assert runs.unpack(app.codec.serde, stored) == ("yes", {"via": "ui"})
+    resume = await runs.submit(runs.queue_of(app.saver), app.graph, app.codec.serde, graph=GRAPH, thread_id="t2", resume=True, multitask="enqueue")
+    assert runs.submitted(app.codec.serde, resume).value is NO_ANSWER
     serde = app.codec.serde
     old_envelope = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({runs.ENVELOPE: 1, "tags": {"a": 1},
                                                                                "value": {"n": 1}}))  # fmt: skip
-    assert runs.submitted(app, old_envelope) == runs.Submitted({"n": 1}, {"a": 1})
+    assert runs.submitted(app.codec.serde, old_envelope) == runs.Submitted({"n": 1}, {"a": 1})
     bare = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({"n": 2}))
-    assert runs.submitted(app, bare) == runs.Submitted({"n": 2})
-    assert runs.submitted(app, RunRecord("r", "t", "resume", "queued", GRAPH, None)) == runs.Submitted()
+    assert runs.submitted(app.codec.serde, bare) == runs.Submitted({"n": 2})
+    assert runs.submitted(app.codec.serde, RunRecord("r", "t", "resume", "queued", GRAPH, None)) == runs.Submitted()
     wrong = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({runs.ENVELOPE: 1, "recursion_limit": -1,
                                                                         "start": "x", "multitask": "all"}))  # fmt: skip
-    assert runs.submitted(app, wrong) == runs.Submitted()  # keys of the wrong type read as absent
+    assert runs.submitted(app.codec.serde, wrong) == runs.Submitted()  # keys of the wrong type read as absent
 
 
 def test_the_sync_submit_takes_the_options(unopened_saver: Saver) -> None:
     app = _app(unopened_saver)
     try:
         run = app.submit({"n": 0}, thread_id="s", recursion_limit=2, metadata={"a": 1})
-        found = runs.submitted(app, run)
+        found = runs.submitted(app.codec.serde, run)
         assert (found.recursion_limit, found.metadata) == (2, {"a": 1})
     finally:
         app.close()

@@ -30,7 +30,7 @@ async def cmd_recover(args: argparse.Namespace, s: Session) -> int:
     failed = 0
     for record in records:
         app, _ = await s.app_for(record.thread_id, args.graph, action="recover")
-        info = next((c for c in await crashed(app) if c.thread_id == record.thread_id), None)
+        info = next((c for c in await crashed(app.store) if c.thread_id == record.thread_id), None)
         if info is None:
             continue  # recovered by another process meanwhile
         line = (
@@ -47,7 +47,7 @@ async def cmd_recover(args: argparse.Namespace, s: Session) -> int:
                 continue
         else:
             print(line)
-        [result] = await recover(app, [info.thread_id])
+        [result] = await recover(app.aresume, [info.thread_id])
         if result.snapshot is None:
             failed += 1
             print(f"thread {info.thread_id}: not recovered: {result.error}")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.errors import ThreadBusyError
-from graphckpt.runs import Multitask, submit, submitted
+from graphckpt.runs import Multitask, queue_of, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunRecord
 from graphckpt.server.errors import ApiError
 from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus, check_request, inherited_tags
@@ -132,11 +132,12 @@ class QueueRuns:
             "multitask": mode, "graph": request.graph_id, "tags": await self._run_tags(request),
             "recursion_limit": request.recursion_limit, "metadata": metadata, "start": start,
         }  # fmt: skip
+        parts = (queue_of(app.saver), app.graph, app.codec.serde)
         try:
             if request.resume:
-                run = await submit(app, thread_id=sid, resume=True, answer=request.answer, **options)
+                run = await submit(*parts, thread_id=sid, resume=True, answer=request.answer, **options)
             else:
-                run = await submit(app, request.input or {}, thread_id=sid, **options)
+                run = await submit(*parts, request.input or {}, thread_id=sid, **options)
         except ThreadBusyError as exc:
             raise RunConflict(str(exc)) from None
         self._active[sid] = run.run_id
@@ -186,7 +187,7 @@ class QueueRuns:
         facts = self._facts.get(run.run_id)
         if facts is None:
             try:
-                found = submitted(self.service.apps[graph], run)
+                found = submitted(self.service.apps[graph].codec.serde, run)
             except Exception as exc:
                 logger.warning("run %s: its payload cannot be read (%s); shown without its options", run.run_id, exc)
                 facts = _Facts("enqueue", None, {}, None)
