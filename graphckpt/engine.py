@@ -73,6 +73,7 @@ class RunsInParent(Protocol):
     """A node function that runs inside its parent's run (a subgraph node, see :mod:`graphckpt.subgraph`): the
     engine calls :meth:`run_in` with the parent run and the task instead of calling the function with the state."""
 
+    def __call__(self, state: Any, ctx: Context) -> Awaitable[Any]: ...
     def run_in(self, parent: Run, task: Task, state: Any, ctx: Context) -> Awaitable[Any]: ...
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any, Literal
 
 from graphckpt.compiled import CompiledGraph
@@ -39,7 +39,7 @@ async def stream(
     subgraphs: bool,
     graph: CompiledGraph,
     store: ThreadStore,
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """``run``'s chunks as ``App.astream`` yields them (see there): a chunk for one mode, ``(mode, chunk)`` for a
     list of modes, with the namespace in front when ``subgraphs``. Closing it stops the run (see
     :func:`ahead_by_one`)."""

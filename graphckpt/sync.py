@@ -49,6 +49,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 P = ParamSpec("P")
 F = TypeVar("F", bound="SyncFacade")
+C = TypeVar("C", bound=Callable[..., Any])
 
 _CLOSED_CHECK = 1.0
 """Seconds between checks, while a sync call waits, that the loop it was sent to has not been closed meanwhile."""
@@ -254,7 +255,7 @@ def sync_iter_twin(method: Callable[Concatenate[F, P], AsyncIterator[R]]) -> Cal
     return _named(twin, method)
 
 
-def _named(twin: Callable[..., Any], method: Callable[..., Any]) -> Any:
+def _named(twin: C, method: Callable[..., Any]) -> C:
     """``twin`` named after ``method`` without its ``a``, documented as its sync twin (``help(app.invoke)``), with
     ``method``'s signature (``inspect.signature`` follows ``__wrapped__``)."""
     functools.update_wrapper(twin, method)
