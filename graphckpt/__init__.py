@@ -45,7 +45,7 @@ from graphckpt.errors import (
 )
 from graphckpt.graph import StateGraph
 from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
-from graphckpt.recovery import CrashedThread, RecoveryResult
+from graphckpt.records import CrashedThread, RecoveryResult
 from graphckpt.retry import RetryPolicy, default_retry_on
 from graphckpt.savers.base import Lease, Owner, Saver
 from graphckpt.savers.memory import MemorySaver

@@ -48,11 +48,19 @@ class RunOptions:
     ) -> Run:
         lease = None if lease_until is None else self.store.heartbeat(head.cp.thread_id, run_id, lease_until)
         return Run(
-            self.graph, self.store, head=head, recorded=recorded, run_id=run_id,
+            self.graph,
+            self.store,
+            head=head,
+            recorded=recorded,
+            run_id=run_id,
             recursion_limit=self.recursion_limit if recursion_limit is None else recursion_limit,
-            tags=dict(tags) if tags else None, runner=runner, initial=initial, streamed=streamed, extra=extra,
+            tags=dict(tags) if tags else None,
+            runner=runner,
+            initial=initial,
+            streamed=streamed,
+            extra=extra,
             lease=lease,
-        )  # fmt: skip
+        )
 
 
 async def start(
@@ -110,18 +118,41 @@ async def start(
             step=base.cp.step + 1,
         ) from exc.cause
     status, interrupts = graph.frontier_status(tasks)
-    step = StepRecord("input", values, writes, tasks, barriers, status, interrupts, tags=tags,
-                      wrote={"input": list(update)}, extra=extra or {})  # fmt: skip
+    step = StepRecord(
+        "input",
+        values,
+        writes,
+        tasks,
+        barriers,
+        status,
+        interrupts,
+        tags=tags,
+        wrote={"input": list(update)},
+        extra=extra or {},
+    )
     run_id = run_id or ids.new_id()
     until = store.lease_until()
     head = await store.write_checkpoint(
-        base, step, run_id=run_id, checkpoint_id=checkpoint_id,
+        base,
+        step,
+        run_id=run_id,
+        checkpoint_id=checkpoint_id,
         expected_head=None if record is None else record.head_checkpoint_id,
         claim=record,  # a new turn on a done thread: taken over only now that the checkpoint is ready
         lease_until=until,
-    )  # fmt: skip
-    return options.run(head, Recorded(), run_id, recursion_limit, tags, runner, initial=Step(head, [begin]),
-                       streamed=streamed, extra=extra, lease_until=until)  # fmt: skip
+    )
+    return options.run(
+        head,
+        Recorded(),
+        run_id,
+        recursion_limit,
+        tags,
+        runner,
+        initial=Step(head, [begin]),
+        streamed=streamed,
+        extra=extra,
+        lease_until=until,
+    )
 
 
 async def resume(
@@ -183,8 +214,9 @@ async def resume(
             recorded.answers[(task.id, index)] = value
             recorded.answered[(task.id, index)] = answered
     recorded.errors.clear()
-    return options.run(head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra,
-                       lease_until=until)  # fmt: skip
+    return options.run(
+        head, recorded, run_id, recursion_limit, tags, runner, streamed=streamed, extra=extra, lease_until=until
+    )
 
 
 async def streamed(

@@ -63,8 +63,9 @@ class Journal(Protocol):
     def wants(self, mode: str) -> bool: ...
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def start_call(self, task: Task, index: int, attempt: int, info: CallInfo, key: str) -> int: ...
-    async def record_effect(self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0,
-                            info: CallInfo | None = None) -> None: ...  # fmt: skip
+    async def record_effect(
+        self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0, info: CallInfo | None = None
+    ) -> None: ...
     async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
     def lease_fresh(self) -> bool: ...
@@ -258,8 +259,13 @@ class Context:
         if not self._journal.wants("messages"):
             return
         chunk = {"role": "assistant", "content": piece, "id": id}
-        metadata = {"langgraph_node": self.node, "langgraph_step": self.step, "thread_id": self.thread_id,
-                    "task_id": self.task_id, "langgraph_checkpoint_ns": "|".join(self.namespace)}  # fmt: skip
+        metadata = {
+            "langgraph_node": self.node,
+            "langgraph_step": self.step,
+            "thread_id": self.thread_id,
+            "task_id": self.task_id,
+            "langgraph_checkpoint_ns": "|".join(self.namespace),
+        }
         self._journal.emit("messages", (chunk, metadata))
 
     def report_usage(self, model: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:

@@ -14,6 +14,10 @@ Each super-step (``Run.steps``, read it top to bottom):
 A node that raises after its retries stops the run on the *fail* path (finished siblings' results and the error are
 recorded against the head, the thread is ``failed``, a :class:`NodeError` is raised); ``ctx.interrupt`` stops it on
 the *pause* path (the thread is ``interrupted``, the iteration ends).
+
+What a node's context writes during the step (journaled effects, call records, retried attempts) and the group commit
+of finished results go through the run's :class:`~graphckpt.journal.Journal`. With telemetry on, the run, each step
+and each task run inside a span (one context manager each).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from graphckpt.journal import Journal
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
 from graphckpt.runner import NodeRunner, ThreadRunner
 from graphckpt.savers.base import Status, StoredWrite
-from graphckpt.state import ReducerError
+from graphckpt.state import ReducerError, StateSchema
 from graphckpt.store import NO_RESULT, ThreadStore
 
 if TYPE_CHECKING:
@@ -272,7 +276,7 @@ class Run:
             try:
                 with self._task_span_of(ctx):
                     out = await self._call(spec, state, ctx, alone=not record, span=span)
-                update, goto = self._normalize(spec.name, out)
+                update, goto = _normalized(self.codec.state, spec.name, out, in_subgraph=bool(self.namespace))
             except NodeInterrupt as intr:
                 asked = []
                 for index, payload in [(intr.index, intr.payload), *intr.others]:
@@ -325,16 +329,6 @@ class Run:
         except asyncio.CancelledError:
             ctx.abandon()
             raise
-
-    def _normalize(self, node: str, out: Any) -> tuple[dict[str, Any], list[str | Send]]:
-        if isinstance(out, Command):
-            if out.graph is not None:
-                if out.graph != Command.PARENT or not self.namespace:
-                    where = "a subgraph" if out.graph == Command.PARENT else "Command.PARENT or None"
-                    raise InvalidUpdateError(f"node {node!r} returned Command(graph={out.graph!r}) outside {where}")
-                raise ParentCommand(out, node)  # the subgraph stops; its parent node applies the command
-            return self.codec.state.validate_update(out.update, node=node), out.targets()
-        return self.codec.state.validate_update(out, node=node), []
 
     # -- stopping: the fail path and the pause path --------------------------------------------------------------
 
@@ -406,13 +400,26 @@ class Run:
         extra: dict[str, Any] = {"audit": audit} if audit else {}
         if self._tracing is not None:  # a run resuming from this checkpoint links to this run's trace
             extra["trace"] = self._tracing.trace_context(self._span)
-        record = StepRecord("loop", values, writes, tasks, barriers, status, interrupts, results, self.tags,
-                            extra={**self.extra, **extra})  # fmt: skip
+        record = StepRecord(
+            "loop",
+            values,
+            writes,
+            tasks,
+            barriers,
+            status,
+            interrupts,
+            results,
+            self.tags,
+            extra={**self.extra, **extra},
+        )
         try:
             self.head = await self.store.write_checkpoint(
-                self.head, record, run_id=self.run_id, checkpoint_id=checkpoint_id,
+                self.head,
+                record,
+                run_id=self.run_id,
+                checkpoint_id=checkpoint_id,
                 expected_head=self.head.cp.checkpoint_id,
-            )  # fmt: skip
+            )
         except SerializationError as exc:  # a value validated but cannot be stored: the node that wrote it failed
             field = exc.field
             culprit = next((r.task for r in results if field in r.update), results[0].task)
@@ -488,6 +495,21 @@ class Run:
         finally:
             tracing.deactivate(token)
         tracing.end(task_span)
+
+
+def _normalized(
+    state: StateSchema, node: str, out: Any, *, in_subgraph: bool
+) -> tuple[dict[str, Any], list[str | Send]]:
+    """A node's return value as its validated update and extra targets; a ``Command(graph=Command.PARENT)`` inside a
+    subgraph stops it (:class:`ParentCommand`: its parent node applies the command)."""
+    if isinstance(out, Command):
+        if out.graph is not None:
+            if out.graph != Command.PARENT or not in_subgraph:
+                where = "a subgraph" if out.graph == Command.PARENT else "Command.PARENT or None"
+                raise InvalidUpdateError(f"node {node!r} returned Command(graph={out.graph!r}) outside {where}")
+            raise ParentCommand(out, node)
+        return state.validate_update(out.update, node=node), out.targets()
+    return state.validate_update(out, node=node), []
 
 
 def debug_event(kind: str, step: int, **payload: Any) -> dict[str, Any]:

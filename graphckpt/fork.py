@@ -83,18 +83,29 @@ async def fork(
             raise InvalidUpdateError(f"fork of thread {thread_id!r}: goto {goto!r}: {exc}") from None
     status, interrupts = graph.frontier_status(tasks)
     record = StepRecord(
-        "fork", values, writes, tasks, barriers, status, interrupts, tags=tags,
+        "fork",
+        values,
+        writes,
+        tasks,
+        barriers,
+        status,
+        interrupts,
+        tags=tags,
         wrote={as_node or "fork": list(validated)},
         extra={"forked_from": {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}},
-    )  # fmt: skip
+    )
     fetch = asyncio.ensure_future(store.saver.get_blobs(fetch_ranges)) if fetch_ranges else None
     if fetch is not None:
         fetch.add_done_callback(_retrieved)  # its error is raised by reading the values, or not at all
     try:
         head = await store.write_checkpoint(
-            Head(src_cp, src_body, values), record, run_id=ids.new_id(), checkpoint_id=cid,
-            fork_into=new_thread_id, expected_head=None,
-        )  # fmt: skip
+            Head(src_cp, src_body, values),
+            record,
+            run_id=ids.new_id(),
+            checkpoint_id=cid,
+            fork_into=new_thread_id,
+            expected_head=None,
+        )
     except BaseException as exc:
         if fetch is not None:
             fetch.cancel()
@@ -138,10 +149,18 @@ async def update_state(
         tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(head.body.tasks)]
         barriers = head.body.barriers
     status, interrupts = graph.frontier_status(tasks)
-    step = StepRecord("update", values, writes, tasks, barriers, status, interrupts,
-                      tags=tags if tags is not None else head.cp.metadata.get("tags"),
-                      wrote={as_node or "update": list(validated)},
-                      extra=_kept_audit(recorded, head.body.tasks))  # fmt: skip
+    step = StepRecord(
+        "update",
+        values,
+        writes,
+        tasks,
+        barriers,
+        status,
+        interrupts,
+        tags=tags if tags is not None else head.cp.metadata.get("tags"),
+        wrote={as_node or "update": list(validated)},
+        extra=_kept_audit(recorded, head.body.tasks),
+    )
     run_id = ids.new_id()
     new = await store.write_checkpoint(
         head, step, run_id=run_id, checkpoint_id=cid, expected_head=record.head_checkpoint_id, claim=record

@@ -173,9 +173,10 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
         limit if type(limit) is int and limit >= 1 else None,
         metadata if isinstance(metadata, dict) else {},
         multitask if multitask in MULTITASK else None,
-        (start[0], start[1]) if isinstance(start, list | tuple) and len(start) == 2
-        and all(type(n) is int for n in start) else None,
-    )  # fmt: skip
+        (start[0], start[1])
+        if isinstance(start, list | tuple) and len(start) == 2 and all(type(n) is int for n in start)
+        else None,
+    )
 
 
 def unpack(serde: Serializer, run: RunRecord) -> tuple[Any, Mapping[str, Any] | None]:

@@ -265,10 +265,18 @@ class ThreadStore:
         metadata.update(record.extra)
         parent = base.cp.checkpoint_id or None
         cp = StoredCheckpoint(
-            thread_id, checkpoint_id, base.cp.thread_id if parent else None, parent, step, ids.now(), record.status,
-            metadata, encoded, blobs,
+            thread_id,
+            checkpoint_id,
+            base.cp.thread_id if parent else None,
+            parent,
+            step,
+            ids.now(),
+            record.status,
+            metadata,
+            encoded,
+            blobs,
             self.finished_tasks(record.results, blobs, inline, metadata) if record.source == "loop" else (),
-        )  # fmt: skip
+        )
         if claim is not None:
             await self.claim(claim, run_id=run_id, lease_until=lease_until)
         owner = lease.owner() if lease_until is not None and claim is None else None
@@ -305,9 +313,13 @@ class ThreadStore:
         process holds a live lease. Returns the new epoch."""
         owner = lease.owner() if lease_until is not None else None
         return await self.saver.claim(
-            record.thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id, run_id=run_id,
-            owner=owner, lease_until=lease_until,
-        )  # fmt: skip
+            record.thread_id,
+            expected_head=record.head_checkpoint_id,
+            expected_run_id=record.run_id,
+            run_id=run_id,
+            owner=owner,
+            lease_until=lease_until,
+        )
 
     async def record_writes(
         self,

@@ -91,15 +91,33 @@ def _step_chunks(item: Step, wanted: set[str], graph: CompiledGraph, store: Thre
     if "debug" in wanted:
         step = item.head.cp.step
         for r in results:
-            yield "debug", debug_event("task_result", step, id=r.task.id, name=r.task.node, error=None,
-                                       result=list(r.update.items()), interrupts=[])  # fmt: skip
+            yield (
+                "debug",
+                debug_event(
+                    "task_result",
+                    step,
+                    id=r.task.id,
+                    name=r.task.node,
+                    error=None,
+                    result=list(r.update.items()),
+                    interrupts=[],
+                ),
+            )
         snap = store.snapshot(item.head, item.head.cp.status, None)
-        yield "debug", debug_event(
-            "checkpoint", step, thread_id=snap.thread_id, checkpoint_id=snap.checkpoint_id,
-            parent=list(snap.parent) if snap.parent else None, values=graph.output(item.head.values),
-            metadata=dict(snap.metadata), next=list(snap.next),
-            tasks=[{"id": t.id, "name": t.node} for t in snap.tasks],
-        )  # fmt: skip
+        yield (
+            "debug",
+            debug_event(
+                "checkpoint",
+                step,
+                thread_id=snap.thread_id,
+                checkpoint_id=snap.checkpoint_id,
+                parent=list(snap.parent) if snap.parent else None,
+                values=graph.output(item.head.values),
+                metadata=dict(snap.metadata),
+                next=list(snap.next),
+                tasks=[{"id": t.id, "name": t.node} for t in snap.tasks],
+            ),
+        )
 
 
 _DONE: Any = object()

@@ -86,21 +86,30 @@ class Tracer:
             links.append(Link(previous, {"graphckpt.link": "resumes"}))
             attributes[RESUMES] = format(previous.trace_id, "032x")
         # a child of the caller's current span, if any (an HTTP request handling the run); else a new trace
-        return self.tracer.start_span(SPAN_RUN.format(graph=graph), kind=SpanKind.INTERNAL, attributes=attributes,
-                                      links=links)  # fmt: skip
+        return self.tracer.start_span(
+            SPAN_RUN.format(graph=graph), kind=SpanKind.INTERNAL, attributes=attributes, links=links
+        )
 
     def step_span(self, parent: Any, thread_id: str, step: int) -> Any:
         return self.tracer.start_span(
-            SPAN_STEP.format(step=step), context=trace.set_span_in_context(parent),
+            SPAN_STEP.format(step=step),
+            context=trace.set_span_in_context(parent),
             attributes={CONVERSATION_ID: thread_id, STEP: step},
-        )  # fmt: skip
+        )
 
     def task_span(self, parent: Any, task: Task, attempt: int, thread_id: str, step: int) -> Any:
         return self.tracer.start_span(
-            SPAN_TASK.format(node=task.node), context=trace.set_span_in_context(parent),
-            attributes={OPERATION: "invoke_agent", AGENT_NAME: task.node, CONVERSATION_ID: thread_id, STEP: step,
-                        TASK_ID: task.id, ATTEMPT: attempt},
-        )  # fmt: skip
+            SPAN_TASK.format(node=task.node),
+            context=trace.set_span_in_context(parent),
+            attributes={
+                OPERATION: "invoke_agent",
+                AGENT_NAME: task.node,
+                CONVERSATION_ID: thread_id,
+                STEP: step,
+                TASK_ID: task.id,
+                ATTEMPT: attempt,
+            },
+        )
 
     def activate(self, span: Any) -> Any:
         return otel_context.attach(trace.set_span_in_context(span))

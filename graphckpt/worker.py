@@ -130,9 +130,11 @@ class Worker:
                     continue
                 fence = ids.new_id()  # 2. claim
                 run = await self.queue.claim_run(
-                    lease.owner(), graphs=list(self.apps), fence=fence,
+                    lease.owner(),
+                    graphs=list(self.apps),
+                    fence=fence,
                     lease_until=ids.now() + self.lease_seconds,
-                )  # fmt: skip
+                )
                 if run is None:
                     await self._idle()
                     continue
