@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
-from graphckpt.savers.base import Lease, Owner, brief, check_storable, thread_busy
+from graphckpt.savers._checks import brief, check_storable, thread_busy
+from graphckpt.savers.base import Lease, Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 

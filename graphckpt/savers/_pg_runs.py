@@ -12,7 +12,8 @@ import psycopg
 
 from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadBusyError
-from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers._checks import brief, check_storable, thread_busy
+from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:

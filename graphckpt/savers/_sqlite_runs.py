@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
+from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
-from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 _T = TypeVar("_T")

@@ -8,15 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphckpt.errors import SerializationError
-from graphckpt.savers.base import (
-    BlobRange,
-    StoredCheckpoint,
-    ThreadRecord,
-    brief,
-    lease_from_columns,
-    nul_free,
-    thread_status,
-)
+from graphckpt.savers._checks import brief, lease_from_columns, nul_free, thread_status
+from graphckpt.savers.base import BlobRange, StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
 Row = tuple[Any, ...]

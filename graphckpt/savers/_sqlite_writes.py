@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from graphckpt.errors import LeaseLostError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._checks import brief, claim_lost, lease_lost
 from graphckpt.savers._events_sql import SQLITE_INSERT_EVENT
 from graphckpt.savers._sqlite_sql import CP_COLUMNS, THREAD_SELECT, thread_from_row
-from graphckpt.savers.base import Owner, Status, StoredCheckpoint, brief, claim_lost, lease_lost
+from graphckpt.savers.base import Owner, Status, StoredCheckpoint
 from graphckpt.savers.events import checkpoint_events
 
 Lease = tuple[Owner, float] | None

@@ -71,6 +71,15 @@ from graphckpt.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from graphckpt.savers._checks import (
+    brief,
+    check_storable,
+    claim_lost,
+    filter_can_match,
+    lease_lost,
+    nul_free,
+    utf8_safe,
+)
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_schema import compose, migrate
@@ -102,13 +111,6 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
-    brief,
-    check_storable,
-    claim_lost,
-    filter_can_match,
-    lease_lost,
-    nul_free,
-    utf8_safe,
 )
 from graphckpt.savers.dsn import scrub_password
 from graphckpt.savers.events import checkpoint_events

@@ -96,6 +96,7 @@ from typing import Any, Literal, TypeVar
 from graphckpt import ids
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers import _sqlite_writes as tx
+from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
 from graphckpt.savers._sqlite_runs import SqliteRuns
 from graphckpt.savers._sqlite_schema import (
@@ -133,10 +134,6 @@ from graphckpt.savers.base import (
     StoredEvent,
     StoredWrite,
     ThreadRecord,
-    brief,
-    check_storable,
-    filter_can_match,
-    utf8_safe,
 )
 
 __all__ = ["SqliteSaver"]
