@@ -76,9 +76,14 @@ class MemoryRuns(RunQueue):
             if self._live_lease(run.thread_id, now) is not None:
                 continue
             claimed = dataclasses.replace(
-                run, status="running", attempt=run.attempt + 1, worker=owner.worker_id, fence=fence,
-                lease_until=lease_until, started_at=now,
-            )  # fmt: skip
+                run,
+                status="running",
+                attempt=run.attempt + 1,
+                worker=owner.worker_id,
+                fence=fence,
+                lease_until=lease_until,
+                started_at=now,
+            )
             self._runs[run.run_id] = claimed
             return claimed
         return None

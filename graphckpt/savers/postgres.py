@@ -361,10 +361,16 @@ class PostgresSaver(PostgresRuns, Saver):
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
         params = {
-            "tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id, "now": now,
-            "worker": owner.worker_id if owner else None, "host": owner.host if owner else None,
-            "pid": owner.pid if owner else None, "until": lease_until if owner else None,
-        }  # fmt: skip
+            "tid": thread_id,
+            "expected": expected_head,
+            "old_run": expected_run_id,
+            "run": run_id,
+            "now": now,
+            "worker": owner.worker_id if owner else None,
+            "host": owner.host if owner else None,
+            "pid": owner.pid if owner else None,
+            "until": lease_until if owner else None,
+        }
         rows = await self._fetch(f"claim of thread {brief(thread_id)!r}", "claim", params)
         if rows:
             return int(rows[0][0])
