@@ -16,6 +16,11 @@ Three connections (one for ``":memory:"``, which is private to its connection):
     queue behind writes.
 
 Why a call runs where it does, and what each durability setting means, is told in :mod:`graphckpt.savers.sqlite`.
+
+Not built on aiosqlite: every aiosqlite call is a hop to its connection's thread (there is no inline path), and its
+public API runs one statement per hop, where a transaction here is one function and at most one hop. Measured with
+``synchronous="NORMAL"`` (no fsync to hide the hops), per operation against the inline path: a commit through
+aiosqlite's public API 3.7x (this module's writer thread: 2.2x), an indexed read 7x.
 """
 
 from __future__ import annotations
