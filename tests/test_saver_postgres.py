@@ -263,8 +263,8 @@ async def test_a_broken_dedicated_connection_is_replaced(pg_dsn: str, pg_schema:
     async with PostgresSaver(pg_dsn, schema=pg_schema) as saver:
         first = make_checkpoint("t", 0)
         await saver.commit(first, expected_head=None, run_id="r")
-        assert saver._conn is not None
-        pid = saver._conn.info.backend_pid
+        assert saver._io.conn is not None
+        pid = saver._io.conn.info.backend_pid
         _query(pg_dsn, sql.SQL("SELECT pg_terminate_backend({})").format(pid))
         await asyncio.sleep(0.1)
         with contextlib.suppress(SaverError):  # the call that finds it broken may fail; the saver recovers
@@ -273,7 +273,7 @@ async def test_a_broken_dedicated_connection_is_replaced(pg_dsn: str, pg_schema:
         await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
         thread = await saver.get_thread("t")
         assert thread is not None and thread.head_checkpoint_id == second.checkpoint_id
-        assert saver._conn is not None and saver._conn.info.backend_pid != pid
+        assert saver._io.conn is not None and saver._io.conn.info.backend_pid != pid
 
 
 async def test_overlapping_calls_use_the_pool_and_all_succeed(pg_dsn: str, pg_schema: str) -> None:

@@ -39,9 +39,9 @@ class TestSqliteSaver(SaverConformance):
 async def _writer_pragma(saver: SqliteSaver, name: str) -> object:
     """A pragma as the saver's own writer connection sees it (white box: pragmas are per connection)."""
     await saver.setup()
-    conn = saver._conn
+    conn = saver._io.writer
     assert conn is not None
-    return await saver._submit(lambda: conn.execute(f"PRAGMA {name}").fetchone()[0])
+    return await saver._io.on_writer(lambda: conn.execute(f"PRAGMA {name}").fetchone()[0])
 
 
 @pytest.mark.parametrize(("mode", "value"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
@@ -482,7 +482,7 @@ async def test_inline_connection_in_use_sends_writes_and_reads_to_threads(tmp_pa
     async with _ThreadRecordingSaver(tmp_path / "c.db") as saver:
         a = make_checkpoint("t", 0, metadata={"k": 1}, channels={"x": b"1"})
         await saver.commit(a, expected_head=None, run_id=run)
-        with saver._inline_lock:
+        with saver._io.inline_lock:
             b = make_checkpoint("t", 1, parent=a, channels={"x": b"2"})
             await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)
             assert saver.body_threads[-1] != threading.get_ident()
@@ -498,7 +498,7 @@ async def test_in_memory_database_with_its_one_connection_busy(tmp_path: Path) -
     async with SqliteSaver(":memory:") as saver:
         a = make_checkpoint("t", 0, channels={"x": b"1"})
         await saver.commit(a, expected_head=None, run_id="r")
-        with saver._inline_lock:  # the writer thread waits for the lock: release it from the loop meanwhile
+        with saver._io.inline_lock:  # the writer thread waits for the lock: release it from the loop meanwhile
             task = asyncio.create_task(saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id,
                                                     run_id="r"))  # fmt: skip
             await asyncio.sleep(0)
@@ -513,8 +513,8 @@ async def test_every_connection_has_the_durability_setting_and_new_files_the_pag
 ) -> None:
     async with SqliteSaver(tmp_path / "c.db", synchronous=mode) as saver:  # type: ignore[arg-type]
         await saver.commit(make_checkpoint("t", 0), expected_head=None, run_id="r")
-        assert saver._inline is not None
-        assert saver._inline.execute("PRAGMA synchronous").fetchone()[0] == {"FULL": 2, "NORMAL": 1}[mode]
+        assert saver._io.inline is not None
+        assert saver._io.inline.execute("PRAGMA synchronous").fetchone()[0] == {"FULL": 2, "NORMAL": 1}[mode]
         assert await _writer_pragma(saver, "page_size") == 4096
 
 
@@ -547,7 +547,7 @@ async def test_audit_start_rows_skip_the_fsync_and_every_other_commit_keeps_it(t
         cp = make_checkpoint("t", step=0)
         await saver.commit(cp, expected_head=None, run_id=run)
         seen: list[str] = []
-        for conn in (saver._inline, saver._conn):
+        for conn in (saver._io.inline, saver._io.writer):
             assert conn is not None
             conn.set_trace_callback(seen.append)
         started = StoredWrite("task", "started", 0, b"s")
@@ -558,5 +558,5 @@ async def test_audit_start_rows_skip_the_fsync_and_every_other_commit_keeps_it(t
         await saver.put_writes("t", cp.checkpoint_id, [StoredWrite("task", "effect", 0, b"e")], run_id=run)
         assert not [s for s in seen if s.startswith("PRAGMA")]
         assert await _writer_pragma(saver, "synchronous") == 2
-        assert saver._inline is not None and saver._inline.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert saver._io.inline is not None and saver._io.inline.execute("PRAGMA synchronous").fetchone()[0] == 2
         assert {w.kind for w in await saver.get_writes("t", cp.checkpoint_id)} == {"started", "effect"}

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
-from graphckpt.savers.base import Lease, Owner, brief, check_storable, thread_busy
+from graphckpt.savers._checks import brief, check_storable, thread_busy
+from graphckpt.savers.base import Lease, Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 
@@ -75,9 +76,14 @@ class MemoryRuns(RunQueue):
             if self._live_lease(run.thread_id, now) is not None:
                 continue
             claimed = dataclasses.replace(
-                run, status="running", attempt=run.attempt + 1, worker=owner.worker_id, fence=fence,
-                lease_until=lease_until, started_at=now,
-            )  # fmt: skip
+                run,
+                status="running",
+                attempt=run.attempt + 1,
+                worker=owner.worker_id,
+                fence=fence,
+                lease_until=lease_until,
+                started_at=now,
+            )
             self._runs[run.run_id] = claimed
             return claimed
         return None

@@ -12,7 +12,8 @@ import psycopg
 
 from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadBusyError
-from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers._checks import brief, check_storable, thread_busy
+from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -99,10 +100,21 @@ RUN_SQL: dict[str, LiteralString] = {
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
-        run_id=row[0], thread_id=row[1], kind=row[2], status=row[3], graph=row[4],
-        payload=bytes(row[5]) if row[5] is not None else None, attempt=row[6], worker=row[7], fence=row[8],
-        lease_until=row[9], created_at=row[10], started_at=row[11], ended_at=row[12], error=row[13],
-    )  # fmt: skip
+        run_id=row[0],
+        thread_id=row[1],
+        kind=row[2],
+        status=row[3],
+        graph=row[4],
+        payload=bytes(row[5]) if row[5] is not None else None,
+        attempt=row[6],
+        worker=row[7],
+        fence=row[8],
+        lease_until=row[9],
+        created_at=row[10],
+        started_at=row[11],
+        ended_at=row[12],
+        error=row[13],
+    )
 
 
 class PostgresRuns(RunQueue):
@@ -127,9 +139,15 @@ class PostgresRuns(RunQueue):
             if record is not None and record.status == "running" and record.lease is not None:
                 raise thread_busy(run.thread_id, record.lease, now)
         params = {
-            "run": run.run_id, "tid": run.thread_id, "kind": run.kind, "graph": run.graph, "payload": run.payload,
-            "now": run.created_at or now, "reject": reject_busy, "channel": self.channel,
-        }  # fmt: skip
+            "run": run.run_id,
+            "tid": run.thread_id,
+            "kind": run.kind,
+            "graph": run.graph,
+            "payload": run.payload,
+            "now": run.created_at or now,
+            "reject": reject_busy,
+            "channel": self.channel,
+        }
         [(inserted, _)] = await self._fetch(f"enqueue to thread {brief(run.thread_id)!r}", "enqueue", params)
         if not inserted:
             rows = await self._fetch("busy", "busy", {"tid": run.thread_id})
@@ -143,8 +161,13 @@ class PostgresRuns(RunQueue):
     async def claim_run(
         self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
     ) -> RunRecord | None:
-        params = {"graphs": list(graphs), "now": ids.now(), "worker": owner.worker_id, "fence": fence,
-                  "until": lease_until}  # fmt: skip
+        params = {
+            "graphs": list(graphs),
+            "now": ids.now(),
+            "worker": owner.worker_id,
+            "fence": fence,
+            "until": lease_until,
+        }
         try:
             rows = await self._fetch("claim of a queued run", "claim_run", params)
         except SaverError as exc:
@@ -158,8 +181,9 @@ class PostgresRuns(RunQueue):
         await self._fetch(f"finish of run {brief(run_id)!r}", "finish_run", params)
 
     async def cancel_run(self, run_id: str) -> bool:
-        return bool(await self._fetch(f"cancel of run {brief(run_id)!r}", "cancel_run", {"run": run_id,
-                                                                                       "now": ids.now()}))  # fmt: skip
+        return bool(
+            await self._fetch(f"cancel of run {brief(run_id)!r}", "cancel_run", {"run": run_id, "now": ids.now()})
+        )
 
     async def request_cancel(self, run_id: str) -> bool:
         return bool(await self._fetch(f"cancel request of run {brief(run_id)!r}", "request_cancel", {"run": run_id}))

@@ -309,9 +309,20 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
     def name(table: str) -> sql.Identifier:
         return sql.Identifier(schema, table) if schema else sql.Identifier(table)
 
-    tables = ("threads", "checkpoints", "blobs", "writes", "runs", "graphckpt_migrations", "graphckpt_commit", "events",
-              "graphckpt_events_threads", "graphckpt_events_checkpoints", "graphckpt_events_writes",
-              "created_threads")  # fmt: skip
+    tables = (
+        "threads",
+        "checkpoints",
+        "blobs",
+        "writes",
+        "runs",
+        "graphckpt_migrations",
+        "graphckpt_commit",
+        "events",
+        "graphckpt_events_threads",
+        "graphckpt_events_checkpoints",
+        "graphckpt_events_writes",
+        "created_threads",
+    )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 
 

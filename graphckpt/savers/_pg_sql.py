@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, LiteralString
 
+from graphckpt.savers._checks import lease_from_columns, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
 from graphckpt.savers._pg_runs import RUN_SQL
-from graphckpt.savers.base import StoredCheckpoint, ThreadRecord, lease_from_columns, thread_status
+from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 
 THREAD_COLS: LiteralString = (
     "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
+from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
-from graphckpt.savers.base import Owner, brief, check_storable, thread_busy
+from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 _T = TypeVar("_T")
@@ -74,10 +75,21 @@ DELETE_CREATED = "DELETE FROM created_threads WHERE thread_id = ?"
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
-        run_id=row[0], thread_id=row[1], kind=row[2], status=row[3], graph=row[4],
-        payload=bytes(row[5]) if row[5] is not None else None, attempt=row[6], worker=row[7], fence=row[8],
-        lease_until=row[9], created_at=row[10], started_at=row[11], ended_at=row[12], error=row[13],
-    )  # fmt: skip
+        run_id=row[0],
+        thread_id=row[1],
+        kind=row[2],
+        status=row[3],
+        graph=row[4],
+        payload=bytes(row[5]) if row[5] is not None else None,
+        attempt=row[6],
+        worker=row[7],
+        fence=row[8],
+        lease_until=row[9],
+        created_at=row[10],
+        started_at=row[11],
+        ended_at=row[12],
+        error=row[13],
+    )
 
 
 class SqliteRuns(RunQueue):

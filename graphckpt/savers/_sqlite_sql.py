@@ -8,15 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphckpt.errors import SerializationError
-from graphckpt.savers.base import (
-    BlobRange,
-    StoredCheckpoint,
-    ThreadRecord,
-    brief,
-    lease_from_columns,
-    nul_free,
-    thread_status,
-)
+from graphckpt.savers._checks import brief, lease_from_columns, nul_free, thread_status
+from graphckpt.savers.base import BlobRange, StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
 Row = tuple[Any, ...]
@@ -157,7 +150,9 @@ def checkpoint_from_row(row: Row) -> StoredCheckpoint:
 
 
 def thread_from_row(row: Row, now: float) -> ThreadRecord:
+    status = thread_status(row[3], row[16], now)
+    metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*row[11:17])
+    # positional, in THREAD_SELECT's column order
     return ThreadRecord(
-        row[0], row[1], row[2], thread_status(row[3], row[16], now), row[4], row[5], row[6], row[7], row[8], row[9],
-        LazyJsonMapping(row[10]), lease_from_columns(*row[11:17]), row[14],
-    )  # fmt: skip
+        row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
+    )

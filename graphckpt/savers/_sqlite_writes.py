@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from graphckpt.errors import LeaseLostError, ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._checks import brief, claim_lost, lease_lost
 from graphckpt.savers._events_sql import SQLITE_INSERT_EVENT
 from graphckpt.savers._sqlite_sql import CP_COLUMNS, THREAD_SELECT, thread_from_row
-from graphckpt.savers.base import Owner, Status, StoredCheckpoint, brief, claim_lost, lease_lost
+from graphckpt.savers.base import Owner, Status, StoredCheckpoint
 from graphckpt.savers.events import checkpoint_events
 
 Lease = tuple[Owner, float] | None
@@ -138,10 +139,24 @@ def commit(
                 "INSERT INTO threads (thread_id, head_checkpoint_id, head_step, status, run_id, created_at,"
                 " updated_at, parent_thread_id, parent_checkpoint_id, metadata, lease_epoch, lease_worker,"
                 " lease_host, lease_pid, heartbeat_at, lease_until) VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?,?,?)",
-                (cp.thread_id, cp.checkpoint_id, cp.step, cp.status, run_id, now, now, fork_of,
-                 cp.parent_checkpoint_id, meta, who and who.worker_id, who and who.host, who and who.pid,
-                 who and now, until),
-            )  # fmt: skip
+                (
+                    cp.thread_id,
+                    cp.checkpoint_id,
+                    cp.step,
+                    cp.status,
+                    run_id,
+                    now,
+                    now,
+                    fork_of,
+                    cp.parent_checkpoint_id,
+                    meta,
+                    who and who.worker_id,
+                    who and who.host,
+                    who and who.pid,
+                    who and now,
+                    until,
+                ),
+            )
         except sqlite3.IntegrityError as exc:  # live, or deleted but still holding rows a fork needs
             raise ThreadConflictError(f"thread {brief(cp.thread_id)!r} already exists") from exc
         if cp.status != "running":  # -- runs
@@ -151,9 +166,18 @@ def commit(
             "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
             f" error = NULL, metadata = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ? AND head_checkpoint_id = ?"
             " AND run_id = ? AND deleted = 0",
-            (cp.checkpoint_id, cp.step, cp.status, now, meta, *_keep_if(cp.status), cp.thread_id, expected_head,
-             run_id),
-        )  # fmt: skip
+            (
+                cp.checkpoint_id,
+                cp.step,
+                cp.status,
+                now,
+                meta,
+                *_keep_if(cp.status),
+                cp.thread_id,
+                expected_head,
+                run_id,
+            ),
+        )
         if moved.rowcount != 1:
             raise cas_failed(conn, cp.thread_id, run_id, expected_head, now)
         if cp.status != "running":  # -- runs
@@ -161,9 +185,18 @@ def commit(
     try:
         conn.execute(
             f"INSERT INTO checkpoints ({CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
-            (cp.thread_id, cp.checkpoint_id, cp.parent_thread_id, cp.parent_checkpoint_id, cp.step,
-             cp.created_at, cp.status, meta, cp.body),
-        )  # fmt: skip
+            (
+                cp.thread_id,
+                cp.checkpoint_id,
+                cp.parent_thread_id,
+                cp.parent_checkpoint_id,
+                cp.step,
+                cp.created_at,
+                cp.status,
+                meta,
+                cp.body,
+            ),
+        )
     except sqlite3.IntegrityError as exc:
         raise ThreadConflictError(
             f"thread {brief(cp.thread_id)!r} already has checkpoint {brief(cp.checkpoint_id)!r} "
@@ -206,9 +239,20 @@ def claim(
     who, until = lease if lease is not None else (None, None)
     claimed = conn.execute(
         CLAIM,
-        (run_id, now, who and who.worker_id, who and who.host, who and who.pid, who and now, until, thread_id,
-         expected_head, expected_run_id, now),
-    ).fetchone()  # fmt: skip
+        (
+            run_id,
+            now,
+            who and who.worker_id,
+            who and who.host,
+            who and who.pid,
+            who and now,
+            until,
+            thread_id,
+            expected_head,
+            expected_run_id,
+            now,
+        ),
+    ).fetchone()
     if claimed is None:
         row = conn.execute(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,)).fetchone()
         if row is None:

@@ -1,6 +1,6 @@
 """The saver interface. Its docstrings are the specification every backend implements.
 
-A saver stores three kinds of rows, all opaque to it except for the columns it must index:
+A saver stores five kinds of rows, all opaque to it except for the columns it must index:
 
 ``threads``
     one row per thread: its head (checkpoint id and step), status, the id of the run that owns it, its lease (see
@@ -49,22 +49,54 @@ automatically.
 Lifecycle: a saver opens lazily on first use (``setup()`` is called by the first operation and is idempotent), is an
 async context manager, and ``aclose()`` releases its connections. A saver garbage-collected while open warns with
 ``ResourceWarning``.
+
+The rows are defined in :mod:`graphckpt.savers._rows` and the checks and lease errors every saver shares in
+:mod:`graphckpt.savers._checks`; this module re-exports both, and is the place to import them from.
 """
 
 from __future__ import annotations
 
 import abc
-import json
-import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
-from graphckpt.errors import LeaseLostError, SaverError, SerializationError, ThreadBusyError, ThreadConflictError
+from graphckpt.errors import SaverError
+from graphckpt.savers._checks import (
+    BRIEF_MAX,
+    brief,
+    check_storable,
+    claim_lost,
+    filter_can_match,
+    json_equal,
+    lease_from_columns,
+    lease_lost,
+    metadata_matches,
+    nul_free,
+    thread_busy,
+    thread_status,
+    utf8_safe,
+)
+from graphckpt.savers._rows import (
+    TERMINAL_EVENTS,
+    Blob,
+    BlobKind,
+    BlobRange,
+    EventKind,
+    FinishedTask,
+    Lease,
+    Owner,
+    Status,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredWrite,
+    ThreadRecord,
+    WriteKind,
+)
 
 __all__ = [
+    "BRIEF_MAX",
     "TERMINAL_EVENTS",
     "Blob",
     "BlobKind",
@@ -88,416 +120,11 @@ __all__ = [
     "lease_from_columns",
     "lease_lost",
     "metadata_matches",
+    "nul_free",
     "thread_busy",
     "thread_status",
     "utf8_safe",
 ]
-
-Status = Literal["running", "interrupted", "failed", "done", "crashed", "partial"]
-"""Thread status. ``running``: work remains and nobody stopped it: a live run (its :attr:`ThreadRecord.lease` names
-the owner), or a thread nobody holds (a fresh fork, a run stopped gracefully: ``lease`` is ``None``); ``resume``
-continues it. ``crashed``: ``running`` with an expired lease: its process died (derived when read, never stored:
-checkpoints carry ``running``, ``interrupted``, ``failed`` and ``done``). ``interrupted``: waiting for ``resume`` with
-an answer (``interrupt_before``/``after`` or ``ctx.interrupt``). ``failed``: a node raised after its retries; the
-error is in the head's pending writes. ``done``: the frontier is empty. ``partial`` (threads only, never a
-checkpoint): an ancestor that an import brought only up to the fork point its descendant needs; its own run (later
-checkpoints, status, pending writes) stayed in the source, so nothing resumes it (fork it, or import it itself)."""
-
-BlobKind = Literal["snapshot", "delta", "chunk"]
-"""What a blob's ``data`` holds: a channel's full value, one step's writes, or several steps' writes (see
-:class:`Blob`)."""
-
-WriteKind = Literal["result", "effect", "interrupt", "resume", "error", "started", "finished", "attempt", "answered"]
-"""``result``: a finished task's output. ``effect``: one journaled external call (``index`` = call number in the task).
-``interrupt``: the payload of ``ctx.interrupt`` (``index`` = interrupt number). ``resume``: the answer given to
-``resume`` for that interrupt. ``error``: the failure of a task, after its retries. The audit record
-(:mod:`graphckpt.audit`): ``started``: a call about to be made (``index`` = the task's start number, unique across
-processes); ``finished``: how that started call ended; ``attempt``: a failed attempt of the task (``index`` = its
-number); ``answered``: who answered interrupt ``index`` and when. A reader ignores kinds it does not know."""
-
-
-@dataclass(frozen=True, slots=True)
-class Blob:
-    """One channel's data written at one step of one thread."""
-
-    thread_id: str
-    """The thread whose checkpoint wrote it (for a fork's inherited channels: an ancestor thread)."""
-    channel: str
-    """The state field."""
-    step: int
-    """The step of the checkpoint that wrote it. Unique per ``(thread_id, channel)``."""
-    kind: BlobKind
-    """``snapshot``: the full value. ``delta``: the writes to fold (through the reducer) into the value below.
-    ``chunk``: the deltas of steps ``step .. s`` (for some ``s`` the engine records inside ``data``), in one row."""
-    data: bytes
-    """Engine-encoded payload."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlobRange:
-    """A request for the blobs of one channel of one thread with ``min_step <= step <= max_step``."""
-
-    thread_id: str
-    channel: str
-    min_step: int
-    max_step: int
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedTask:
-    """One task of a committed step, as its ``task.finished`` event tells it."""
-
-    task_id: str
-    node: str
-    update: Mapping[str, Any]
-    """What the task wrote (state key -> value, before reducers), as the node returned it."""
-    duration_ms: float
-    usage: Mapping[str, Any] | None = None
-    """The model usage the task reported (``model``, ``prompt_tokens``, ``completion_tokens``, ``calls``)."""
-    update_in_checkpoint: bool = False
-    """The checkpoint holds ``update`` as it is (the step's only task; see :func:`graphckpt.codec.referable_update`):
-    the event points there (``update: null, update_in: <checkpoint id>``) instead of storing it again."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredCheckpoint:
-    """A checkpoint as stored: indexed columns plus the engine's encoded body."""
-
-    thread_id: str
-    """The thread (branch) this checkpoint belongs to."""
-    checkpoint_id: str
-    """Unique, sortable by creation time (see :func:`graphckpt.ids.new_id`)."""
-    parent_thread_id: str | None
-    """The thread of the parent checkpoint; differs from ``thread_id`` only for a fork's first checkpoint."""
-    parent_checkpoint_id: str | None
-    """The previous checkpoint in this branch's lineage; ``None`` for a thread's very first checkpoint."""
-    step: int
-    """Super-step number. Strictly increasing along a lineage; unique within a thread."""
-    created_at: float
-    """Seconds since the epoch."""
-    status: Status
-    """The thread status this checkpoint leaves the thread in when it is the head."""
-    metadata: Mapping[str, Any]
-    """JSON-compatible audit record (source, step, writes per node, durations, usage, tags). Filterable."""
-    body: bytes
-    """Engine-encoded: frontier, channel table, interrupts, schema version, lineage. Opaque to the saver."""
-    blobs: Sequence[Blob] = ()
-    """Channel data written by this checkpoint. Only filled on :meth:`Saver.commit`; reads return ``()``."""
-    tasks: Sequence[FinishedTask] = ()
-    """The tasks of the step this checkpoint commits, one ``task.finished`` event each (see
-    :func:`graphckpt.savers.events.checkpoint_events`). Only filled on :meth:`Saver.commit`; reads return ``()``."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredWrite:
-    """One pending write recorded against a checkpoint."""
-
-    task_id: str
-    kind: WriteKind
-    index: int
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """Who holds a lease: one process."""
-
-    worker_id: str
-    """Random, new at each process start (see :func:`graphckpt.lease.owner`)."""
-    host: str
-    pid: int
-
-    def __str__(self) -> str:
-        return f"worker {self.worker_id} (host {self.host}, pid {self.pid})"
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A thread's lease as stored."""
-
-    owner: Owner
-    epoch: int
-    """Grows by one with every claim of the thread."""
-    heartbeat_at: float
-    """When the owner last renewed it (seconds since the epoch)."""
-    lease_until: float
-    """When it expires unless renewed; after that the thread is ``crashed``."""
-
-    def live(self, now: float) -> bool:
-        return now <= self.lease_until
-
-    def describe(self, now: float) -> str:
-        """One line naming the owner and how fresh its heartbeat is."""
-        return f"{self.owner}, epoch {self.epoch}, last heartbeat {max(0.0, now - self.heartbeat_at):.1f} s ago"
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRecord:
-    """A thread's row."""
-
-    thread_id: str
-    head_checkpoint_id: str
-    head_step: int
-    status: Status
-    run_id: str
-    """The run that last claimed the thread; every write checks it (see :meth:`Saver.claim`)."""
-    created_at: float
-    updated_at: float
-    parent_thread_id: str | None = None
-    """For a fork: the thread it was forked from."""
-    parent_checkpoint_id: str | None = None
-    """For a fork: the checkpoint it was forked from."""
-    error: str | None = None
-    """For a failed thread: a one-line description of the error."""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The head checkpoint's metadata."""
-    lease: Lease | None = None
-    """The process holding the thread (live or expired), or ``None`` when nobody claimed it since its last stop."""
-    epoch: int = 0
-    """How many claims the thread has had (the lease's epoch; kept when the lease is released)."""
-
-
-def thread_status(stored: str, lease_until: float | None, now: float) -> Status:
-    """A thread's status as reads report it: ``crashed`` for a stored ``running`` whose lease expired."""
-    if stored == "running" and lease_until is not None and lease_until < now:
-        return "crashed"
-    return stored  # type: ignore[return-value]
-
-
-def thread_busy(thread_id: str, lease: Lease, now: float) -> Exception:
-    """The error refusing a claim of a thread whose lease is live."""
-    return ThreadBusyError(
-        f"thread {brief(thread_id)!r} is being run by {lease.describe(now)}; its lease runs "
-        f"{max(0.0, lease.lease_until - now):.1f} s more (wait for it to finish, or for the lease to expire if that "
-        "process is gone)",
-        thread_id=thread_id,
-        lease=lease,
-    )
-
-
-def lease_from_columns(
-    worker: str | None, host: str | None, pid: int | None, epoch: int, heartbeat_at: float | None, until: float | None
-) -> Lease | None:
-    """A thread row's lease columns as a :class:`Lease` (``None`` when the thread holds none)."""
-    if worker is None or until is None:
-        return None
-    return Lease(Owner(worker, host or "", int(pid or 0)), int(epoch), float(heartbeat_at or 0.0), float(until))
-
-
-def claim_lost(thread_id: str, record: ThreadRecord, now: float) -> Exception:
-    """A claim lost the race (the head or the owner moved since it was read): the error names the winner, never
-    our own expectation twice."""
-    if record.lease is not None and record.status == "running":
-        return (
-            thread_busy(thread_id, record.lease, now)
-            if record.lease.live(now)
-            else ThreadConflictError(f"thread {brief(thread_id)!r} was claimed first by {record.lease.describe(now)}")
-        )
-    return ThreadConflictError(
-        f"thread {brief(thread_id)!r} was claimed first by run {brief(record.run_id)} (it is {record.status} at "
-        f"step {record.head_step} now)"
-    )
-
-
-def lease_lost(thread_id: str, lease: Lease | None, run_id: str, now: float) -> Exception:
-    """The error for a write of run ``run_id`` on a thread that another claim took over since."""
-    by = lease.describe(now) if lease is not None else "another run (which has finished or released it since)"
-    return LeaseLostError(
-        f"thread {brief(thread_id)!r} was taken over by {by}: this process (run {brief(run_id)}) lost its lease "
-        "and stops without writing anything more",
-        thread_id=thread_id,
-        lease=lease,
-    )
-
-
-EventKind = Literal[
-    "run.started",
-    "task.finished",
-    "task.failed",
-    "effect.recorded",
-    "interrupt.raised",
-    "checkpoint",
-    "run.done",
-    "run.failed",
-    "run.interrupted",
-]
-"""What an event records, and the write that makes it (in that write's transaction):
-
-- ``run.started``: a thread created by an input (at its first step), or claimed by a run (at ``head_step + 1``);
-  payload ``{run_id}``: the engine's claim of the thread (``ThreadRecord.run_id``), not a server's run id.
-- ``task.finished``: one per task of a committed ``loop`` step (before that step's ``checkpoint`` event); payload
-  ``{task_id, node, writes (the keys), update (the values, JSON-rendered), duration_ms, usage}``. Where the
-  checkpoint holds the update as it is (the step's only task, the usual case) the event does not copy it: ``update``
-  is null and ``update_in`` is that checkpoint's id; a reader takes it from there (``ThreadStore.task_update``; the
-  server's streams always send it filled in). An update whose event would pass 64 KiB and that the checkpoint does
-  not hold is left out (``update: null``, ``update_omitted``: the size). A checkpoint committed without its tasks
-  (an import) has one per node that wrote instead, with ``task_id`` and ``update`` null.
-- ``task.failed``, ``effect.recorded``, ``interrupt.raised``: a pending write of kind ``error``, ``effect`` or
-  ``interrupt`` against the head at step ``s`` (event step ``s + 1``); payload ``{task_id, index, checkpoint_id}``.
-- ``checkpoint``: a committed checkpoint; payload ``{checkpoint_id, parent_thread_id, parent_checkpoint_id, step,
-  source, status, writes}``.
-- ``run.done`` / ``run.interrupted``: a checkpoint of source ``input``, ``loop`` or ``update`` that leaves the thread
-  ``done`` / ``interrupted``, right after its ``checkpoint`` event; ``run.failed`` / ``run.interrupted``: a stop
-  recorded with pending writes (the head does not move; step ``head_step + 1``), after those writes' events. Payload
-  ``{status, error}``. These end a stream."""
-
-TERMINAL_EVENTS: frozenset[str] = frozenset({"run.done", "run.failed", "run.interrupted"})
-"""The kinds that end a run's stream."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One durable event. ``(thread_id, step, seq)`` is unique and, per thread, strictly increasing in the order the
-    events were written: ``step`` is the super-step the event belongs to, ``seq`` counts from 0 within it."""
-
-    thread_id: str
-    step: int
-    seq: int
-    kind: EventKind
-    payload: Mapping[str, Any]
-    """JSON object; its fields depend on ``kind`` (see :data:`EventKind`)."""
-    created_at: float
-    """Seconds since the epoch."""
-
-    @property
-    def id(self) -> str:
-        """The SSE id, ``{thread_id}:{step}:{seq}``."""
-        return f"{self.thread_id}:{self.step}:{self.seq}"
-
-
-BRIEF_MAX = 80
-"""How many characters of an id or name an error message quotes (see :func:`brief`)."""
-
-
-def brief(text: str) -> str:
-    """``text`` as error messages quote it: its first :data:`BRIEF_MAX` characters, then ``…`` when it is longer.
-    An id may be a megabyte long; a message stays one readable line."""
-    return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "…"
-
-
-def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str | None) -> None:
-    """Refuse, before anything is written, what no backend can store: text with a lone surrogate (``"\\ud800"``,
-    which has no UTF-8 form), and NaN or an infinity in metadata (JSON has neither). Checks ``checkpoint``'s ids,
-    metadata and blobs' names, and each of ``texts`` (named by its keyword in the message); raises
-    :class:`~graphckpt.errors.SerializationError`. Every saver calls it in its writes, so all refuse the same
-    values (a driver would fail with its own traceback, or store what it cannot read back)."""
-    for what, text in texts.items():
-        _check_text(what, text)
-    if checkpoint is None:
-        return
-    cp = checkpoint
-    _check_text("thread_id", cp.thread_id)
-    _check_text("checkpoint_id", cp.checkpoint_id)
-    _check_text("parent_thread_id", cp.parent_thread_id)
-    _check_text("parent_checkpoint_id", cp.parent_checkpoint_id)
-    for b in cp.blobs:
-        if not (b.channel.isascii() and b.thread_id.isascii()):
-            _check_text(f"channel of a blob at step {b.step}", b.channel)
-            _check_text("thread_id of a blob", b.thread_id)
-    problem = _metadata_problem(cp.metadata)
-    if problem is not None:
-        where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
-        raise SerializationError(f"{where} holds {problem}")
-
-
-def _check_text(what: str, text: str | None) -> None:
-    if text is None or text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SerializationError(
-            f"{what} {brief(text)!r} holds a lone surrogate (text with no UTF-8 form); it cannot be stored"
-        ) from None
-
-
-def _metadata_problem(value: Any, depth: int = 0) -> str | None:
-    """What in metadata ``value`` no backend can store, or ``None``: a walk over its dicts and lists, cheap enough
-    for every commit (ASCII text, the usual case, needs no encoding)."""
-    if isinstance(value, str):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "a lone surrogate (text with no UTF-8 form); it cannot be stored"
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "NaN or an infinity, which JSON cannot store"
-    if depth > 200:
-        return None  # deeper than any metadata the engine writes: the saver's own encoder judges it
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            problem = _metadata_problem(key, depth + 1) or _metadata_problem(item, depth + 1)
-            if problem is not None:
-                return problem
-    elif isinstance(value, list | tuple):
-        for item in value:
-            problem = _metadata_problem(item, depth + 1)
-            if problem is not None:
-                return problem
-    return None
-
-
-def utf8_safe(text: str | None) -> str | None:
-    """``text`` with each lone surrogate written as its escape (``\\ud800``): for a failed thread's ``error``, a
-    description that must be stored whatever the exception said."""
-    if text is None:
-        return None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def filter_can_match(filter: Mapping[str, Any]) -> bool:
-    """False when ``filter`` holds NaN or an infinity: stored metadata never does (see :func:`check_storable`), and
-    NaN equals nothing, so such a filter matches no checkpoint (a backend need not send it to SQL)."""
-    try:
-        json.dumps(dict(filter), allow_nan=False, default=str)
-    except ValueError as exc:
-        return "Out of range float" not in str(exc)
-    except TypeError:
-        pass
-    return True
-
-
-def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    """The metadata filter rule every saver implements: each key of ``filter`` is a top-level key of ``metadata``
-    whose value equals the filter's value by JSON equality, at any depth: numbers by value (``1`` equals ``1.0``),
-    booleans only booleans (``true`` is not ``1``), objects regardless of key order, arrays element by element.
-    Numbers compare exactly, as Python compares an int with a float (``-2**63`` does not equal ``-2**63 - 1``, which
-    a double cannot tell apart), a number never equals a string (``1`` is not ``"1"``), and a NaN or infinite
-    filter value matches nothing (stored metadata holds neither). Keys and values are data, never code or SQL."""
-    return all(key in metadata and json_equal(metadata[key], value) for key, value in filter.items())
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON values as :func:`metadata_matches` defines it."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def nul_free(value: Any) -> Any:
-    """``value`` with every string and key mapped one to one so that it holds no NUL: U+FFFF becomes U+FFFF ``1``,
-    then NUL becomes U+FFFF ``0``. For savers whose JSON functions cannot hold NUL (PostgreSQL's ``jsonb``) or stop at
-    it (SQLite's ``json_each``): they map stored metadata that escapes either character the same way in SQL, so
-    filters compare as :func:`metadata_matches` says."""
-    if isinstance(value, str):
-        if "\x00" not in value and "\uffff" not in value:
-            return value
-        return value.replace("\uffff", "\uffff1").replace("\x00", "\uffff0")
-    if isinstance(value, Mapping):
-        return {nul_free(k): nul_free(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [nul_free(v) for v in value]
-    return value
 
 
 class Saver(abc.ABC):

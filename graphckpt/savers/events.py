@@ -53,10 +53,13 @@ def checkpoint_events(cp: StoredCheckpoint) -> list[tuple[EventKind, str]]:
         if cp.tasks:
             for t in cp.tasks:
                 payload: dict[str, Any] = {
-                    "task_id": t.task_id, "node": t.node, "writes": list(t.update),
+                    "task_id": t.task_id,
+                    "node": t.node,
+                    "writes": list(t.update),
                     "update": None if t.update_in_checkpoint else t.update,
-                    "duration_ms": round(t.duration_ms, 3), "usage": dict(t.usage) if t.usage else None,
-                }  # fmt: skip
+                    "duration_ms": round(t.duration_ms, 3),
+                    "usage": dict(t.usage) if t.usage else None,
+                }
                 if t.update_in_checkpoint:
                     payload["update_in"] = cp.checkpoint_id
                 text = encode_payload(payload)
@@ -67,14 +70,24 @@ def checkpoint_events(cp: StoredCheckpoint) -> list[tuple[EventKind, str]]:
         else:
             durations, usage = meta.get("durations_ms") or {}, meta.get("usage") or {}
             for node, keys in writes.items():
-                payload = {"task_id": None, "node": node, "writes": keys, "update": None,
-                           "duration_ms": durations.get(node), "usage": usage.get(node)}  # fmt: skip
+                payload = {
+                    "task_id": None,
+                    "node": node,
+                    "writes": keys,
+                    "update": None,
+                    "duration_ms": durations.get(node),
+                    "usage": usage.get(node),
+                }
                 events.append(("task.finished", encode_payload(payload)))
     checkpoint = {
-        "checkpoint_id": cp.checkpoint_id, "parent_thread_id": cp.parent_thread_id,
-        "parent_checkpoint_id": cp.parent_checkpoint_id, "step": cp.step, "source": source, "status": cp.status,
+        "checkpoint_id": cp.checkpoint_id,
+        "parent_thread_id": cp.parent_thread_id,
+        "parent_checkpoint_id": cp.parent_checkpoint_id,
+        "step": cp.step,
+        "source": source,
+        "status": cp.status,
         "writes": dict(writes),
-    }  # fmt: skip
+    }
     events.append(("checkpoint", encode_payload(checkpoint)))
     if cp.status in ("done", "interrupted") and source in _RUN_SOURCES:
         end: EventKind = "run.done" if cp.status == "done" else "run.interrupted"

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from graphckpt.errors import CorruptCheckpointError
-from graphckpt.savers.base import brief
+from graphckpt.savers._checks import brief
 
 __all__ = ["LazyJsonMapping"]
 

@@ -9,6 +9,16 @@ from typing import Any
 
 from graphckpt import ids
 from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
+from graphckpt.savers._checks import (
+    brief,
+    check_storable,
+    claim_lost,
+    lease_lost,
+    metadata_matches,
+    thread_busy,
+    thread_status,
+    utf8_safe,
+)
 from graphckpt.savers._memory_runs import MemoryRuns
 from graphckpt.savers.base import (
     Blob,
@@ -22,14 +32,6 @@ from graphckpt.savers.base import (
     StoredEvent,
     StoredWrite,
     ThreadRecord,
-    brief,
-    check_storable,
-    claim_lost,
-    lease_lost,
-    metadata_matches,
-    thread_busy,
-    thread_status,
-    utf8_safe,
 )
 from graphckpt.savers.events import checkpoint_events
 from graphckpt.savers.lazyjson import LazyJsonMapping

@@ -28,9 +28,9 @@ One statement in autocommit mode is one transaction and one network round trip, 
 the (volatile) PL/pgSQL function takes a fresh snapshot, so the deletion runs after the thread row lock is held and
 sees every pending write committed before it. ``put_writes``, ``claim`` and every read are one statement each.
 
-Connections: one dedicated connection serves every call while it is free (no pool check-out on the hot path; its
-statements are prepared on first use); calls that overlap a busy dedicated connection take one from the pool, so
-concurrent commits still run in parallel (and share WAL flushes on the server).
+Connections (:mod:`graphckpt.savers._pg_io`): one dedicated connection serves every call while it is free (no pool
+check-out on the hot path; its statements are prepared on first use); calls that overlap a busy dedicated connection
+take one from the pool, so concurrent commits still run in parallel (and share WAL flushes on the server).
 
 Storage: ``blobs.kind`` is a small integer (``0`` snapshot, ``1`` delta, ``4`` chunk, ``+2`` when ``data`` is
 compressed by the saver). PostgreSQL only compresses values of rows above ~2 KiB, so blobs of ``_COMPRESS_MIN``
@@ -46,20 +46,17 @@ decompress raises :class:`~graphckpt.errors.CorruptCheckpointError` naming its t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import json
-import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 try:
     import psycopg
+    import psycopg_pool  # noqa: F401  (used by _pg_io; imported here so that its absence gets this message)
     import zstandard
-    from psycopg.conninfo import conninfo_to_dict
     from psycopg.types.json import Jsonb
-    from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
@@ -71,10 +68,19 @@ from graphckpt.errors import (
     ThreadConflictError,
     ThreadNotFoundError,
 )
+from graphckpt.savers._checks import (
+    brief,
+    check_storable,
+    claim_lost,
+    filter_can_match,
+    lease_lost,
+    nul_free,
+    utf8_safe,
+)
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
+from graphckpt.savers._pg_io import PostgresConnections
 from graphckpt.savers._pg_runs import PostgresRuns
-from graphckpt.savers._pg_schema import compose, migrate
-from graphckpt.savers._pg_sql import N_THREAD_COLS, SQL, checkpoint_from_row, thread_from_row
+from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -88,8 +94,6 @@ from graphckpt.savers._pg_wire import (
     TextArray,
     array,
     bytes_elements,
-    configure,
-    register_adapters,
 )
 from graphckpt.savers.base import (
     Blob,
@@ -102,22 +106,12 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
-    brief,
-    check_storable,
-    claim_lost,
-    filter_can_match,
-    lease_lost,
-    nul_free,
-    utf8_safe,
 )
-from graphckpt.savers.dsn import scrub_password
 from graphckpt.savers.events import checkpoint_events
 
 __all__ = ["PostgresSaver"]
 
 
-_MESSAGE_MAX = 300
-"""At most this many characters of a driver's message go into a :class:`SaverError`."""
 _compact_json = functools.partial(json.dumps, separators=(",", ":"))
 _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
@@ -140,130 +134,41 @@ class PostgresSaver(PostgresRuns, Saver):
         :mod:`graphckpt.savers.events`)."""
         self._dsn = dsn
         self._schema = schema
-        self._pool_min = pool_min
-        self._pool_max = pool_max
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        """The dedicated connection; ``None`` after it broke (the next call reconnects it)."""
-        self._conn_lock: asyncio.Lock | None = None
-        self._queries: dict[str, bytes] = {}
-        self._lock: asyncio.Lock | None = None
-        self._where, self._password = _describe(dsn)
+        self._io = PostgresConnections(dsn, schema=schema, pool_min=pool_min, pool_max=pool_max)
         self._zstd = zstandard.ZstdCompressor(level=3)  # used on the saver's loop only (not thread-safe)
 
     def __repr__(self) -> str:
-        return f"PostgresSaver({self._where!r}, schema={self._schema!r})"
+        return f"PostgresSaver({self._io.where!r}, schema={self._schema!r})"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     async def setup(self, *, create: bool = True) -> None:
-        if self._pool is None:
-            if self._lock is None:
-                self._lock = asyncio.Lock()
-            async with self._lock:
-                if self._pool is None:  # not opened by a concurrent first use while we waited
-                    await self._open_pool(create)
-
-    async def _open_pool(self, create: bool) -> None:
-        with self._errors("connect and set up"):
-            # A direct first connection reports an unreachable server at once (a pool would retry in background);
-            # it stays open as the dedicated connection.
-            conn = await self._connect()
-            try:
-                await migrate(conn, schema=self._schema, where=self._where, create=create)
-                self._queries = {name: compose(text, self._schema).as_bytes(conn) for name, text in SQL.items()}
-                pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                    self._dsn,
-                    min_size=self._pool_min,
-                    max_size=self._pool_max,
-                    kwargs={"autocommit": True, "client_encoding": "UTF8", "prepare_threshold": 0},  # as _connect
-                    configure=configure,
-                    open=False,
-                    name="graphckpt",
-                )
-                await pool.open()
-            except BaseException:
-                await conn.close()
-                raise
-        self._conn, self._conn_lock = conn, asyncio.Lock()
-        self._pool = pool
+        await self._io.open(create)
         self._open = True
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        # prepare_threshold=0: every statement is prepared on its first use.
-        conn = await psycopg.AsyncConnection.connect(
-            self._dsn, autocommit=True, prepare_threshold=0, client_encoding="UTF8"
-        )
-        register_adapters(conn)
-        return conn
-
     async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        conn, self._conn = self._conn, None
         self._open = False
-        self._lock = self._conn_lock = None  # a later reopen may run on another event loop
-        with self._errors("close"):
-            if conn is not None:
-                await conn.close()
-            if pool is not None:
-                await pool.close()
+        await self._io.close()
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """The dedicated connection when it is free, else one from the pool."""
-        if self._pool is None:
+        """A connection of :class:`~graphckpt.savers._pg_io.PostgresConnections`, opening the saver on first use."""
+        if not self._io.is_open:
             await self.setup()
-        lock = self._conn_lock
-        if lock is not None and not lock.locked():
-            async with lock:  # free: taken without yielding to the loop
-                conn = self._conn
-                if conn is None or conn.closed:
-                    conn = self._conn = await self._connect()
-                try:
-                    yield conn
-                finally:
-                    self._drop_if_broken(conn)
-            return
-        assert self._pool is not None
-        async with self._pool.connection() as conn:
+        async with self._io.connection() as conn:
             yield conn
-
-    def _drop_if_broken(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if (conn.broken or conn.closed) and self._conn is conn:
-            self._conn = None  # the next call reconnects
-            with contextlib.suppress(Exception):
-                conn.pgconn.finish()
-
-    @contextlib.contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        """Turn driver errors into :class:`SaverError` naming the server (never the password)."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            raise self._saver_error(action, exc) from exc
-
-    def _saver_error(self, action: str, exc: psycopg.Error) -> SaverError:
-        # The server's one-line message and its error code, never its detail, context or the statement's text (they
-        # quote our SQL and the values bound to it: a megabyte thread id, say).
-        primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) and exc.sqlstate else None
-        message = f"{primary} (SQLSTATE {exc.sqlstate})" if primary else str(exc).strip() or type(exc).__name__
-        message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX] + "…"
-        if self._password:
-            message = message.replace(self._password, "***")
-        message = scrub_password(message, self._dsn)  # also as written in a URL (percent-encoded)
-        return SaverError(f"PostgreSQL at {self._where}: {action} failed: {message}")
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """One prepared statement, rows as tuples in binary format. A parameter that no row can hold (text with a
         lone surrogate, which writes refuse before they get here) matches no row."""
         try:
             async with self._connection() as conn:
-                cur = await conn.execute(self._queries[query], params, binary=True)
+                cur = await conn.execute(self._io.queries[query], params, binary=True)
                 return await cur.fetchall()
         except UnicodeEncodeError:
             return []
         except psycopg.Error as exc:
-            raise self._saver_error(action, exc) from exc
+            raise self._io.error(action, exc) from exc
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
@@ -359,10 +264,16 @@ class PostgresSaver(PostgresRuns, Saver):
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
         params = {
-            "tid": thread_id, "expected": expected_head, "old_run": expected_run_id, "run": run_id, "now": now,
-            "worker": owner.worker_id if owner else None, "host": owner.host if owner else None,
-            "pid": owner.pid if owner else None, "until": lease_until if owner else None,
-        }  # fmt: skip
+            "tid": thread_id,
+            "expected": expected_head,
+            "old_run": expected_run_id,
+            "run": run_id,
+            "now": now,
+            "worker": owner.worker_id if owner else None,
+            "host": owner.host if owner else None,
+            "pid": owner.pid if owner else None,
+            "until": lease_until if owner else None,
+        }
         rows = await self._fetch(f"claim of thread {brief(thread_id)!r}", "claim", params)
         if rows:
             return int(rows[0][0])
@@ -381,9 +292,9 @@ class PostgresSaver(PostgresRuns, Saver):
 
     async def release(self, thread_id: str, *, run_id: str) -> None:
         check_storable(thread_id=thread_id, run_id=run_id)
-        with self._errors(f"release of thread {brief(thread_id)!r}"):
+        with self._io.errors(f"release of thread {brief(thread_id)!r}"):
             async with self._connection() as conn:
-                await conn.execute(self._queries["release"], {"tid": thread_id, "run": run_id})
+                await conn.execute(self._io.queries["release"], {"tid": thread_id, "run": run_id})
 
     async def put_writes(
         self,
@@ -422,9 +333,9 @@ class PostgresSaver(PostgresRuns, Saver):
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
-        with self._errors(f"delete of thread {brief(thread_id)!r}"):
+        with self._io.errors(f"delete of thread {brief(thread_id)!r}"):
             async with self._connection() as conn, conn.transaction():
-                cur = await conn.execute(self._queries["lock_thread"], {"tid": thread_id})
+                cur = await conn.execute(self._io.queries["lock_thread"], {"tid": thread_id})
                 row = await cur.fetchone()
                 if row is None or row[0]:
                     raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
@@ -432,15 +343,15 @@ class PostgresSaver(PostgresRuns, Saver):
                 tid: str | None = thread_id
                 source: str | None = row[1]
                 while tid is not None:
-                    [(keep,)] = await (await conn.execute(self._queries["needed_step"], {"tid": tid})).fetchall()
-                    await conn.execute(self._queries["prune"], {"tid": tid, "keep": -1 if keep is None else keep})
+                    [(keep,)] = await (await conn.execute(self._io.queries["needed_step"], {"tid": tid})).fetchall()
+                    await conn.execute(self._io.queries["prune"], {"tid": tid, "keep": -1 if keep is None else keep})
                     if keep is not None:
-                        await conn.execute(self._queries["mark_deleted"], {"tid": tid})
+                        await conn.execute(self._io.queries["mark_deleted"], {"tid": tid})
                         break
-                    await conn.execute(self._queries["drop_thread"], {"tid": tid})
+                    await conn.execute(self._io.queries["drop_thread"], {"tid": tid})
                     tid, row = None, None
                     if source is not None:
-                        row = await (await conn.execute(self._queries["lock_thread"], {"tid": source})).fetchone()
+                        row = await (await conn.execute(self._io.queries["lock_thread"], {"tid": source})).fetchone()
                     if row is not None and row[0]:
                         tid, source = source, row[1]
 
@@ -571,15 +482,3 @@ class PostgresSaver(PostgresRuns, Saver):
     @property
     def schema(self) -> str | None:
         return self._schema
-
-
-def _describe(dsn: str) -> tuple[str, str | None]:
-    """``host:port`` for messages, and the password to scrub from them."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "<unparsable dsn>", None
-    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
-    port = params.get("port") or os.environ.get("PGPORT") or "5432"
-    password = params.get("password")
-    return f"{host}:{port}", str(password) if password else None

@@ -86,30 +86,17 @@ import asyncio
 import json
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from itertools import starmap
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from graphckpt import ids
-from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers import _sqlite_writes as tx
+from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
+from graphckpt.savers._sqlite_io import SqliteConnections
 from graphckpt.savers._sqlite_runs import SqliteRuns
-from graphckpt.savers._sqlite_schema import (
-    MIGRATIONS,
-    PAGE_SIZE,
-    PREALLOCATE_WAL,
-    check_owner,
-    extend_with_zeros,
-    is_busy,
-    migrate,
-    open_hint,
-    retry_busy,
-    saver_error,
-)
+from graphckpt.savers._sqlite_schema import PREALLOCATE_WAL
 from graphckpt.savers._sqlite_sql import (
     BLOB_SELECT,
     CP_SELECT,
@@ -133,10 +120,6 @@ from graphckpt.savers.base import (
     StoredEvent,
     StoredWrite,
     ThreadRecord,
-    brief,
-    check_storable,
-    filter_can_match,
-    utf8_safe,
 )
 
 __all__ = ["SqliteSaver"]
@@ -182,15 +165,9 @@ class SqliteSaver(SqliteRuns, Saver):
         self.read_inline = read_inline
         self.preallocate_wal = preallocate_wal
         self.events = events
-        self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
-        self._wal_path = ""
-        self._executor: ThreadPoolExecutor | None = None  # the writer thread
-        self._conn: sqlite3.Connection | None = None  # the writer's connection, used under _conn_lock
-        self._inline: sqlite3.Connection | None = None  # busy timeout 0; used under _inline_lock, on any thread
-        self._conn_lock = threading.Lock()
-        self._inline_lock = threading.Lock()  # the same lock as _conn_lock for ":memory:" (one connection)
-        self._read_executor: ThreadPoolExecutor | None = None  # the reader thread, started on the first read that
-        self._reader: sqlite3.Connection | None = None  # cannot run inline; its connection is used only there
+        self._io = SqliteConnections(
+            self.path, synchronous=synchronous, busy_timeout=busy_timeout, preallocate_wal=preallocate_wal
+        )
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -201,232 +178,41 @@ class SqliteSaver(SqliteRuns, Saver):
     async def setup(self, *, create: bool = True) -> None:
         if not self._open:
             async with self._lock:
-                await self._open_locked(create)
-
-    async def _open_locked(self, create: bool) -> None:
-        if self._open:  # somebody else opened it while we waited for the lock
-            return
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphckpt-sqlite")
-        try:
-            self._conn = await self._submit(lambda: self._connect(create))
-            if self.path == ":memory:":  # one private database: one connection, one lock
-                self._inline, self._inline_lock = self._conn, self._conn_lock
-            else:
-                self._inline = await self._submit(lambda: self._connection(timeout=0.0))
-                self._inline_lock = threading.Lock()
-            self._wal_ready = self.path == ":memory:" or self.synchronous != "FULL" or not self.preallocate_wal
-        except BaseException as exc:
-            await self._release()
-            if isinstance(exc, sqlite3.Error):
-                raise self._error(exc) from exc
-            if isinstance(exc, OSError):  # a directory on the way that we may not enter, say
-                raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-            raise
-        self._open = True
+                if not self._open:  # nobody else opened it while we waited for the lock
+                    await self._io.open(create)
+                    self._open = True
 
     async def aclose(self) -> None:
         async with self._lock:
             self._open = False
-            await self._release()
-
-    async def _release(self) -> None:
-        executor, conn, inline = self._executor, self._conn, self._inline
-        read_executor, self._read_executor = self._read_executor, None
-        self._executor = self._conn = self._inline = None
-        loop = asyncio.get_running_loop()
-        try:
-            if read_executor is not None:
-                try:
-                    await loop.run_in_executor(read_executor, self._close_reader)
-                finally:
-                    read_executor.shutdown(wait=True)
-            if inline is not None and inline is not conn:
-                with self._inline_lock:  # not while a read or write on another thread still uses it
-                    inline.close()
-        finally:
-            if executor is not None:
-                try:
-                    if conn is not None:
-                        await loop.run_in_executor(executor, conn.close)
-                finally:
-                    executor.shutdown(wait=True)
+            await self._io.close()
 
     def __del__(self) -> None:
         super().__del__()  # warns with ResourceWarning when still open
-        for name in ("_executor", "_read_executor"):
-            executor = getattr(self, name, None)
-            if executor is not None:
-                executor.shutdown(wait=False)  # its thread exits; the sqlite3 connections close when collected
+        io = getattr(self, "_io", None)
+        if io is not None:
+            io.abandon()
 
-    def _connection(self, *, timeout: float, read_only: bool = False) -> sqlite3.Connection:
-        """A connection with this saver's pragmas. ``check_same_thread=False``: each one is used by one thread at a
-        time (under its lock, or only on its own thread), not always the thread that opened it."""
-        conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated in __init__; set per connection
-            if read_only:
-                conn.execute("PRAGMA query_only = ON")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _connect(self, create: bool = True) -> sqlite3.Connection:
-        """Open the writer connection (on the executor thread), set pragmas and apply missing migrations; first,
-        before anything is written, refuse a file that is not graphckpt's (see ``_sqlite_schema.check_owner``)."""
-        parent = Path(self.path).resolve().parent
-        if self.path != ":memory:" and not parent.is_dir():
-            raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
-        if not create and (self.path == ":memory:" or not os.path.exists(self.path)):
-            raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file does not exist")
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise SaverError(f"cannot open SQLite database {self.path!r}: {exc}{open_hint(self.path)}") from exc
-        # where SQLite keeps the WAL (it resolves the path as it opens the file), not wherever a relative path points
-        # after a chdir: the preallocation must never touch another database's WAL
-        self._wal_path = os.path.realpath(self.path) + "-wal"
-        try:
-            check_owner(conn, self.path, create)
-            conn.execute(f"PRAGMA page_size = {PAGE_SIZE:d}")  # a new file only: before WAL and the first table
-            mode = retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], self.busy_timeout)
-            if mode != "wal" and self.path != ":memory:":
-                raise SaverError(f"SQLite database {self.path!r} cannot use WAL mode (journal_mode is {mode!r})")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated in __init__
-            if conn.execute("PRAGMA user_version").fetchone()[0] != len(MIGRATIONS):
-                tx.transaction(conn, lambda conn: migrate(conn, self.path))
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    # -- plumbing ----------------------------------------------------------------------------------------------------
-
-    def _error(self, exc: sqlite3.Error) -> SaverError:
-        return saver_error(exc, self.path, self.busy_timeout)
-
-    async def _submit(self, fn: Callable[[], _T]) -> _T:
-        assert self._executor is not None
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    # -- the seam: every method below runs its SQL through these two -------------------------------------------------
 
     async def _write(self, body: Callable[[sqlite3.Connection], _T], *, relaxed: bool = False) -> _T:
-        """Run ``body`` as one transaction: inline when the write lock is free at once, else on the writer thread
-        (one hop, however many statements). ``relaxed``: commit it without the fsync of ``synchronous=FULL``
-        (see :data:`RELAXED_WRITES`)."""
+        """Run ``body`` as one transaction, inline or on the writer thread (see ``commit_inline``). ``relaxed``:
+        commit it without the fsync of ``synchronous=FULL`` (see :data:`RELAXED_WRITES`)."""
         if not self._open:
             await self.setup()
-        if not self._wal_ready:
-            body = self._preallocating_wal(body)
-        relaxed = relaxed and self.synchronous == "FULL"
-        if self.commit_inline and self._inline_lock.acquire(blocking=False):
-            try:
-                conn = self._inline
-                assert conn is not None
-                try:
-                    if relaxed:  # not allowed inside a transaction; set back to FULL right after it
-                        conn.execute("PRAGMA synchronous = NORMAL")
-                    conn.execute("BEGIN IMMEDIATE")  # busy timeout 0: fails at once if anybody holds the lock
-                except sqlite3.Error as exc:
-                    if relaxed:
-                        conn.execute("PRAGMA synchronous = FULL")
-                    if not is_busy(exc):
-                        raise self._error(exc) from exc
-                else:
-                    try:
-                        result = body(conn)
-                        conn.execute("COMMIT")
-                        return result
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                        raise
-                    finally:
-                        if relaxed:
-                            conn.execute("PRAGMA synchronous = FULL")
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
-            finally:
-                self._inline_lock.release()
-        conn, lock = self._conn, self._conn_lock  # nothing ran: the writer thread waits for the lock instead
-        assert conn is not None
-
-        def run() -> _T:
-            with lock:
-                try:
-                    if relaxed:
-                        conn.execute("PRAGMA synchronous = NORMAL")
-                    return tx.transaction(conn, body)
-                except sqlite3.Error as exc:
-                    raise self._error(exc) from exc
-                finally:
-                    if relaxed:
-                        conn.execute("PRAGMA synchronous = FULL")
-
-        return await self._submit(run)
-
-    def _preallocating_wal(self, body: Callable[[sqlite3.Connection], _T]) -> Callable[[sqlite3.Connection], _T]:
-        """``body``, first extending the WAL file ahead (see the module docstring); runs under the write lock."""
-
-        def run(conn: sqlite3.Connection) -> _T:
-            if not self._wal_ready:
-                self._wal_ready = True  # once per open saver, even if it fails: it only saves time
-                extend_with_zeros(self._wal_path, self.preallocate_wal)
-            return body(conn)
-
-        return run
+        return await self._io.run(body, write=True, inline=self.commit_inline, relaxed=relaxed)
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        """One query: inline when the inline connection is free, else one hop to the reader thread. A parameter
-        that no row can hold (text with a lone surrogate, which writes refuse) matches no row."""
-        try:
-            return await self._query(sql, params)
-        except UnicodeEncodeError:
-            return []
-
-    async def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        """One query, inline or on the reader thread (see ``read_inline``). A parameter that no row can hold (text
+        with a lone surrogate, which writes refuse) matches no row."""
         if not self._open:
             await self.setup()
-        if self.read_inline and self._inline_lock.acquire(blocking=False):
-            try:
-                conn = self._inline
-                assert conn is not None
-                return conn.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                if not is_busy(exc):
-                    raise self._error(exc) from exc
-            finally:
-                self._inline_lock.release()
-        return await self._fetch_on_thread(sql, params)
-
-    async def _fetch_on_thread(self, sql: str, params: Sequence[Any]) -> list[Row]:
         try:
-            if self.path == ":memory:":  # one connection: its lock is taken on the writer thread
-                return await asyncio.get_running_loop().run_in_executor(self._executor, self._fetch_here, sql, params)
-            if self._read_executor is None:
-                self._read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphckpt-sqlite-reader")
-            return await asyncio.get_running_loop().run_in_executor(self._read_executor, self._read, sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-
-    def _read(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        """Run on the reader thread: one query on its read-only connection, opened here on first use. Its threads
-        (like the writer's) are a :class:`~concurrent.futures.ThreadPoolExecutor`'s, which the interpreter stops at
-        exit: a saver left open never hangs exit (tested)."""
-        if self._reader is None:
-            self._reader = self._connection(timeout=self.busy_timeout, read_only=True)
-        return self._reader.execute(sql, params).fetchall()
-
-    def _close_reader(self) -> None:
-        """Run on the reader thread, after the reads queued before it."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.close()
-
-    def _fetch_here(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        """Run on the writer thread, for ``":memory:"`` (one connection shared by everything)."""
-        assert self._conn is not None
-        with self._conn_lock:
-            return self._conn.execute(sql, params).fetchall()
+            return await self._io.run(
+                lambda conn: conn.execute(sql, params).fetchall(), write=False, inline=self.read_inline
+            )
+        except UnicodeEncodeError:
+            return []
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
@@ -446,9 +232,17 @@ class SqliteSaver(SqliteRuns, Saver):
         now = ids.now()
         lease = (owner, lease_until) if owner is not None and lease_until is not None else None
         await self._write(
-            lambda conn: tx.commit(conn, cp, expected_head=expected_head, run_id=run_id, meta=meta, now=now,
-                                   lease=lease, events=self.events)
-        )  # fmt: skip
+            lambda conn: tx.commit(
+                conn,
+                cp,
+                expected_head=expected_head,
+                run_id=run_id,
+                meta=meta,
+                now=now,
+                lease=lease,
+                events=self.events,
+            )
+        )
 
     async def claim(
         self,
@@ -465,10 +259,15 @@ class SqliteSaver(SqliteRuns, Saver):
         lease = (owner, lease_until) if owner is not None and lease_until is not None else None
         return await self._write(
             lambda conn: tx.claim(
-                conn, thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id, now=now,
+                conn,
+                thread_id,
+                expected_head=expected_head,
+                expected_run_id=expected_run_id,
+                run_id=run_id,
+                now=now,
                 lease=lease,
             )
-        )  # fmt: skip
+        )
 
     async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
         check_storable(thread_id=thread_id, run_id=run_id)

@@ -42,9 +42,13 @@ class FilterCases:
         """Every key of the filter must match; filters combine with ``limit`` and ``before_step``."""
         a, b, c, d = await filter_thread(
             saver,
-            [{"source": "loop", "node": "x"}, {"source": "loop", "node": "y"}, {"source": "update", "node": "x"},
-             {"source": "loop", "node": "x", "extra": 1}],
-        )  # fmt: skip
+            [
+                {"source": "loop", "node": "x"},
+                {"source": "loop", "node": "y"},
+                {"source": "update", "node": "x"},
+                {"source": "loop", "node": "x", "extra": 1},
+            ],
+        )
         t = a.thread_id
         assert checkpoint_ids(
             await saver.list_checkpoints(t, filter={"source": "loop", "node": "x"})
@@ -64,10 +68,12 @@ class FilterCases:
         key that is present with ``null``."""
         a, b, c = await filter_thread(
             saver,
-            [{"n": 1, "flag": True, "usage": {"in": 5, "out": 7}, "tags": ["x", "y"], "gone": None},
-             {"n": 2, "flag": False, "usage": {"in": 5}, "tags": ["x"]},
-             {"n": True, "flag": 1, "usage": {"out": 7, "in": 5}, "tags": ["y", "x"]}],
-        )  # fmt: skip
+            [
+                {"n": 1, "flag": True, "usage": {"in": 5, "out": 7}, "tags": ["x", "y"], "gone": None},
+                {"n": 2, "flag": False, "usage": {"in": 5}, "tags": ["x"]},
+                {"n": True, "flag": 1, "usage": {"out": 7, "in": 5}, "tags": ["y", "x"]},
+            ],
+        )
         t = a.thread_id
 
         async def match(flt: dict[str, Any]) -> list[str]:

@@ -41,9 +41,13 @@ class LeaseCases:
         await saver.commit(cp, expected_head=None, run_id=run, owner=A, lease_until=ids.now() + 30)
         with pytest.raises(ThreadBusyError, match=r"worker-a \(host host-a, pid 101\).*heartbeat") as info:
             await saver.claim(
-                t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=B,
+                t,
+                expected_head=cp.checkpoint_id,
+                expected_run_id=run,
+                run_id=new_id(),
+                owner=B,
                 lease_until=ids.now() + 30,
-            )  # fmt: skip
+            )
         assert info.value.lease is not None and info.value.lease.owner == A  # type: ignore[attr-defined]
         assert (await thread_row(saver, t)).run_id == run  # nothing changed
 
@@ -70,9 +74,13 @@ class LeaseCases:
         cp = make_checkpoint(t, 0)
         await saver.commit(cp, expected_head=None, run_id=run, owner=A, lease_until=ids.now() - 1)
         await saver.claim(
-            t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=B,
+            t,
+            expected_head=cp.checkpoint_id,
+            expected_run_id=run,
+            run_id=new_id(),
+            owner=B,
             lease_until=ids.now() + 30,
-        )  # fmt: skip
+        )
         late = make_checkpoint(t, 1, parent=cp)
         with pytest.raises(LeaseLostError, match="worker-b"):
             await saver.commit(late, expected_head=cp.checkpoint_id, run_id=run)
@@ -91,11 +99,13 @@ class LeaseCases:
         cp = make_checkpoint(t, 0)
         await saver.commit(cp, expected_head=None, run_id=run, owner=A, lease_until=ids.now() - 1)
         until = ids.now() + 30
-        await saver.claim(t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=B,
-                          lease_until=until)  # fmt: skip
+        await saver.claim(
+            t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=B, lease_until=until
+        )
         with pytest.raises(ThreadConflictError, match="worker-b") as info:
-            await saver.claim(t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=A,
-                              lease_until=until)  # fmt: skip
+            await saver.claim(
+                t, expected_head=cp.checkpoint_id, expected_run_id=run, run_id=new_id(), owner=A, lease_until=until
+            )
         assert cp.checkpoint_id not in str(info.value)
 
     async def test_heartbeat_renews_and_release_gives_up(self, saver: Saver) -> None:
@@ -118,8 +128,9 @@ class LeaseCases:
         await saver.put_writes(t, a.checkpoint_id, [], run_id=run, status="interrupted")
         assert (await thread_row(saver, t)).lease is None
         new = new_id()
-        await saver.claim(t, expected_head=a.checkpoint_id, expected_run_id=run, run_id=new, owner=A,
-                          lease_until=ids.now() + 30)  # fmt: skip
+        await saver.claim(
+            t, expected_head=a.checkpoint_id, expected_run_id=run, run_id=new, owner=A, lease_until=ids.now() + 30
+        )
         b = make_checkpoint(t, 1, parent=a, status="done")
         await saver.commit(b, expected_head=a.checkpoint_id, run_id=new)
         row = await thread_row(saver, t)

@@ -82,8 +82,9 @@ class QueueCases:
     async def test_a_thread_held_by_a_live_lease_is_busy_and_not_claimed(self, saver: Saver) -> None:
         await self._drain(saver)
         q, t = _queue(saver), new_thread_id("q-leased")
-        await saver.commit(make_checkpoint(t, 0), expected_head=None, run_id=new_id(), owner=W,
-                           lease_until=ids.now() + 30)  # fmt: skip
+        await saver.commit(
+            make_checkpoint(t, 0), expected_head=None, run_id=new_id(), owner=W, lease_until=ids.now() + 30
+        )
         with pytest.raises(ThreadBusyError, match="worker-q"):
             await q.enqueue_run(_run(t), reject_busy=True)
         await q.enqueue_run(_run(t, "resume"), reject_busy=False)

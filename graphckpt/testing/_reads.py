@@ -155,9 +155,13 @@ class ReadCases:
         await saver.commit(b, expected_head=a.checkpoint_id, run_id=run)
         second = await thread_row(saver, t)
         assert second == dataclasses.replace(
-            first, head_checkpoint_id=b.checkpoint_id, head_step=1, status="interrupted",
-            metadata={"source": "loop", "n": 1}, updated_at=second.updated_at,
-        )  # fmt: skip
+            first,
+            head_checkpoint_id=b.checkpoint_id,
+            head_step=1,
+            status="interrupted",
+            metadata={"source": "loop", "n": 1},
+            updated_at=second.updated_at,
+        )
         assert second.updated_at > first.updated_at
 
     async def test_get_thread_of_an_unknown_thread_is_none(self, saver: Saver) -> None:

@@ -78,8 +78,11 @@ class BlobAndWriteCases:
         packed = dataclasses.replace(make_checkpoint(t, 7, parent=y), blobs=[chunk, Blob(t, "y", 7, "delta", b"y7")])
         await saver.commit(packed, expected_head=y.checkpoint_id, run_id=run)
         got = await saver.get_blobs([BlobRange(t, "x", 0, 9)])
-        assert [(b.step, b.kind, b.data) for b in got] == [(0, "snapshot", b"x0"), (1, "snapshot", b"x1"),
-                                                           (2, "chunk", chunk.data)]  # fmt: skip
+        assert [(b.step, b.kind, b.data) for b in got] == [
+            (0, "snapshot", b"x0"),
+            (1, "snapshot", b"x1"),
+            (2, "chunk", chunk.data),
+        ]
         assert await saver.get_blobs([BlobRange(t, "x", 2, 2)]) == [chunk]
         assert await saver.get_blobs([BlobRange(t, "x", 3, 9)]) == []
         assert blob_keys(await saver.get_blobs([BlobRange(t, "y", 0, 9)])) == [(t, "y", 6), (t, "y", 7)]
@@ -106,8 +109,13 @@ class BlobAndWriteCases:
         await saver.commit(extra, expected_head=fork[-1].checkpoint_id, run_id=run)
         ranges = [BlobRange(f, "z", 0, 9), BlobRange(f, "x", 0, 9), BlobRange(s, "x", 0, 1), BlobRange(f, "a", 0, 9)]
         assert blob_keys(await saver.get_blobs(ranges)) == [
-            (f, "a", 4), (s, "x", 0), (s, "x", 1), (f, "x", 2), (f, "x", 3), (f, "z", 4),
-        ]  # fmt: skip
+            (f, "a", 4),
+            (s, "x", 0),
+            (s, "x", 1),
+            (f, "x", 2),
+            (f, "x", 3),
+            (f, "z", 4),
+        ]
 
     async def test_get_blobs_empty_results(self, saver: Saver) -> None:
         """No ranges, an empty range, an unknown channel or thread, or another thread's steps: no blobs."""
