@@ -74,13 +74,7 @@ def parse_export(lines: Iterable[str], rename: Rename | None = None) -> ExportFi
             continue
         if ended:
             raise corrupt(f"export line {number} comes after the end line")
-        try:
-            item = json.loads(raw)
-            kind = item["kind"]
-        except RecursionError:
-            raise corrupt(f"export line {number} is not a graphckpt record (it nests too deeply)") from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise corrupt(f"export line {number} is not a graphckpt record ({check.clip(str(exc), 120)})") from None
+        item, kind = _record(raw, number)
         if thread_id is None:
             _check_header(item, kind)
         try:
@@ -123,6 +117,17 @@ def parse_export(lines: Iterable[str], rename: Rename | None = None) -> ExportFi
     if not checkpoints or checkpoints[-1].thread_id != thread_id:
         raise corrupt(f"the export does not end with a checkpoint of thread {cut(thread_id)}")
     return ExportFile(thread_id, checkpoints, writes, numbers, bodies)
+
+
+def _record(raw: str, number: int) -> tuple[Any, Any]:
+    """Line ``number``'s JSON value and its ``kind``."""
+    try:
+        item = json.loads(raw)
+        return item, item["kind"]
+    except RecursionError:
+        raise corrupt(f"export line {number} is not a graphckpt record (it nests too deeply)") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise corrupt(f"export line {number} is not a graphckpt record ({check.clip(str(exc), 120)})") from None
 
 
 def _check_header(item: dict[str, Any], kind: Any) -> None:
