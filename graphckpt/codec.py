@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +28,12 @@ from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, brie
 from graphckpt.serde import Serializer
 from graphckpt.state import StateSchema
 
-__all__ = ["CHUNK", "CHUNK_DELTA_MAX", "Body", "Codec", "Loose", "referable_update", "split_chunk"]
+__all__ = ["CHUNK", "CHUNK_DELTA_MAX", "Body", "Codec", "Loose", "referable_update", "replace_lineage", "split_chunk"]
 
 logger = logging.getLogger(__name__)
 
 _FORMAT = 1
+_LINEAGE = "lin"  # the body's key of its lineage (see :func:`replace_lineage`)
 
 INLINE_MAX = 64
 """A plain channel encoded in at most this many bytes is carried in the checkpoint body (see ``channel_blobs``)."""
@@ -98,7 +98,7 @@ class Codec:
             "sv": body.schema_version,
             "t": tasks,
             "ch": {k: list(v) for k, v in body.channels.items()},
-            "lin": [list(seg) for seg in body.lineage],
+            _LINEAGE: [list(seg) for seg in body.lineage],
         }
         if body.interrupts:
             raw["i"] = [[i.node, i.when, i.payload, i.task_id] for i in body.interrupts]
@@ -204,7 +204,7 @@ class Codec:
             return Body(
                 tasks=tasks,
                 channels={str(k): (int(v[0]), int(v[1])) for k, v in raw["ch"].items()},
-                lineage=[(str(t), int(s)) for t, s in raw["lin"]],
+                lineage=[(str(t), int(s)) for t, s in raw[_LINEAGE]],
                 interrupts=[Interrupt(str(n), w, payload=p, task_id=t) for n, w, p, t in raw.get("i", ())],
                 barriers={str(k): [str(x) for x in v] for k, v in raw.get("b", {}).items()},
                 schema_version=int(raw["sv"]),
@@ -490,15 +490,7 @@ def referable_update(
 def _pack_chunk(deltas: Sequence[tuple[int, bytes]]) -> bytes:
     """The ``data`` of a chunk: a msgpack array ``[step, writes, step, writes, ...]``, put together from the deltas'
     encoded bytes without decoding them."""
-    n = 2 * len(deltas)
-    header = (
-        bytes([0x90 | n])
-        if n < 16
-        else b"\xdc" + struct.pack(">H", n)
-        if n < 1 << 16
-        else b"\xdd" + struct.pack(">I", n)
-    )
-    parts = [header]
+    parts = [msgpack.Packer().pack_array_header(2 * len(deltas))]  # the shortest header, as msgpack writes it
     for step, data in deltas:
         parts += (msgpack.packb(step), data)
     return b"".join(parts)
@@ -523,6 +515,28 @@ def split_chunk(data: bytes) -> list[tuple[int, bytes]]:
     except Exception as exc:
         raise ValueError(f"not a chunk ({type(exc).__name__})") from None
     return out
+
+
+def replace_lineage(data: bytes, lineage: Sequence[tuple[str, int]]) -> bytes:
+    """The encoded body ``data`` with its lineage replaced by ``lineage`` and every other byte kept: the other
+    entries' raw encodings are copied, not decoded and encoded again, so a body whose threads were renamed (an export
+    or import, see :mod:`graphckpt.transfer`) stays what was stored. ``data`` is a body :meth:`Codec.decode_body`
+    reads."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    size = unpacker.read_map_header()
+    parts = [data[: unpacker.tell()]]
+    for _ in range(size):
+        start = unpacker.tell()
+        key = unpacker.unpack()
+        middle = unpacker.tell()
+        unpacker.skip()
+        end = unpacker.tell()
+        parts.append(data[start:middle])
+        parts.append(
+            msgpack.packb([[t, s] for t, s in lineage], use_bin_type=True) if key == _LINEAGE else data[middle:end]
+        )
+    return b"".join(parts)
 
 
 def _is_chunk(data: Any) -> bool:

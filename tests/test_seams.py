@@ -3,7 +3,6 @@ back unchanged (``tests/data/format_v1.db``, written by commit b046ceb through `
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import shutil
@@ -98,27 +97,3 @@ async def test_a_slow_stream_reader_keeps_the_run_at_most_one_step_ahead(saver: 
     assert read == 9  # the input's checkpoint and eight steps
     assert max(ahead) <= 1 and ahead[-1] == 0, ahead  # never more than one step ahead; nothing after the end
     await app.aclose()
-
-
-CORE = {f"graphckpt.{m}" for m in ("app", "begin", "compiled", "engine", "fork", "graph", "records", "store", "sync")}
-
-
-def test_nothing_below_the_builder_imports_it_and_no_import_hides_in_a_function() -> None:
-    """``graph`` imports ``app`` at module level, so no module below it may import ``graph`` at run time (only for
-    type checking), and no import of the core is tucked into a function to dodge a cycle (lazy imports of optional
-    parts, like a saver's driver or a CLI command's module, are for start-up time and stay)."""
-    package = Path(__file__).parent.parent / "graphckpt"
-    offenders: list[str] = []
-    for path in sorted(package.rglob("*.py")):
-        name = path.relative_to(package).as_posix()
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                for inner in ast.walk(node):
-                    if isinstance(inner, ast.ImportFrom) and inner.module in CORE:
-                        offenders.append(f"{name}:{inner.lineno} imports {inner.module} inside {node.name}()")
-        for stmt in tree.body:  # module level, outside `if TYPE_CHECKING:`
-            allowed = name == "__init__.py" or name.startswith("cli/")
-            if isinstance(stmt, ast.ImportFrom) and stmt.module == "graphckpt.graph" and not allowed:
-                offenders.append(f"{name}:{stmt.lineno} imports graphckpt.graph")
-    assert offenders == []
