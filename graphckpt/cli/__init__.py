@@ -29,14 +29,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, get_args
 
+from graphckpt.cli.exits import WAITING
 from graphckpt.savers.base import Status
 from graphckpt.savers.queue import RunStatus
 
 __all__ = ["WAITING", "build_parser", "main"]
-
-WAITING = 3
-"""The exit status of ``resume`` when the thread stops interrupted (waiting for an answer or a resume), so a script
-can tell waiting (3) from done (0) and failed (1)."""
 
 _EPILOG = """\
 The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db in the current directory) or a
@@ -483,8 +480,9 @@ def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS, Stopped
-    from graphckpt.cli.session import CliError, Database, Session, scrub_password
+    from graphckpt.cli.session import CliError, Session, scrub_password
     from graphckpt.errors import CorruptCheckpointError, GraphckptError
+    from graphckpt.targets import Database
 
     debug = bool(os.environ.get("GRAPHCKPT_DEBUG"))
     db_url = getattr(args, "db", None) or os.environ.get("GRAPHCKPT_DB")

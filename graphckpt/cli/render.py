@@ -24,7 +24,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphckpt.checkpoint import Snapshot, ThreadInfo
-from graphckpt.cli.records import (
+from graphckpt.diff import MISSING, UNSET, Diff
+from graphckpt.plain import (
     audit_of,
     duration_ms,
     graph_of,
@@ -36,7 +37,6 @@ from graphckpt.cli.records import (
     to_jsonable,
     tokens,
 )
-from graphckpt.diff import MISSING, UNSET, Diff
 
 __all__ = [
     "ABBREV",
@@ -432,7 +432,7 @@ def _tree_ids(tree: Mapping[str, Any]) -> Iterator[str]:
 
 def history_tree(trees: Sequence[Mapping[str, Any]], highlight: str) -> Tree:
     """``graphckpt history --tree``: each thread's own checkpoints, with forks hanging off the checkpoint they
-    branched from (``trees`` as built by the command, see ``records.thread_trees``). A thread's token total is of
+    branched from (``trees`` as built by the command, see ``plain.thread_trees``). A thread's token total is of
     all its own checkpoints, also those ``--limit`` leaves out (the label says how many are not shown)."""
     short = abbreviations(i for tree in trees for i in _tree_ids(tree))
     root = Tree(Text("threads", style="bold"), hide_root=True)

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sys
 
-from graphckpt.cli.session import Database, UsageError, compile_with, load_target
+from graphckpt.targets import Database, UsageError, compile_with, load_target
 
 __all__ = ["LOOPBACK", "add_parser", "cmd_serve"]
 

@@ -138,6 +138,6 @@ def _apps(graphs: Any) -> dict[str, App]:
 
 
 def _saver(url: str) -> Saver:
-    from graphckpt.cli.session import Database
+    from graphckpt.targets import Database
 
     return Database(url).saver(create=True)
