@@ -8,10 +8,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from graphckpt.server import models
-from graphckpt.server.assistants import AssistantSearchBody
-from graphckpt.server.runs import RunsQuery
-from graphckpt.server.streams import StreamQuery
-from graphckpt.server.threads import DiffQuery, HistoryQuery, StateQuery
+from graphckpt.server.events.streams import StreamQuery
+from graphckpt.server.routes.assistants import AssistantSearchBody
+from graphckpt.server.routes.runs import RunsQuery
+from graphckpt.server.routes.threads import DiffQuery, HistoryQuery, StateQuery
 
 __all__ = ["SPEC", "document"]
 

@@ -1,17 +1,10 @@
-"""How the server runs threads: the :class:`RunExecutor` interface, and :class:`InProcessRuns`, which runs them on
-the server's own event loop.
+"""``InProcessRuns``: the :class:`~graphckpt.server.execution.base.RunExecutor` that runs threads on the server's own
+event loop, for an app whose saver has no run queue (the server uses :mod:`.queued` otherwise).
 
-A run is one request to advance a thread (an input, an answer, or a recovery). The server only ever talks to the
-interface: ``submit`` (with the multitask strategy: ``reject`` refuses a thread that already has a run with
-:class:`RunConflict`, 409; ``enqueue`` queues after it), ``get``/``list``, ``cancel`` and ``join``. What a client
-streams does not come from here but from the durable event log, so the process that runs a thread need not be the
-one serving its stream.
-
-``InProcessRuns`` keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes
-the threads a crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running``
-with an expired lease: their process died), through the engine's lease claim, so a thread another live process runs
-is never touched. The server uses :class:`~graphckpt.server.queue_runs.QueueRuns` (the durable run queue and
-``graphckpt.Worker``) by default; this class remains for an app whose saver has no run queue."""
+It keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes the threads a
+crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running`` with an
+expired lease: their process died), through the engine's lease claim, so a thread another live process runs is
+never touched."""
 
 from __future__ import annotations
 
@@ -19,129 +12,32 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any
 
 from graphckpt import ids
-from graphckpt.errors import GraphckptError, ThreadStateError
-from graphckpt.records import NO_ANSWER
-from graphckpt.server.errors import ApiError
+from graphckpt.errors import GraphckptError
+from graphckpt.server.execution.base import (
+    RunConflict,
+    RunInfo,
+    RunRequest,
+    RunStatus,
+    Thread,
+    check_request,
+    inherited_tags,
+)
+from graphckpt.server.graphs import Graphs
 from graphckpt.subgraph import link_of
 
-if TYPE_CHECKING:
-    from graphckpt.server.service import Service
-
-__all__ = [
-    "InProcessRuns",
-    "RunConflict",
-    "RunExecutor",
-    "RunInfo",
-    "RunRequest",
-    "RunStatus",
-    "check_request",
-    "inherited_tags",
-]
+__all__ = ["InProcessRuns"]
 
 logger = logging.getLogger("graphckpt.server")
-
-RunStatus = Literal["pending", "running", "success", "error", "interrupted", "cancelled"]
-"""LangGraph's run statuses (``cancelled`` where it says ``interrupted`` for a cancel: ours is the thread's)."""
-
-UI_TAGS = frozenset({"via", "ui_action", "ui_by"})
-"""The tags the web UI adds to the runs it starts (see :mod:`graphckpt.server.ui.data`)."""
-
-_FINISHED = frozenset({"success", "error", "interrupted", "cancelled"})
-
-
-class RunConflict(ApiError):
-    """The thread already has a run and the strategy is ``reject`` (409)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(409, "RunConflict", message)
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What a run does: ``input`` on a new or done thread, or (``resume``) continue it with ``answer``."""
-
-    thread_id: str
-    """The stored thread id."""
-    graph_id: str
-    input: Mapping[str, Any] | None = None
-    resume: bool = False
-    answer: Any = NO_ANSWER
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The thread's metadata, kept in the run's checkpoints (``tags.metadata``)."""
-    recursion_limit: int | None = None
-    tags: Mapping[str, Any] | None = None
-    """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
-
-
-@dataclass
-class RunInfo:
-    run_id: str
-    request: RunRequest
-    multitask_strategy: str
-    start: tuple[int, int] | None
-    """The event cursor before the run: its stream is the thread's events after it (``None``: not known here, a
-    run read back from the queue after a restart)."""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The run's own metadata."""
-    status: RunStatus = "pending"
-    error: str | None = None
-    created_at: float = field(default_factory=ids.now)
-    updated_at: float = field(default_factory=ids.now)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def finished(self) -> bool:
-        return self.status in _FINISHED
-
-
-class RunExecutor(Protocol):
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    def active(self, thread_id: str) -> bool: ...
-    async def submit(
-        self, request: RunRequest, *, multitask: str, start: tuple[int, int], metadata: Mapping[str, Any] | None = ...
-    ) -> RunInfo: ...
-    async def get(self, run_id: str) -> RunInfo | None: ...
-    async def list(self, thread_id: str) -> list[RunInfo]: ...
-    async def cancel(self, run_id: str) -> RunInfo: ...
-    async def cancel_thread(self, thread_id: str) -> None: ...
-    async def join(self, run_id: str) -> RunInfo: ...
-
-
-async def check_request(service: Service, request: RunRequest) -> None:
-    """Refuse at once what the run would refuse: a resume of no thread (404); input for a thread that waits for an
-    answer or a resume, or that another process runs or that crashed (:class:`ThreadStateError`); input that does not
-    fit the graph."""
-    record = await service.saver.get_thread(request.thread_id)
-    if request.resume:
-        if record is None:
-            raise ApiError(404, "ThreadNotFoundError", f"no thread {request.thread_id!r} to resume")
-        return
-    if record is not None and record.status != "done":
-        hint = "answer it with command.resume" if record.status == "interrupted" else "resume it with a command"
-        raise ThreadStateError(f"thread {request.thread_id!r} is {record.status}: {hint}")
-    service.app(request.graph_id).graph.validate_input(request.input or {})
-
-
-async def inherited_tags(service: Service, thread_id: str) -> Mapping[str, Any] | None:
-    """The tags a run without its own keeps: the thread's, less the marks of a web UI action (:data:`UI_TAGS`: an
-    API run after a UI cancel is not a UI action); ``None`` when the thread has no such marks (it keeps them all)."""
-    record = await service.saver.get_thread(thread_id)
-    found = record.metadata.get("tags") if record is not None else None
-    if not isinstance(found, Mapping) or not UI_TAGS & found.keys():
-        return None
-    return {k: v for k, v in found.items() if k not in UI_TAGS}
 
 
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
-    def __init__(self, service: Service, *, recover: bool = True, recover_interval: float = 1.0) -> None:
-        self.service = service
+    def __init__(self, graphs: Graphs, *, recover: bool = True, recover_interval: float = 1.0) -> None:
+        self.graphs = graphs
         self.recover = recover
         self.recover_interval = recover_interval
         self._recovery: asyncio.Task[None] | None = None
@@ -166,13 +62,13 @@ class InProcessRuns:
     async def recover_crashed(self) -> None:
         """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
         it refuses a live lease, so two servers never run one thread)."""
-        for record in await self.service.saver.list_threads(status="crashed"):
+        for record in await self.graphs.saver.list_threads(status="crashed"):
             if self.active(record.thread_id) or link_of(record.metadata) is not None:  # a child: its parent's resume
                 continue
-            graph = self.service.graph_of(record)
+            graph = self.graphs.graph_of(record)
             logger.info("recovering thread %s (graph %s) at step %d", record.thread_id, graph, record.head_step)
             request = RunRequest(record.thread_id, graph, resume=True)
-            await self.submit(request, multitask="enqueue", start=(record.head_step, -1), recovery=True)
+            await self.submit(request, thread=record, multitask="enqueue", start=(record.head_step, -1), recovery=True)
 
     async def stop(self) -> None:
         if self._recovery is not None:
@@ -193,6 +89,7 @@ class InProcessRuns:
         self,
         request: RunRequest,
         *,
+        thread: Thread,
         multitask: str,
         start: tuple[int, int],
         metadata: Mapping[str, Any] | None = None,
@@ -203,7 +100,7 @@ class InProcessRuns:
             if multitask == "reject":
                 raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         elif not recovery:
-            await check_request(self.service, request)
+            check_request(self.graphs, thread, request)
         info = RunInfo(ids.new_id(), request, multitask, start, dict(metadata or {}))
         self._runs[info.run_id] = info
         self._queues.setdefault(sid, []).append(info)
@@ -265,13 +162,13 @@ class InProcessRuns:
 
     async def _execute(self, info: RunInfo) -> None:
         request = info.request
-        app = self.service.app(request.graph_id)
+        app = self.graphs.app(request.graph_id)
         info.status, info.updated_at = "running", ids.now()
         try:
             if request.resume:
-                tags = (
-                    request.tags if request.tags is not None else await inherited_tags(self.service, request.thread_id)
-                )
+                tags = request.tags
+                if tags is None:  # the thread as it is now (a run queued after another sees that one's tags)
+                    tags = inherited_tags(await self.graphs.saver.get_thread(request.thread_id))
                 snap = await app.aresume(
                     request.thread_id, request.answer, recursion_limit=request.recursion_limit,
                     **({"tags": dict(tags)} if tags is not None else {}),
