@@ -329,14 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`. "
-                "The whole file is checked first (every field, every stored byte decoded, the lineage) and nothing is "
-                "written unless all of it passes; an existing thread is never changed (a checkpoint the database has "
-                "already must be identical). Importing runs no code the file names.")  # fmt: skip
+    p = command(
+        "import",
+        "load a thread exported as JSON lines",
+        "Store a thread written by `graphckpt export`. "
+        "The whole file is checked first (every field, every stored byte decoded, the lineage) and nothing is "
+        "written unless all of it passes; an existing thread is never changed (a checkpoint the database has "
+        "already must be identical). Importing runs no code the file names.",
+    )
     p.add_argument("file", metavar="FILE", help="the export (- for stdin)")
 
-    p = command("graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False,
-                json=False)  # fmt: skip
+    p = command(
+        "graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False, json=False
+    )
     p.add_argument("target", metavar="MODULE:ATTR")
 
     p = command(

@@ -115,9 +115,12 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
             )
         s.note(f"thread {thread_id!r} is done at step {record.head_step}: this input starts a new turn on top of it")
     stream = app.astream(
-        update, thread_id=thread_id, mode="checkpoints", recursion_limit=args.recursion_limit,
+        update,
+        thread_id=thread_id,
+        mode="checkpoints",
+        recursion_limit=args.recursion_limit,
         tags={"graph": args.target},
-    )  # fmt: skip
+    )
     await _drive(s, app, stream, thread_id, args, verb="running")
     return 0
 
@@ -139,9 +142,14 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
     given: dict[str, Any] = {"answer": answer} if args.answer is not None else {}
     stream = app.astream(
-        None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
-        resume=True, **given,
-    )  # fmt: skip
+        None,
+        thread_id=args.thread,
+        mode="checkpoints",
+        recursion_limit=args.recursion_limit,
+        tags=tags,
+        resume=True,
+        **given,
+    )
     final = await _drive(s, app, stream, args.thread, args, verb="resuming")
     return WAITING if final.status == "interrupted" else 0
 
@@ -196,8 +204,11 @@ async def _drive(
     out.print(summary, markup=False)
     waiting = [i for i in final.interrupts if i.when == "inside"]
     for i in final.interrupts:
-        what = f"node {i.node!r} asks: {_payload_text(i.payload)}" if i.when == "inside" else (
-            f"stopped {i.when} node {i.node!r}")  # fmt: skip
+        what = (
+            f"node {i.node!r} asks: {_payload_text(i.payload)}"
+            if i.when == "inside"
+            else (f"stopped {i.when} node {i.node!r}")
+        )
         out.print(what, markup=False)
     if final.status == "interrupted":
         hint = " --answer JSON" if waiting else ""
@@ -265,8 +276,14 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
     while todo:
         tid = todo.pop()
         family.append(tid)
-        todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
-                 i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
+        todo += [
+            i.thread_id
+            for i in infos
+            if i.forked_from
+            and i.forked_from.thread_id == tid
+            and i.thread_id not in family
+            and i.thread_id not in todo
+        ]
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
     # --limit: each thread's newest N (a fork from a checkpoint left out hangs off its thread); totals count them all
     tree = plain.thread_trees([by_id[t] for t in family], own, root, limit=args.limit)
@@ -356,9 +373,13 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
     checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
     assert checkpoint is not None
     snap = await app.afork(
-        args.thread, checkpoint, update=update or None, new_thread_id=args.new_thread, goto=args.goto or None,
+        args.thread,
+        checkpoint,
+        update=update or None,
+        new_thread_id=args.new_thread,
+        goto=args.goto or None,
         tags={"graph": ref},
-    )  # fmt: skip
+    )
     if args.json:
         _print_json(plain.snapshot_record(snap, raw=False))
         return 0
@@ -535,5 +556,8 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "runs": cmd_runs,
     "worker": cmd_worker,
 }
-SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
-                                                                   "serve": cmd_serve}  # fmt: skip
+SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "graph": cmd_graph,
+    "demo": cmd_demo,
+    "serve": cmd_serve,
+}

@@ -360,14 +360,23 @@ def audit_lines(record: Mapping[str, Any]) -> list[Text]:
         lines.append(Text("failed attempts", style="bold"))
         for a in attempts:
             retried = ", retried" if a.get("retried") else ""
-            lines.append(Text(f"{where(a)} attempt {a.get('attempt')} at {_when(a.get('at'))}{retried}: "
-                              f"{a.get('type')}: {a.get('message')}", style="red"))  # fmt: skip
+            lines.append(
+                Text(
+                    f"{where(a)} attempt {a.get('attempt')} at {_when(a.get('at'))}{retried}: "
+                    f"{a.get('type')}: {a.get('message')}",
+                    style="red",
+                )
+            )
     lost = [c for c in record.get("calls") or [] if c.get("status") == "lost"]
     if lost:
         lines.append(Text("calls lost (started, never finished)", style="bold"))
         for c in lost:
-            lines.append(Text(f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
-                              style="yellow"))  # fmt: skip
+            lines.append(
+                Text(
+                    f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
+                    style="yellow",
+                )
+            )
     answers = record.get("answers") or []
     if answers:
         lines.append(Text("interrupt answers", style="bold"))

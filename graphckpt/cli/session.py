@@ -156,8 +156,9 @@ class Session:
         except CliError as exc:
             if override:
                 raise
-            raise UsageError(f"cannot {action} thread {thread_id!r} with its recorded graph: {exc}; "
-                             "pass --graph MODULE:ATTR") from None  # fmt: skip
+            raise UsageError(
+                f"cannot {action} thread {thread_id!r} with its recorded graph: {exc}; pass --graph MODULE:ATTR"
+            ) from None
 
     def loading(self, message: str) -> None:
         """The one line saying which recorded graph a command imports (``graphckpt: ...`` on stderr)."""

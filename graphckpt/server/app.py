@@ -85,8 +85,15 @@ def create_app(
     if cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
-                                     allow_headers=["*"], expose_headers=["Content-Location", "Location"]))  # fmt: skip
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cors_origins),
+                allow_methods=["*"],
+                allow_headers=["*"],
+                expose_headers=["Content-Location", "Location"],
+            )
+        )
     routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
     handlers: dict[Any, Any] = {}
     if ui:

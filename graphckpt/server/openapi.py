@@ -131,8 +131,7 @@ def _parameters(path: str, query: type[BaseModel] | None) -> list[dict[str, Any]
         for name, prop in schema.get("properties", {}).items():
             if prop.get("type") == "array" or any(p.get("type") == "array" for p in prop.get("anyOf", [])):
                 prop = {"type": "string"}  # comma-separated in the query string
-            params.append({"name": name, "in": "query", "required": name in schema.get("required", []),
-                           "schema": prop})  # fmt: skip
+            params.append({"name": name, "in": "query", "required": name in schema.get("required", []), "schema": prop})
     return params
 
 

@@ -87,9 +87,9 @@ class Service:
         tags = json.loads(found[0])
         graph = tags.get("graph")
         metadata = tags.get("metadata")
-        return PendingThread(thread_id, dict(metadata) if isinstance(metadata, dict) else {},
-                             self.graphs.served(graph),
-                             found[1])  # fmt: skip
+        return PendingThread(
+            thread_id, dict(metadata) if isinstance(metadata, dict) else {}, self.graphs.served(graph), found[1]
+        )
 
     async def _store_created(self, sid: str, thread: PendingThread, *, replace: bool = False) -> bool:
         if not isinstance(self.saver, RunQueue):
@@ -198,8 +198,16 @@ class Service:
         tags["graph"] = self.graphs.graph_of(record)
         tags["metadata"] = {**user_metadata(record), **(metadata or {})}
         new_sid = store_id(ns, new_thread_id or ids.new_id())
-        return await app.afork(record.thread_id, checkpoint_id, step=step, update=update, new_thread_id=new_sid,
-                               goto=goto, as_node=as_node, tags=tags)  # fmt: skip
+        return await app.afork(
+            record.thread_id,
+            checkpoint_id,
+            step=step,
+            update=update,
+            new_thread_id=new_sid,
+            goto=goto,
+            as_node=as_node,
+            tags=tags,
+        )
 
     async def diff(self, ns: str, a: tuple[str, str | None], b: tuple[str, str | None]) -> Diff:
         ra, rb = await self.record(ns, a[0]), await self.record(ns, b[0])

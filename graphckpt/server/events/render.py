@@ -70,16 +70,23 @@ async def _data(feed: Feed, ns: str, thread_id: str, e: StoredEvent, payload: di
         if mode == "tasks":
             return result
         pairs = list(update.items()) if isinstance(update, dict) else []
-        return debug_event("task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs,
-                           interrupts=[])  # fmt: skip
+        return debug_event(
+            "task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs, interrupts=[]
+        )
     snap = await feed.state(ns, thread_id, str(e.payload["checkpoint_id"]))
     view = queries.state_view(ns, snap)
     if mode == "values":
         return view["values"]
     if mode == "checkpoints":
         return _checkpoint_view(view)
-    return debug_event("checkpoint", e.step, **_checkpoint_view(view), thread_id=view["checkpoint"]["thread_id"],
-                       checkpoint_id=snap.checkpoint_id, parent=_parent(snap))  # fmt: skip
+    return debug_event(
+        "checkpoint",
+        e.step,
+        **_checkpoint_view(view),
+        thread_id=view["checkpoint"]["thread_id"],
+        checkpoint_id=snap.checkpoint_id,
+        parent=_parent(snap),
+    )
 
 
 def _checkpoint_view(view: dict[str, Any]) -> dict[str, Any]:

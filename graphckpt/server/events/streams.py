@@ -135,8 +135,11 @@ def parse_event_id(text: str) -> EventId:
         parsed = None
     broken = tilde and not (epoch.isalnum() and dot and n.isdigit())
     if not (sep1 and sep2 and thread_id) or parsed is None or parsed.step < 0 or parsed.seq < 0 or broken:
-        raise ApiError(400, "BadRequest", f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral "
-                                          "THREAD_ID:STEP:SEQ~EPOCH.N)")  # fmt: skip
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral THREAD_ID:STEP:SEQ~EPOCH.N)",
+        )
     return parsed
 
 
@@ -203,9 +206,13 @@ async def start_at(
             return start
         if ours and channel is not None:  # what is left after the gap still comes
             start.after_n = max(parsed.n, channel.evicted)
-    start.reset = {"last_event_id": last_id, "continue_after": durable, "lost": "ephemeral",
-                   "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
-                             "served them, or they aged out); continuing after that durable event"}  # fmt: skip
+    start.reset = {
+        "last_event_id": last_id,
+        "continue_after": durable,
+        "lost": "ephemeral",
+        "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
+        "served them, or they aged out); continuing after that durable event",
+    }
     return start
 
 

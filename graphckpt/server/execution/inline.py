@@ -127,8 +127,9 @@ class InProcessRuns:
         return info
 
     async def cancel_thread(self, thread_id: str) -> None:
-        for info in list(self._queues.get(thread_id, [])) + [r for r in self._current.values()
-                                                              if r.request.thread_id == thread_id]:  # fmt: skip
+        for info in list(self._queues.get(thread_id, [])) + [
+            r for r in self._current.values() if r.request.thread_id == thread_id
+        ]:
             await self.cancel(info.run_id)
 
     async def join(self, run_id: str) -> RunInfo:
@@ -170,15 +171,19 @@ class InProcessRuns:
                 if tags is None:  # the thread as it is now (a run queued after another sees that one's tags)
                     tags = inherited_tags(await self.graphs.saver.get_thread(request.thread_id))
                 snap = await app.aresume(
-                    request.thread_id, request.answer, recursion_limit=request.recursion_limit,
+                    request.thread_id,
+                    request.answer,
+                    recursion_limit=request.recursion_limit,
                     **({"tags": dict(tags)} if tags is not None else {}),
-                )  # fmt: skip
+                )
             else:
                 tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
                 snap = await app.ainvoke(
-                    request.input or {}, thread_id=request.thread_id, tags=tags,
+                    request.input or {},
+                    thread_id=request.thread_id,
+                    tags=tags,
                     recursion_limit=request.recursion_limit,
-                )  # fmt: skip
+                )
         except GraphckptError as exc:
             self._finish(info, "error", f"{type(exc).__name__}: {exc}")
             return

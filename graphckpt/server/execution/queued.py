@@ -150,9 +150,13 @@ class QueueRuns:
             check_request(self.graphs, thread, request, validate=False)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
         options: dict[str, Any] = {
-            "multitask": mode, "graph": request.graph_id, "tags": self._run_tags(request, thread),
-            "recursion_limit": request.recursion_limit, "metadata": metadata, "start": start,
-        }  # fmt: skip
+            "multitask": mode,
+            "graph": request.graph_id,
+            "tags": self._run_tags(request, thread),
+            "recursion_limit": request.recursion_limit,
+            "metadata": metadata,
+            "start": start,
+        }
         try:
             if request.resume:
                 run = await submit(app, thread_id=sid, resume=True, answer=request.answer, **options)
@@ -187,9 +191,14 @@ class QueueRuns:
         info = RunInfo(
             run.run_id,
             RunRequest(run.thread_id, graph, resume=run.kind == "resume", recursion_limit=facts.recursion_limit),
-            facts.multitask, facts.start, dict(facts.metadata), STATUS.get(run.status, "error"), run.error,
-            run.created_at, run.ended_at or run.started_at or run.created_at,
-        )  # fmt: skip
+            facts.multitask,
+            facts.start,
+            dict(facts.metadata),
+            STATUS.get(run.status, "error"),
+            run.error,
+            run.created_at,
+            run.ended_at or run.started_at or run.created_at,
+        )
         if run.status in TERMINAL:
             info.done.set()
             self._settle(info)

@@ -56,8 +56,15 @@ async def _submit(
         graph = b.assistant_id
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
-    run = RunRequest(store_id(ns, thread_id), graph, input=b.input, resume=resume, answer=answer, metadata=metadata,
-                     recursion_limit=b.recursion_limit)  # fmt: skip
+    run = RunRequest(
+        store_id(ns, thread_id),
+        graph,
+        input=b.input,
+        resume=resume,
+        answer=answer,
+        metadata=metadata,
+        recursion_limit=b.recursion_limit,
+    )
     info = await service.runs.submit(
         run, thread=found, multitask=b.multitask_strategy, start=start, metadata=b.metadata
     )
@@ -94,9 +101,17 @@ async def stream_run(request: Request) -> Response:
     if query:
         headers["Location"] += "?" + urlencode(query)
     return await sse_response(
-        request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
-        headers=headers, modes=modes, stream_subgraphs=b.stream_subgraphs, run_id=run.run_id, segments=segments,
-    )  # fmt: skip
+        request,
+        request.path_params["thread_id"],
+        default=run.start or (-1, -1),
+        run_stream=True,
+        preamble=[metadata],
+        headers=headers,
+        modes=modes,
+        stream_subgraphs=b.stream_subgraphs,
+        run_id=run.run_id,
+        segments=segments,
+    )
 
 
 async def wait_run(request: Request) -> Response:
@@ -156,8 +171,11 @@ async def join_stream(request: Request) -> Response:
         return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
     await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
-        raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow "
-                                        "the thread from an event)")  # fmt: skip
+        raise ApiError(
+            404,
+            "NotFound",
+            f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow the thread from an event)",
+        )
     return await sse_response(request, thread_id)
 
 
@@ -165,8 +183,9 @@ async def answer(request: Request) -> Response:
     """Answer a thread's open interrupt(s): a run resuming it with ``answer`` (202)."""
     _, ns, config = scope_of(request)
     b = await models.body(request, models.AnswerBody, config.max_body)
-    run, _ = await _submit(request, models.RunBody(assistant_id=b.assistant_id, if_not_exists="reject"), resume=True,
-                        answer=b.answer)  # fmt: skip
+    run, _ = await _submit(
+        request, models.RunBody(assistant_id=b.assistant_id, if_not_exists="reject"), resume=True, answer=b.answer
+    )
     return json_response(queries.run_view(ns, run), 202, headers=_locations(request, run))
 
 

@@ -126,9 +126,16 @@ async def fork_thread(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ForkBody, config.max_body)
     snap = await service.fork(
-        ns, request.path_params["thread_id"], checkpoint_id=b.checkpoint_id, step=b.step, update=b.values,
-        new_thread_id=b.new_thread_id, goto=b.goto, as_node=b.as_node, metadata=b.metadata,
-    )  # fmt: skip
+        ns,
+        request.path_params["thread_id"],
+        checkpoint_id=b.checkpoint_id,
+        step=b.step,
+        update=b.values,
+        new_thread_id=b.new_thread_id,
+        goto=b.goto,
+        as_node=b.as_node,
+        metadata=b.metadata,
+    )
     new_id = api_id(ns, snap.thread_id) or snap.thread_id
     record = await service.record(ns, new_id)
     body = queries.thread_view(ns, record, service.graphs.graph_of(record))

@@ -248,7 +248,7 @@ def _login(tokens: Tokens) -> Any:
     from starlette.responses import RedirectResponse, Response
 
     from graphckpt.server.ui import csrf
-    from graphckpt.server.ui.routes import _form, _render
+    from graphckpt.server.ui.routes import read_form, render_page
 
     async def login(request: Request) -> Response:
         base = request.scope.get("root_path", "")
@@ -258,13 +258,13 @@ def _login(tokens: Tokens) -> Any:
         if not tokens:
             return RedirectResponse(target, status_code=303)
         if request.method == "GET":
-            return _render(request, "login.html", {"next": target, "error": None}, 401)
-        form = await _form(request)
+            return render_page(request, "login.html", {"next": target, "error": None}, 401)
+        form = await read_form(request)
         if not csrf.check(request, form):
-            return _render(request, "login.html", {"next": target, "error": "the form expired: retry"}, 403)
+            return render_page(request, "login.html", {"next": target, "error": "the form expired: retry"}, 403)
         token = form.get("token", "")
         if token_namespace(tokens, token) is None:
-            return _render(request, "login.html", {"next": target, "error": "that token is not valid"}, 401)
+            return render_page(request, "login.html", {"next": target, "error": "that token is not valid"}, 401)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(SESSION, session_value(token), httponly=True, samesite="strict", path=base or "/")
         return response
@@ -277,10 +277,10 @@ async def _logout(request: Any) -> Any:
     from starlette.responses import RedirectResponse
 
     from graphckpt.server.ui import csrf
-    from graphckpt.server.ui.routes import _forbidden, _form
+    from graphckpt.server.ui.routes import forbidden, read_form
 
-    if not csrf.check(request, await _form(request)):
-        return _forbidden(request)
+    if not csrf.check(request, await read_form(request)):
+        return forbidden(request)
     base = request.scope.get("root_path", "")
     response = RedirectResponse(base + "/login", status_code=303)
     response.delete_cookie(SESSION, path=base or "/", httponly=True, samesite="strict")
@@ -313,8 +313,9 @@ def _events(tokens: Tokens) -> Any:
         first = [ServerSentEvent(retry=RETRY_MS, comment="live")]
         if reset is not None:
             first.append(ServerSentEvent(event="stream.reset", data="{}"))
-        source = event_source(service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS),
-                              preamble=first)  # fmt: skip
+        source = event_source(
+            service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS), preamble=first
+        )
         keepalive = request.app.state.config.keepalive
         return EventSourceResponse(source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE)
 
