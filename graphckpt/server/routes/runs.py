@@ -169,14 +169,14 @@ async def join_stream(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
         return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
-    await service.find(ns, thread_id)
+    found = await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
         raise ApiError(
             404,
             "NotFound",
             f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow the thread from an event)",
         )
-    return await sse_response(request, thread_id)
+    return await sse_response(request, thread_id, segments=await service.segments_of(ns, found))
 
 
 async def answer(request: Request) -> Response:
