@@ -18,8 +18,7 @@ from graphckpt.checkpoint import Interrupt, Snapshot
 from graphckpt.diff import Diff
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.server.auth import api_id
-from graphckpt.server.execution.base import RunInfo
-from graphckpt.server.records import PendingThread, user_metadata
+from graphckpt.server.records import PendingThread, RunInfo, user_metadata
 from graphckpt.views import as_dict
 
 __all__ = [

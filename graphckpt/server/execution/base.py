@@ -1,5 +1,6 @@
-"""The run-executor interface (:class:`RunExecutor`) and what passes through it: a run's request, its record
-(:class:`RunInfo`), its statuses, and the checks every executor makes before it accepts a run.
+"""The run-executor interface (:class:`RunExecutor`) and the checks every executor makes before it accepts a run.
+A run's request and record (:class:`~graphckpt.server.records.RunRequest`, :class:`~graphckpt.server.records.RunInfo`)
+are kept with the server's other records.
 
 A run is one request to advance a thread (an input, an answer, or a recovery). The server only ever talks to the
 interface: ``submit`` (with the multitask strategy: ``reject`` refuses a thread that already has a run with
@@ -11,18 +12,14 @@ durable run queue and workers); ``create_app`` chooses one.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from graphckpt import ids
 from graphckpt.errors import ThreadStateError
-from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.server.errors import ApiError
 from graphckpt.server.graphs import Graphs
-from graphckpt.server.records import PendingThread, thread_tags
+from graphckpt.server.records import PendingThread, RunInfo, RunRequest, RunStatus, thread_tags
 
 __all__ = [
     "UI_TAGS",
@@ -39,13 +36,8 @@ __all__ = [
 Thread = ThreadRecord | PendingThread | None
 """A thread as a request found it: stored, created but not stored yet, or none."""
 
-RunStatus = Literal["pending", "running", "success", "error", "interrupted", "cancelled"]
-"""LangGraph's run statuses (``cancelled`` where it says ``interrupted`` for a cancel: ours is the thread's)."""
-
 UI_TAGS = frozenset({"via", "ui_action", "ui_by"})
 """The tags the web UI adds to the runs it starts (see :mod:`graphckpt.server.ui.data`)."""
-
-_FINISHED = frozenset({"success", "error", "interrupted", "cancelled"})
 
 
 class RunConflict(ApiError):
@@ -53,44 +45,6 @@ class RunConflict(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(409, "RunConflict", message)
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What a run does: ``input`` on a new or done thread, or (``resume``) continue it with ``answer``."""
-
-    thread_id: str
-    """The stored thread id."""
-    graph_id: str
-    input: Mapping[str, Any] | None = None
-    resume: bool = False
-    answer: Any = NO_ANSWER
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The thread's metadata, kept in the run's checkpoints (``tags.metadata``)."""
-    recursion_limit: int | None = None
-    tags: Mapping[str, Any] | None = None
-    """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
-
-
-@dataclass
-class RunInfo:
-    run_id: str
-    request: RunRequest
-    multitask_strategy: str
-    start: tuple[int, int] | None
-    """The event cursor before the run: its stream is the thread's events after it (``None``: not known here, a
-    run read back from the queue after a restart)."""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The run's own metadata."""
-    status: RunStatus = "pending"
-    error: str | None = None
-    created_at: float = field(default_factory=ids.now)
-    updated_at: float = field(default_factory=ids.now)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def finished(self) -> bool:
-        return self.status in _FINISHED
 
 
 class RunExecutor(Protocol):

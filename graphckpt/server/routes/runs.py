@@ -20,9 +20,8 @@ from graphckpt.server import models, queries
 from graphckpt.server.auth import store_id
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
-from graphckpt.server.execution.base import RunInfo, RunRequest
 from graphckpt.server.http import json_response, scope_of
-from graphckpt.server.records import PendingThread, user_metadata
+from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
 from graphckpt.server.routes.streams import sse_response, thread_stream
 
 __all__ = ["routes"]

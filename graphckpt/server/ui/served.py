@@ -30,7 +30,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError
-from graphckpt.server.execution.base import RunInfo, RunRequest
+from graphckpt.server.records import RunInfo, RunRequest
 from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, ThreadView
 
 if TYPE_CHECKING:
