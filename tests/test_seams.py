@@ -118,7 +118,7 @@ def test_nothing_below_the_builder_imports_it_and_no_import_hides_in_a_function(
                     if isinstance(inner, ast.ImportFrom) and inner.module in CORE:
                         offenders.append(f"{name}:{inner.lineno} imports {inner.module} inside {node.name}()")
         for stmt in tree.body:  # module level, outside `if TYPE_CHECKING:`
-            allowed = name == "__init__.py" or name.startswith("cli/")
+            allowed = name in ("__init__.py", "targets.py") or name.startswith("cli/")
             if isinstance(stmt, ast.ImportFrom) and stmt.module == "graphckpt.graph" and not allowed:
                 offenders.append(f"{name}:{stmt.lineno} imports graphckpt.graph")
     assert offenders == []
