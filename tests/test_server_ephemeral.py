@@ -1,4 +1,4 @@
-"""The server's rings of ephemeral events (:mod:`graphckpt.server.ephemeral`), in process: a run is listened to
+"""The server's rings of ephemeral events (:mod:`graphckpt.server.events.ephemeral`), in process: a run is listened to
 only while a stream wants one of its ephemeral modes, each event is anchored after the durable events committed
 before it, and memory stays bounded (events and bytes per thread, idle rings dropped)."""
 
@@ -12,10 +12,10 @@ import pytest
 
 from graphckpt import END, START, StateGraph
 from graphckpt.savers.memory import MemorySaver
-from graphckpt.server import ephemeral
-from graphckpt.server.ephemeral import At, Ephemera
 from graphckpt.server.errors import ApiError
-from graphckpt.server.streams import EventId, parse_event_id
+from graphckpt.server.events import ephemeral
+from graphckpt.server.events.ephemeral import At, Ephemera
+from graphckpt.server.events.streams import EventId, parse_event_id
 
 
 def _engine(step: int = 0) -> Any:
@@ -105,13 +105,13 @@ def test_ephemeral_ids_parse_and_never_look_durable() -> None:
 async def test_a_reconnect_after_aged_out_ephemeral_events_is_reset_to_its_durable_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from graphckpt.server.service import Service
-    from graphckpt.server.streams import start_of
+    from graphckpt.server.app import build_service
+    from graphckpt.server.routes.streams import start_of
 
     saver = MemorySaver()
     thread = await _thread_with_events(saver)
     graph = StateGraph(S).add_node("a", lambda s: {"x": 1}).add_edge(START, "a").add_edge("a", END)
-    service = Service({"g": graph.compile(saver)}, saver)
+    service = build_service({"g": graph.compile(saver)}, saver)
     log = await saver.read_events([(thread, -1, 10**9)], after=(-1, -1), limit=100)
     first, last = log[0], log[-1]
     monkeypatch.setattr(ephemeral, "RING", 2)

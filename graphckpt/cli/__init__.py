@@ -29,14 +29,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, get_args
 
+from graphckpt.cli.exits import WAITING
 from graphckpt.savers.base import Status
 from graphckpt.savers.queue import RunStatus
 
 __all__ = ["WAITING", "build_parser", "main"]
-
-WAITING = 3
-"""The exit status of ``resume`` when the thread stops interrupted (waiting for an answer or a resume), so a script
-can tell waiting (3) from done (0) and failed (1)."""
 
 _EPILOG = """\
 The database is --db or $GRAPHCKPT_DB: a SQLite file path (default: graphckpt.db in the current directory) or a
@@ -332,14 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    p = command("import", "load a thread exported as JSON lines", "Store a thread written by `graphckpt export`. "
-                "The whole file is checked first (every field, every stored byte decoded, the lineage) and nothing is "
-                "written unless all of it passes; an existing thread is never changed (a checkpoint the database has "
-                "already must be identical). Importing runs no code the file names.")  # fmt: skip
+    p = command(
+        "import",
+        "load a thread exported as JSON lines",
+        "Store a thread written by `graphckpt export`. "
+        "The whole file is checked first (every field, every stored byte decoded, the lineage) and nothing is "
+        "written unless all of it passes; an existing thread is never changed (a checkpoint the database has "
+        "already must be identical). Importing runs no code the file names.",
+    )
     p.add_argument("file", metavar="FILE", help="the export (- for stdin)")
 
-    p = command("graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False,
-                json=False)  # fmt: skip
+    p = command(
+        "graph", "print a graph as mermaid", "Print the graph MODULE:ATTR as mermaid text.", db=False, json=False
+    )
     p.add_argument("target", metavar="MODULE:ATTR")
 
     p = command(
@@ -483,8 +485,9 @@ def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from graphckpt.cli.commands import ASYNC_COMMANDS, SYNC_COMMANDS, Stopped
-    from graphckpt.cli.session import CliError, Database, Session, scrub_password
+    from graphckpt.cli.session import CliError, Session, scrub_password
     from graphckpt.errors import CorruptCheckpointError, GraphckptError
+    from graphckpt.targets import Database
 
     debug = bool(os.environ.get("GRAPHCKPT_DEBUG"))
     db_url = getattr(args, "db", None) or os.environ.get("GRAPHCKPT_DB")

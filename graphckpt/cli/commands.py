@@ -1,7 +1,7 @@
 """The ``graphckpt`` subcommands. Each takes the parsed arguments and a :class:`Session` and returns the exit status.
 
 Human output goes through :mod:`graphckpt.cli.render` (rich, imported on use); ``--json`` prints
-:mod:`graphckpt.cli.records` data. Progress and notes go to stderr, results to stdout.
+:mod:`graphckpt.plain` data. Progress and notes go to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from graphckpt import ids
+from graphckpt import ids, plain
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
-from graphckpt.cli import WAITING, records
+from graphckpt.cli.exits import WAITING
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.service import cmd_runs, cmd_submit, cmd_worker
@@ -52,8 +52,8 @@ __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
 
 def _print_json(data: Any) -> None:
-    """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`records.to_jsonable`)."""
-    print(json.dumps(records.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
+    """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`plain.to_jsonable`)."""
+    print(json.dumps(plain.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
 
 
 class Stopped(CliError):
@@ -67,7 +67,7 @@ class Stopped(CliError):
 
 def _payload_text(payload: Any) -> str:
     """An interrupt's payload as one line of JSON, its text as written (not as ``\\uXXXX`` escapes)."""
-    return json.dumps(records.to_jsonable(payload), ensure_ascii=False)
+    return json.dumps(plain.to_jsonable(payload), ensure_ascii=False)
 
 
 def _lease_option(args: argparse.Namespace) -> None:
@@ -115,9 +115,12 @@ async def cmd_run(args: argparse.Namespace, s: Session) -> int:
             )
         s.note(f"thread {thread_id!r} is done at step {record.head_step}: this input starts a new turn on top of it")
     stream = app.astream(
-        update, thread_id=thread_id, mode="checkpoints", recursion_limit=args.recursion_limit,
+        update,
+        thread_id=thread_id,
+        mode="checkpoints",
+        recursion_limit=args.recursion_limit,
         tags={"graph": args.target},
-    )  # fmt: skip
+    )
     await _drive(s, app, stream, thread_id, args, verb="running")
     return 0
 
@@ -139,9 +142,14 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
     given: dict[str, Any] = {"answer": answer} if args.answer is not None else {}
     stream = app.astream(
-        None, thread_id=args.thread, mode="checkpoints", recursion_limit=args.recursion_limit, tags=tags,
-        resume=True, **given,
-    )  # fmt: skip
+        None,
+        thread_id=args.thread,
+        mode="checkpoints",
+        recursion_limit=args.recursion_limit,
+        tags=tags,
+        resume=True,
+        **given,
+    )
     final = await _drive(s, app, stream, args.thread, args, verb="resuming")
     return WAITING if final.status == "interrupted" else 0
 
@@ -185,9 +193,9 @@ async def _drive(
         by = " on SIGTERM" if signum == signal.SIGTERM else ""
         raise Stopped(f"stopped after step {last.step}{by} (resume with: {_resume_hint(thread_id)})", 128 + signum)
     final = await app.aget_state(thread_id)
-    used = sum(records.tokens(records.metadata_of(snap)) for snap in seen)
+    used = sum(plain.tokens(plain.metadata_of(snap)) for snap in seen)
     if args.json:
-        _print_json({**records.snapshot_record(final, raw=False), "run": {"checkpoints": len(seen), "tokens": used}})
+        _print_json({**plain.snapshot_record(final, raw=False), "run": {"checkpoints": len(seen), "tokens": used}})
         return final
     out = _render().console()
     summary = f"thread {thread_id}: {final.status} at step {final.step} (checkpoint {final.checkpoint_id})"
@@ -196,8 +204,11 @@ async def _drive(
     out.print(summary, markup=False)
     waiting = [i for i in final.interrupts if i.when == "inside"]
     for i in final.interrupts:
-        what = f"node {i.node!r} asks: {_payload_text(i.payload)}" if i.when == "inside" else (
-            f"stopped {i.when} node {i.node!r}")  # fmt: skip
+        what = (
+            f"node {i.node!r} asks: {_payload_text(i.payload)}"
+            if i.when == "inside"
+            else (f"stopped {i.when} node {i.node!r}")
+        )
         out.print(what, markup=False)
     if final.status == "interrupted":
         hint = " --answer JSON" if waiting else ""
@@ -217,7 +228,7 @@ async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     prices = _prices(args)
     spends = {i.thread_id: await reader.aspend(i.thread_id, prices=prices) for i in infos}
     if args.json:
-        _print_json([records.thread_record(i, spends[i.thread_id]) for i in infos])
+        _print_json([plain.thread_record(i, spends[i.thread_id]) for i in infos])
         return 0
     render = _render()
     out = render.console()
@@ -241,7 +252,7 @@ async def cmd_history(args: argparse.Namespace, s: Session) -> int:
         return await _history_tree(args, s)
     snaps = list(reversed(await reader.ahistory(args.thread, limit=args.limit, subgraphs=True)))
     if args.json:
-        _print_json([records.step_record(snap) for snap in snaps])
+        _print_json([plain.step_record(snap) for snap in snaps])
         return 0
     render = _render()
     out = render.console()
@@ -265,11 +276,17 @@ async def _history_tree(args: argparse.Namespace, s: Session) -> int:
     while todo:
         tid = todo.pop()
         family.append(tid)
-        todo += [i.thread_id for i in infos if i.forked_from and i.forked_from.thread_id == tid and
-                 i.thread_id not in family and i.thread_id not in todo]  # fmt: skip
+        todo += [
+            i.thread_id
+            for i in infos
+            if i.forked_from
+            and i.forked_from.thread_id == tid
+            and i.thread_id not in family
+            and i.thread_id not in todo
+        ]
     own = {tid: [x for x in reversed(await reader.ahistory(tid)) if x.thread_id == tid] for tid in family}
     # --limit: each thread's newest N (a fork from a checkpoint left out hangs off its thread); totals count them all
-    tree = records.thread_trees([by_id[t] for t in family], own, root, limit=args.limit)
+    tree = plain.thread_trees([by_id[t] for t in family], own, root, limit=args.limit)
     if args.json:
         _print_json(tree)
         return 0
@@ -284,7 +301,7 @@ async def cmd_show(args: argparse.Namespace, s: Session) -> int:
     checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
     snap = await reader.aget_state(args.thread, checkpoint)
     if args.json:
-        shown = records.snapshot_record(snap, raw=raw)
+        shown = plain.snapshot_record(snap, raw=raw)
         if checkpoint is None:  # the head: also the record of the step that has not committed (failed, crashed)
             audit = await s.reader().aaudit(args.thread)
             shown["pending"] = {k: [e for e in audit[k] if e.get("pending")] for k in ("calls", "attempts", "answers")}
@@ -331,14 +348,14 @@ async def cmd_diff(args: argparse.Namespace, s: Session) -> int:
     reader, raw = await s.values_reader([ta, tb], args.graph, raw=args.raw)
     ca = await s.checkpoint_id(ta, ca) if ca else None
     cb = await s.checkpoint_id(tb, cb) if cb else None
-    diff = records.without_nan_changes(await reader.adiff((ta, ca), (tb, cb)))
+    diff = plain.without_nan_changes(await reader.adiff((ta, ca), (tb, cb)))
     if raw:  # a field only one side's stored state holds is at its default on the other: changed, as with --graph
-        diff = records.unset_as_changes(diff)
+        diff = plain.unset_as_changes(diff)
     if args.format == "patch":
-        _print_json(records.json_patch(diff))
+        _print_json(plain.json_patch(diff))
         return 0
     if args.json:
-        _print_json(records.diff_record(diff, raw=raw))
+        _print_json(plain.diff_record(diff, raw=raw))
         return 0
     _render().print_diff(_render().console(), diff)
     return 0
@@ -356,11 +373,15 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
     checkpoint = await _checkpoint_of(s, args.thread, args.checkpoint, args.step, "--step")
     assert checkpoint is not None
     snap = await app.afork(
-        args.thread, checkpoint, update=update or None, new_thread_id=args.new_thread, goto=args.goto or None,
+        args.thread,
+        checkpoint,
+        update=update or None,
+        new_thread_id=args.new_thread,
+        goto=args.goto or None,
         tags={"graph": ref},
-    )  # fmt: skip
+    )
     if args.json:
-        _print_json(records.snapshot_record(snap, raw=False))
+        _print_json(plain.snapshot_record(snap, raw=False))
         return 0
     out = _render().console()
     out.print(
@@ -535,5 +556,8 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "runs": cmd_runs,
     "worker": cmd_worker,
 }
-SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"graph": cmd_graph, "demo": cmd_demo,
-                                                                   "serve": cmd_serve}  # fmt: skip
+SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "graph": cmd_graph,
+    "demo": cmd_demo,
+    "serve": cmd_serve,
+}

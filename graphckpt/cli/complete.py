@@ -36,8 +36,8 @@ def ids(kind: str, prefix: str, parsed_args: argparse.Namespace) -> list[str]:
 def _read(parsed_args: argparse.Namespace, ids: Callable[[Any], list[str]], prefix: str) -> list[str]:
     """``ids`` of the database named on the command line, starting with ``prefix``; nothing when it cannot be read
     (a completion never prints an error)."""
-    from graphckpt.cli.session import DEFAULT_DB, Database
     from graphckpt.reader import RawReader
+    from graphckpt.targets import DEFAULT_DB, Database
 
     url = getattr(parsed_args, "db", None) or os.environ.get("GRAPHCKPT_DB") or DEFAULT_DB
     try:

@@ -24,7 +24,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from graphckpt.checkpoint import Snapshot, ThreadInfo
-from graphckpt.cli.records import (
+from graphckpt.diff import MISSING, UNSET, Diff
+from graphckpt.plain import (
     audit_of,
     duration_ms,
     graph_of,
@@ -36,7 +37,6 @@ from graphckpt.cli.records import (
     to_jsonable,
     tokens,
 )
-from graphckpt.diff import MISSING, UNSET, Diff
 
 __all__ = [
     "ABBREV",
@@ -360,14 +360,23 @@ def audit_lines(record: Mapping[str, Any]) -> list[Text]:
         lines.append(Text("failed attempts", style="bold"))
         for a in attempts:
             retried = ", retried" if a.get("retried") else ""
-            lines.append(Text(f"{where(a)} attempt {a.get('attempt')} at {_when(a.get('at'))}{retried}: "
-                              f"{a.get('type')}: {a.get('message')}", style="red"))  # fmt: skip
+            lines.append(
+                Text(
+                    f"{where(a)} attempt {a.get('attempt')} at {_when(a.get('at'))}{retried}: "
+                    f"{a.get('type')}: {a.get('message')}",
+                    style="red",
+                )
+            )
     lost = [c for c in record.get("calls") or [] if c.get("status") == "lost"]
     if lost:
         lines.append(Text("calls lost (started, never finished)", style="bold"))
         for c in lost:
-            lines.append(Text(f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
-                              style="yellow"))  # fmt: skip
+            lines.append(
+                Text(
+                    f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
+                    style="yellow",
+                )
+            )
     answers = record.get("answers") or []
     if answers:
         lines.append(Text("interrupt answers", style="bold"))
@@ -432,7 +441,7 @@ def _tree_ids(tree: Mapping[str, Any]) -> Iterator[str]:
 
 def history_tree(trees: Sequence[Mapping[str, Any]], highlight: str) -> Tree:
     """``graphckpt history --tree``: each thread's own checkpoints, with forks hanging off the checkpoint they
-    branched from (``trees`` as built by the command, see ``records.thread_trees``). A thread's token total is of
+    branched from (``trees`` as built by the command, see ``plain.thread_trees``). A thread's token total is of
     all its own checkpoints, also those ``--limit`` leaves out (the label says how many are not shown)."""
     short = abbreviations(i for tree in trees for i in _tree_ids(tree))
     root = Tree(Text("threads", style="bold"), hide_root=True)

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import sys
 
-from graphckpt.cli.session import Database, UsageError, compile_with, load_target
+from graphckpt.targets import Database, UsageError, compile_with, load_target
 
 __all__ = ["LOOPBACK", "add_parser", "cmd_serve"]
 
@@ -32,17 +32,35 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8123, help="port (default 8123; 0 picks a free one)")
     p.add_argument("--tokens-file", metavar="FILE", help="bearer tokens: one 'TOKEN NAMESPACE' per line")
-    p.add_argument("--tokens-env", metavar="NAME", default="GRAPHCKPT_TOKENS",
-                   help="environment variable with TOKEN=NAMESPACE pairs (default GRAPHCKPT_TOKENS)")  # fmt: skip
+    p.add_argument(
+        "--tokens-env",
+        metavar="NAME",
+        default="GRAPHCKPT_TOKENS",
+        help="environment variable with TOKEN=NAMESPACE pairs (default GRAPHCKPT_TOKENS)",
+    )
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
-    p.add_argument("--no-recover", dest="recover", action="store_false",
-                   help="(a store without a run queue) do not take over the threads a crash left behind")  # fmt: skip
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="in-process workers running the queued runs (default 1; each up to 8 at a time)")  # fmt: skip
-    p.add_argument("--no-workers", dest="workers", action="store_const", const=0,
-                   help="execute no run here: separate 'graphckpt worker' processes on the same --db do")  # fmt: skip
+    p.add_argument(
+        "--no-recover",
+        dest="recover",
+        action="store_false",
+        help="(a store without a run queue) do not take over the threads a crash left behind",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="in-process workers running the queued runs (default 1; each up to 8 at a time)",
+    )
+    p.add_argument(
+        "--no-workers",
+        dest="workers",
+        action="store_const",
+        const=0,
+        help="execute no run here: separate 'graphckpt worker' processes on the same --db do",
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -72,12 +90,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not sep:
             name, spec = target, target
         apps[name] = compile_with(load_target(spec), saver)
-    app = create_app(apps, saver, tokens=tokens, cors_origins=args.cors_origin, max_body=args.max_body,
-                     recover=args.recover, workers=args.workers)  # fmt: skip
+    app = create_app(
+        apps,
+        saver,
+        tokens=tokens,
+        cors_origins=args.cors_origin,
+        max_body=args.max_body,
+        recover=args.recover,
+        workers=args.workers,
+    )
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on",
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
         timeout_graceful_shutdown=args.graceful_timeout,
-    )  # fmt: skip
+    )
     hub = app.state.service.hub
 
     class Server(uvicorn.Server):

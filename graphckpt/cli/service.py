@@ -31,12 +31,24 @@ async def cmd_submit(args: argparse.Namespace, s: Session) -> int:
     if args.resume:
         answer = parse_json(args.answer, "--answer") if args.answer is not None else None
         given = {"answer": answer} if args.answer is not None else {}
-        run = await app.asubmit(None, thread_id=args.thread, multitask=args.multitask, resume=True,
-                                graph=args.target, recursion_limit=args.recursion_limit, **given)  # fmt: skip
+        run = await app.asubmit(
+            None,
+            thread_id=args.thread,
+            multitask=args.multitask,
+            resume=True,
+            graph=args.target,
+            recursion_limit=args.recursion_limit,
+            **given,
+        )
     else:
         update = parse_json(args.input, "--input")
-        run = await app.asubmit(update, thread_id=args.thread, multitask=args.multitask, graph=args.target,
-                                recursion_limit=args.recursion_limit)  # fmt: skip
+        run = await app.asubmit(
+            update,
+            thread_id=args.thread,
+            multitask=args.multitask,
+            graph=args.target,
+            recursion_limit=args.recursion_limit,
+        )
     if args.json:
         print(json.dumps(run_record(run), indent=2))
     else:
@@ -96,10 +108,18 @@ async def cmd_worker(args: argparse.Namespace, s: Session) -> int:
 
 def run_record(r: RunRecord) -> dict[str, Any]:
     return {
-        "run_id": r.run_id, "thread_id": r.thread_id, "kind": r.kind, "status": r.status, "graph": r.graph,
-        "attempt": r.attempt, "worker": r.worker, "created_at": _iso(r.created_at), "started_at": _iso(r.started_at),
-        "ended_at": _iso(r.ended_at), "error": r.error,
-    }  # fmt: skip
+        "run_id": r.run_id,
+        "thread_id": r.thread_id,
+        "kind": r.kind,
+        "status": r.status,
+        "graph": r.graph,
+        "attempt": r.attempt,
+        "worker": r.worker,
+        "created_at": _iso(r.created_at),
+        "started_at": _iso(r.started_at),
+        "ended_at": _iso(r.ended_at),
+        "error": r.error,
+    }
 
 
 def _iso(seconds: float | None) -> str | None:

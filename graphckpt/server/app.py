@@ -1,9 +1,10 @@
 """``create_app``: the ASGI application (Starlette) of ``graphckpt serve``, to mount under any ASGI server.
 
-The routes are a plain list, one module per resource group: :mod:`~graphckpt.server.assistants`,
-:mod:`~graphckpt.server.threads`, :mod:`~graphckpt.server.runs` (with the SSE streams of
-:mod:`~graphckpt.server.streams`). Errors cross the boundary in :mod:`~graphckpt.server.errors`. The service behind
-the handlers (:class:`~graphckpt.server.service.Service`) starts and stops with the app's lifespan.
+This is the composition: the served graphs (:class:`~graphckpt.server.graphs.Graphs`), the event hub, the run
+executor chosen for the saver (:mod:`~graphckpt.server.execution`: the durable run queue's, or in process), and the
+:class:`~graphckpt.server.service.Service` over them, which starts and stops with the app's lifespan. The routes are
+a plain list, one module per resource group under :mod:`graphckpt.server.routes` (assistants, threads, runs, with the
+SSE streams of :mod:`graphckpt.server.events`). Errors cross the boundary in :mod:`~graphckpt.server.errors`.
 """
 
 from __future__ import annotations
@@ -23,16 +24,23 @@ from starlette.routing import BaseRoute, Mount, Route
 from graphckpt.app import App
 from graphckpt.errors import GraphckptError
 from graphckpt.savers.base import Saver
-from graphckpt.server import assistants, openapi, runs, threads
+from graphckpt.savers.queue import RunQueue
+from graphckpt.server import openapi
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError, handle_error, handle_http
+from graphckpt.server.events.hub import Hub
+from graphckpt.server.execution.base import RunExecutor
+from graphckpt.server.execution.inline import InProcessRuns
+from graphckpt.server.execution.queued import QueueRuns
+from graphckpt.server.graphs import Graphs
 from graphckpt.server.http import Config
+from graphckpt.server.routes import assistants, runs, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
     from graphckpt.graph import StateGraph
 
-__all__ = ["create_app"]
+__all__ = ["build_service", "create_app"]
 
 
 def create_app(
@@ -53,13 +61,13 @@ def create_app(
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
     no authentication). CORS is off unless ``cors_origins`` lists origins. Runs are queued and executed by
     ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker`` processes on the
-    same database; see :mod:`graphckpt.server.queue_runs`). ``recover`` only matters for a saver without a run queue
-    (see :class:`~graphckpt.server.executor.InProcessRuns`). ``ui``: serve the web UI at ``/ui/`` (a browser asking
-    for ``/`` is sent there), over the same service, tokens and namespaces."""
+    same database; see :mod:`graphckpt.server.execution.queued`). ``recover`` only matters for a saver without a
+    run queue (see :class:`~graphckpt.server.execution.inline.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
+    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
-    service = Service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
+    service = build_service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
     config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
 
     @contextlib.asynccontextmanager
@@ -77,8 +85,15 @@ def create_app(
     if cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
-                                     allow_headers=["*"], expose_headers=["Content-Location", "Location"]))  # fmt: skip
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cors_origins),
+                allow_methods=["*"],
+                allow_headers=["*"],
+                expose_headers=["Content-Location", "Location"],
+            )
+        )
     routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
     handlers: dict[Any, Any] = {}
     if ui:
@@ -101,6 +116,22 @@ def create_app(
     app.state.service = service
     app.state.config = config
     return app
+
+
+def build_service(
+    apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True, workers: int = 1
+) -> Service:
+    """The service of ``apps`` on ``saver``: its runs go through the saver's durable run queue (executed by
+    ``workers`` in-process workers) when it has one, else run in this process (``recover``: take over crashed
+    threads)."""
+    graphs = Graphs(apps, saver)
+    hub = Hub(saver, poll_interval=poll_interval)
+    executor: RunExecutor
+    if isinstance(saver, RunQueue):  # runs are rows of the durable queue, executed by workers
+        executor = QueueRuns(graphs, hub.ephemera, workers=workers)
+    else:
+        executor = InProcessRuns(graphs, recover=recover)
+    return Service(graphs, hub, executor)
 
 
 def _ui_routes(tokens: Tokens) -> list[BaseRoute]:
@@ -138,6 +169,6 @@ def _apps(graphs: Any) -> dict[str, App]:
 
 
 def _saver(url: str) -> Saver:
-    from graphckpt.cli.session import Database
+    from graphckpt.targets import Database
 
     return Database(url).saver(create=True)

@@ -8,10 +8,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from graphckpt.server import models
-from graphckpt.server.assistants import AssistantSearchBody
-from graphckpt.server.runs import RunsQuery
-from graphckpt.server.streams import StreamQuery
-from graphckpt.server.threads import DiffQuery, HistoryQuery, StateQuery
+from graphckpt.server.events.streams import StreamQuery
+from graphckpt.server.routes.assistants import AssistantSearchBody
+from graphckpt.server.routes.runs import RunsQuery
+from graphckpt.server.routes.threads import DiffQuery, HistoryQuery, StateQuery
 
 __all__ = ["SPEC", "document"]
 
@@ -131,8 +131,7 @@ def _parameters(path: str, query: type[BaseModel] | None) -> list[dict[str, Any]
         for name, prop in schema.get("properties", {}).items():
             if prop.get("type") == "array" or any(p.get("type") == "array" for p in prop.get("anyOf", [])):
                 prop = {"type": "string"}  # comma-separated in the query string
-            params.append({"name": name, "in": "query", "required": name in schema.get("required", []),
-                           "schema": prop})  # fmt: skip
+            params.append({"name": name, "in": "query", "required": name in schema.get("required", []), "schema": prop})
     return params
 
 

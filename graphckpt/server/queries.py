@@ -18,8 +18,7 @@ from graphckpt.checkpoint import Interrupt, Snapshot
 from graphckpt.diff import Diff
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.server.auth import api_id
-from graphckpt.server.executor import RunInfo
-from graphckpt.server.service import PendingThread, user_metadata
+from graphckpt.server.records import PendingThread, RunInfo, user_metadata
 from graphckpt.views import as_dict
 
 __all__ = [
@@ -33,8 +32,14 @@ __all__ = [
     "to_store_status",
 ]
 
-LANGGRAPH_STATUS: dict[Status, str] = {"running": "busy", "interrupted": "interrupted", "failed": "error",
-                                       "done": "idle", "crashed": "error", "partial": "idle"}  # fmt: skip
+LANGGRAPH_STATUS: dict[Status, str] = {
+    "running": "busy",
+    "interrupted": "interrupted",
+    "failed": "error",
+    "done": "idle",
+    "crashed": "error",
+    "partial": "idle",
+}
 """A thread's status in LangGraph's words."""
 
 
@@ -65,10 +70,19 @@ def _ref(ns: str, thread_id: str | None, checkpoint_id: str | None) -> dict[str,
 def thread_view(ns: str, thread: ThreadRecord | PendingThread, graph_id: str, values: Any = None) -> dict[str, Any]:
     if isinstance(thread, PendingThread):
         return {
-            "thread_id": thread.thread_id, "created_at": _iso(thread.created_at), "updated_at": _iso(thread.created_at),
-            "metadata": thread.metadata, "status": "idle", "graphckpt_status": None, "graph_id": thread.graph_id,
-            "values": None, "interrupts": {}, "head": None, "parent": None, "error": None,
-        }  # fmt: skip
+            "thread_id": thread.thread_id,
+            "created_at": _iso(thread.created_at),
+            "updated_at": _iso(thread.created_at),
+            "metadata": thread.metadata,
+            "status": "idle",
+            "graphckpt_status": None,
+            "graph_id": thread.graph_id,
+            "values": None,
+            "interrupts": {},
+            "head": None,
+            "parent": None,
+            "error": None,
+        }
     return {
         "thread_id": api_id(ns, thread.thread_id),
         "created_at": _iso(thread.created_at),
@@ -121,10 +135,18 @@ def state_view(ns: str, snap: Snapshot, *, values: bool = True) -> dict[str, Any
 
 def assistant_view(graph_id: str, app: App) -> dict[str, Any]:
     return {
-        "assistant_id": graph_id, "graph_id": graph_id, "name": graph_id, "config": {}, "context": {},
-        "metadata": {}, "version": 1, "created_at": _iso(0), "updated_at": _iso(0), "description": None,
+        "assistant_id": graph_id,
+        "graph_id": graph_id,
+        "name": graph_id,
+        "config": {},
+        "context": {},
+        "metadata": {},
+        "version": 1,
+        "created_at": _iso(0),
+        "updated_at": _iso(0),
+        "description": None,
         "nodes": sorted(app.graph.nodes),
-    }  # fmt: skip
+    }
 
 
 def run_view(ns: str, run: RunInfo) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from graphckpt.cli.session import compile_with, load_target
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.server.ui import create_ui_app
+from graphckpt.targets import compile_with, load_target
 
 DEMO = "graphckpt.cli.demo:graph"
 

@@ -26,7 +26,10 @@ from typing import Any, Protocol
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
-from graphckpt.cli.records import (
+from graphckpt.compiled import CompiledGraph
+from graphckpt.diff import Change, Diff
+from graphckpt.errors import GraphckptError
+from graphckpt.plain import (
     audit_of,
     duration_ms,
     graph_of,
@@ -37,9 +40,6 @@ from graphckpt.cli.records import (
     to_jsonable,
     tokens,
 )
-from graphckpt.compiled import CompiledGraph
-from graphckpt.diff import Change, Diff
-from graphckpt.errors import GraphckptError
 from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver

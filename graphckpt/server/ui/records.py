@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphckpt.checkpoint import Interrupt
-from graphckpt.cli.records import to_jsonable
+from graphckpt.plain import to_jsonable
 from graphckpt.records import Recorded
 
 __all__ = ["interrupt_record", "pending_rows"]

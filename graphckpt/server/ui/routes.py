@@ -43,7 +43,7 @@ from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.graphsvg import graph_svg
 
-__all__ = ["HERE", "BackendOf", "ui_routes"]
+__all__ = ["HERE", "BackendOf", "forbidden", "read_form", "render_page", "ui_routes"]
 
 HERE = Path(__file__).parent
 BackendOf = Callable[[Request], UIBackend]
@@ -78,7 +78,8 @@ def _templates() -> Jinja2Templates:
 TEMPLATES = _templates()
 
 
-def _render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+def render_page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    """The page ``name`` (a template) with ``context``, its CSRF token and the UI's security headers."""
     base = request.scope.get("root_path", "")
     ctx = {"base": base, "csrf_token": csrf.token_of(request), "path": request.url.path, **context}
     response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=status)
@@ -94,7 +95,8 @@ def _redirect(request: Request, where: str) -> Response:
     return RedirectResponse(request.scope.get("root_path", "") + where, status_code=303)
 
 
-async def _form(request: Request) -> dict[str, str]:
+async def read_form(request: Request) -> dict[str, str]:
+    """The request's form fields (a form over :data:`MAX_FORM` bytes is refused)."""
     body = await request.body()
     if len(body) > MAX_FORM:
         raise UIError(f"the form is larger than {MAX_FORM} bytes")
@@ -128,11 +130,11 @@ def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]
             try:
                 return await fn(request, backend_of(request))
             except (ThreadNotFoundError, CheckpointNotFoundError) as exc:
-                return _render(request, "error.html", {"title": "Not found", "message": str(exc)}, 404)
+                return render_page(request, "error.html", {"title": "Not found", "message": str(exc)}, 404)
             except UIError as exc:
-                return _render(request, "error.html", {"title": "Cannot do that", "message": str(exc)}, 422)
+                return render_page(request, "error.html", {"title": "Cannot do that", "message": str(exc)}, 422)
             except GraphckptError as exc:
-                return _render(request, "error.html", {"title": type(exc).__name__, "message": str(exc)}, 409)
+                return render_page(request, "error.html", {"title": type(exc).__name__, "message": str(exc)}, 409)
 
         endpoint.__name__ = fn.__name__
         return endpoint
@@ -159,9 +161,12 @@ async def threads_page(request: Request, backend: UIBackend) -> Response:
     page_no, per = _int(q.get("page"), 1, 1, 1 << 30), _int(q.get("per"), PER_PAGE, 1, 200)
     filters = {k: q.get(k, "") for k in ("status", "graph", "q")}
     page = await backend.thread_page(
-        status=filters["status"] or None, graph=filters["graph"] or None, q=filters["q"] or None,
-        page=page_no, per_page=per,
-    )  # fmt: skip
+        status=filters["status"] or None,
+        graph=filters["graph"] or None,
+        q=filters["q"] or None,
+        page=page_no,
+        per_page=per,
+    )
     kept = {k: v for k, v in filters.items() if v} | ({"per": str(per)} if per != PER_PAGE else {})
 
     def page_url(n: int) -> str:
@@ -170,7 +175,7 @@ async def threads_page(request: Request, backend: UIBackend) -> Response:
     known = ["running", "crashed", "interrupted", "failed", "done", "partial"]
     choices = known + [s for s in page.statuses if s not in known]
     ctx = {"page": page, "filters": filters, "page_url": page_url, "status_choices": choices}
-    return _render(request, "threads.html", ctx)
+    return render_page(request, "threads.html", ctx)
 
 
 async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response:
@@ -191,16 +196,21 @@ async def _live_context(request: Request, backend: UIBackend, thread_id: str) ->
     running = view.info.status == "running"
     # under the server a crashed thread is taken over by a worker's sweeper within a lease: keep following it
     streamed = (running or view.info.status == "crashed") and bool(request.state.ui_stream)
-    return {"view": view, "svg": svg, "poll": POLL if running and not streamed else None, "running": running,
-            "stream": f"/events/{quote(thread_id, safe='')}" if streamed else None}  # fmt: skip
+    return {
+        "view": view,
+        "svg": svg,
+        "poll": POLL if running and not streamed else None,
+        "running": running,
+        "stream": f"/events/{quote(thread_id, safe='')}" if streamed else None,
+    }
 
 
 async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Response:
-    return _render(request, "thread.html", await _live_context(request, backend, thread_id))
+    return render_page(request, "thread.html", await _live_context(request, backend, thread_id))
 
 
 async def live_fragment(request: Request, backend: UIBackend) -> Response:
-    return _render(request, "_live.html", await _live_context(request, backend, request.path_params["thread_id"]))
+    return render_page(request, "_live.html", await _live_context(request, backend, request.path_params["thread_id"]))
 
 
 async def _checkpoint(
@@ -220,13 +230,19 @@ async def _checkpoint(
     for other in await backend.all_thread_ids():
         choices.append(other)
     lineage = await backend.checkpoints_of(thread_id)
-    return _render(
+    return render_page(
         request,
         "checkpoint.html",
-        {"page": page, "thread_id": thread_id, "fields": fields, "error": error, "choices": choices,
-         "lineage": lineage},
+        {
+            "page": page,
+            "thread_id": thread_id,
+            "fields": fields,
+            "error": error,
+            "choices": choices,
+            "lineage": lineage,
+        },
         422 if error else 200,
-    )  # fmt: skip
+    )
 
 
 async def diff_page(request: Request, backend: UIBackend) -> Response:
@@ -235,7 +251,7 @@ async def diff_page(request: Request, backend: UIBackend) -> Response:
         raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
     diff = await backend.diff(_split_ref(a), _split_ref(b))
     changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
-    return _render(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
+    return render_page(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
 
 
 def _line_diff(before: Any, after: Any) -> list[tuple[str, str]] | None:
@@ -271,14 +287,15 @@ def _line_diff(before: Any, after: Any) -> list[tuple[str, str]] | None:
 
 
 async def inbox_page(request: Request, backend: UIBackend) -> Response:
-    return _render(request, "interrupts.html", {"items": await backend.inbox(), "errors": {}, "answers": {}})
+    return render_page(request, "interrupts.html", {"items": await backend.inbox(), "errors": {}, "answers": {}})
 
 
 # -- actions -----------------------------------------------------------------------------------------------------------
 
 
-def _forbidden(request: Request) -> Response:
-    return _render(
+def forbidden(request: Request) -> Response:
+    """The page a form with a missing or wrong CSRF token gets (403)."""
+    return render_page(
         request,
         "error.html",
         {"title": "Form expired", "message": "the form's CSRF token is missing or wrong: reload the page and retry"},
@@ -287,9 +304,9 @@ def _forbidden(request: Request) -> Response:
 
 
 async def fork_action(request: Request, backend: UIBackend) -> Response:
-    form = await _form(request)
+    form = await read_form(request)
     if not csrf.check(request, form):
-        return _forbidden(request)
+        return forbidden(request)
     thread_id, checkpoint_id = form.get("thread", ""), form.get("checkpoint", "")
     page = await backend.checkpoint_page(thread_id, checkpoint_id)
     update: dict[str, Any] = {}
@@ -321,18 +338,18 @@ async def fork_action(request: Request, backend: UIBackend) -> Response:
 
 
 async def resume_action(request: Request, backend: UIBackend) -> Response:
-    form = await _form(request)
+    form = await read_form(request)
     if not csrf.check(request, form):
-        return _forbidden(request)
+        return forbidden(request)
     thread_id = form.get("thread", "")
     await backend.resume(thread_id)
     return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
 
 
 async def cancel_action(request: Request, backend: UIBackend) -> Response:
-    form = await _form(request)
+    form = await read_form(request)
     if not csrf.check(request, form):
-        return _forbidden(request)
+        return forbidden(request)
     thread_id = form.get("thread", "")
     await backend.cancel(thread_id)
     return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
@@ -363,9 +380,9 @@ def _answer_of(form: Mapping[str, str]) -> Any:
 
 
 async def answer_action(request: Request, backend: UIBackend) -> Response:
-    form = await _form(request)
+    form = await read_form(request)
     if not csrf.check(request, form):
-        return _forbidden(request)
+        return forbidden(request)
     thread_id, interrupt_id = form.get("thread", ""), form.get("interrupt", "")
     key = f"{thread_id}|{interrupt_id}"
     try:
@@ -374,7 +391,7 @@ async def answer_action(request: Request, backend: UIBackend) -> Response:
     except UIError as exc:
         items = await backend.inbox()
         ctx = {"items": items, "errors": {key: str(exc)}, "answers": {key: form}}
-        return _render(request, "interrupts.html", ctx, 422)
+        return render_page(request, "interrupts.html", ctx, 422)
     items = await backend.inbox()
     if any(i.thread_id == thread_id for i in items):  # asked again (an invalid answer): the error is shown in place
         return _redirect(request, f"/interrupts#t-{quote(thread_id, safe='')}")

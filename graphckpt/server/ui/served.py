@@ -30,7 +30,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import RunInfo, RunRequest
+from graphckpt.server.records import RunInfo, RunRequest
 from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, ThreadView
 
 if TYPE_CHECKING:
@@ -89,8 +89,8 @@ class ServiceBackend(LocalBackend):
         super().__init__(service.saver, {}, default_graph=None)
         self.service = service
         self.ns = ns
-        self.apps = dict(service.apps)
-        self.default_graph = service.default_graph
+        self.apps = dict(service.graphs.apps)
+        self.default_graph = service.graphs.default
 
     async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
         """As :meth:`LocalBackend._app_for`; under a token, the tags also name the namespace that acted
@@ -152,10 +152,12 @@ class ServiceBackend(LocalBackend):
         record = await self.service.saver.get_thread(thread_id)
         if record is None:
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
-        graph = self.service.graph_of(record)
-        start = await self.service.cursor_now(await self.service.segments("", thread_id), record.head_step)
+        graph = self.service.graphs.graph_of(record)
+        start = await self.service.log.cursor_now(await self.service.segments_of("", record), record.head_step)
         request = RunRequest(thread_id, graph, resume=True, answer=answer, tags=tags)
-        return await self.service.runs.submit(request, multitask="enqueue", start=start, metadata={"via": "ui"})
+        return await self.service.runs.submit(
+            request, thread=record, multitask="enqueue", start=start, metadata={"via": "ui"}
+        )
 
     async def fork_and_run(
         self, thread_id: str, checkpoint_id: str, update: Mapping[str, Any], new_thread_id: str | None
@@ -246,7 +248,7 @@ def _login(tokens: Tokens) -> Any:
     from starlette.responses import RedirectResponse, Response
 
     from graphckpt.server.ui import csrf
-    from graphckpt.server.ui.routes import _form, _render
+    from graphckpt.server.ui.routes import read_form, render_page
 
     async def login(request: Request) -> Response:
         base = request.scope.get("root_path", "")
@@ -256,13 +258,13 @@ def _login(tokens: Tokens) -> Any:
         if not tokens:
             return RedirectResponse(target, status_code=303)
         if request.method == "GET":
-            return _render(request, "login.html", {"next": target, "error": None}, 401)
-        form = await _form(request)
+            return render_page(request, "login.html", {"next": target, "error": None}, 401)
+        form = await read_form(request)
         if not csrf.check(request, form):
-            return _render(request, "login.html", {"next": target, "error": "the form expired: retry"}, 403)
+            return render_page(request, "login.html", {"next": target, "error": "the form expired: retry"}, 403)
         token = form.get("token", "")
         if token_namespace(tokens, token) is None:
-            return _render(request, "login.html", {"next": target, "error": "that token is not valid"}, 401)
+            return render_page(request, "login.html", {"next": target, "error": "that token is not valid"}, 401)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(SESSION, session_value(token), httponly=True, samesite="strict", path=base or "/")
         return response
@@ -275,10 +277,10 @@ async def _logout(request: Any) -> Any:
     from starlette.responses import RedirectResponse
 
     from graphckpt.server.ui import csrf
-    from graphckpt.server.ui.routes import _forbidden, _form
+    from graphckpt.server.ui.routes import forbidden, read_form
 
-    if not csrf.check(request, await _form(request)):
-        return _forbidden(request)
+    if not csrf.check(request, await read_form(request)):
+        return forbidden(request)
     base = request.scope.get("root_path", "")
     response = RedirectResponse(base + "/login", status_code=303)
     response.delete_cookie(SESSION, path=base or "/", httponly=True, samesite="strict")
@@ -289,7 +291,8 @@ def _events(tokens: Tokens) -> Any:
     from sse_starlette import EventSourceResponse, ServerSentEvent
     from starlette.requests import Request
 
-    from graphckpt.server.streams import HEADERS, SHUTDOWN_GRACE, event_source, open_stream
+    from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, event_source
+    from graphckpt.server.routes.streams import open_stream
 
     async def events(request: Request) -> EventSourceResponse:
         ns = namespace_of(tokens, request)
@@ -302,14 +305,17 @@ def _events(tokens: Tokens) -> Any:
         record = await service.saver.get_thread(thread_id)
         if record is None:
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
-        segments = await service.segments("", thread_id)
-        now = await service.cursor_now(segments, record.head_step)  # the page shows what came before
-        segments, cursor, kind, reset = await open_stream(service, "", thread_id, last_id, default=now)
+        segments = await service.segments_of("", record)
+        now = await service.log.cursor_now(segments, record.head_step)  # the page shows what came before
+        segments, cursor, kind, reset = await open_stream(
+            service, "", thread_id, last_id, default=now, segments=segments
+        )
         first = [ServerSentEvent(retry=RETRY_MS, comment="live")]
         if reset is not None:
             first.append(ServerSentEvent(event="stream.reset", data="{}"))
-        source = event_source(service, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS),
-                              preamble=first)  # fmt: skip
+        source = event_source(
+            service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS), preamble=first
+        )
         keepalive = request.app.state.config.keepalive
         return EventSourceResponse(source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE)
 

@@ -5,10 +5,10 @@ one index look-up) every ``poll_interval`` seconds; on PostgreSQL a ``LISTEN gra
 at once on each commit's ``NOTIFY`` (sent by the event triggers), and the poll, slowed to ``pg_poll_interval``, is
 the fallback if that connection breaks. Streams never hold events: each registers a wake-up event of its own
 (:attr:`Hub.wakes`), which the poller sets when the log changed, then reads the log from its own cursor (reads at
-one :attr:`Hub.version` are shared, see :meth:`Service.events`).
+one :attr:`Hub.version` are shared, see :meth:`EventLog.events`).
 
-The hub also holds :class:`~graphckpt.server.ephemeral.Ephemera`, the rings of the ephemeral events of this server's
-own runs; a thread's ring sets the wake-up events of that thread's streams.
+The hub also holds :class:`~graphckpt.server.events.ephemeral.Ephemera`, the rings of the ephemeral events of this
+server's own runs; a thread's ring sets the wake-up events of that thread's streams.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import logging
 from typing import Any, cast
 
 from graphckpt.savers.base import Saver
-from graphckpt.server.ephemeral import Ephemera
+from graphckpt.server.events.ephemeral import Ephemera
 
 __all__ = ["Hub"]
 

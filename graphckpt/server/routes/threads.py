@@ -13,7 +13,7 @@ from graphckpt.savers.base import ThreadRecord, metadata_matches
 from graphckpt.server import models, queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.http import json_response, scope_of
-from graphckpt.server.service import PendingThread, user_metadata
+from graphckpt.server.records import PendingThread, user_metadata
 
 __all__ = ["routes"]
 
@@ -38,7 +38,7 @@ class DiffQuery(BaseModel):
 
 def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
     service = request.app.state.service
-    return thread.graph_id if isinstance(thread, PendingThread) else service.graph_of(thread)
+    return thread.graph_id if isinstance(thread, PendingThread) else service.graphs.graph_of(thread)
 
 
 async def create_thread(request: Request) -> Response:
@@ -65,7 +65,7 @@ async def search_threads(request: Request) -> Response:
     for record in await service.threads(ns):
         if status is not None and record.status != status:
             continue
-        if b.graph_id is not None and service.graph_of(record) != b.graph_id:
+        if b.graph_id is not None and service.graphs.graph_of(record) != b.graph_id:
             continue
         if b.parent_thread_id is not None and (
             record.parent_thread_id is None or api_id(ns, record.parent_thread_id) != b.parent_thread_id
@@ -75,7 +75,7 @@ async def search_threads(request: Request) -> Response:
             continue
         found.append(record)
     page = found[b.offset : b.offset + b.limit]
-    return json_response([queries.thread_view(ns, r, service.graph_of(r)) for r in page])
+    return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
 
 
 async def patch_thread(request: Request) -> Response:
@@ -126,12 +126,19 @@ async def fork_thread(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ForkBody, config.max_body)
     snap = await service.fork(
-        ns, request.path_params["thread_id"], checkpoint_id=b.checkpoint_id, step=b.step, update=b.values,
-        new_thread_id=b.new_thread_id, goto=b.goto, as_node=b.as_node, metadata=b.metadata,
-    )  # fmt: skip
+        ns,
+        request.path_params["thread_id"],
+        checkpoint_id=b.checkpoint_id,
+        step=b.step,
+        update=b.values,
+        new_thread_id=b.new_thread_id,
+        goto=b.goto,
+        as_node=b.as_node,
+        metadata=b.metadata,
+    )
     new_id = api_id(ns, snap.thread_id) or snap.thread_id
     record = await service.record(ns, new_id)
-    body = queries.thread_view(ns, record, service.graph_of(record))
+    body = queries.thread_view(ns, record, service.graphs.graph_of(record))
     body["state"] = queries.state_view(ns, snap)
     return json_response(body, 201, {"Location": f"/threads/{new_id}"})
 
@@ -185,7 +192,7 @@ async def import_thread(request: Request) -> Response:
         return json_response({"error": "ValidationError", "message": "the export is not UTF-8 text"}, 422)
     thread_id = await service.import_(ns, [line for line in text.splitlines() if line.strip()])
     record = await service.record(ns, thread_id)
-    return json_response(queries.thread_view(ns, record, service.graph_of(record)), 201)
+    return json_response(queries.thread_view(ns, record, service.graphs.graph_of(record)), 201)
 
 
 async def inbox(request: Request) -> Response:
@@ -194,7 +201,7 @@ async def inbox(request: Request) -> Response:
     for record, snap in await service.inbox(ns):
         items.append(
             {
-                "thread": queries.thread_view(ns, record, service.graph_of(record)),
+                "thread": queries.thread_view(ns, record, service.graphs.graph_of(record)),
                 "checkpoint_id": snap.checkpoint_id,
                 "interrupts": [queries.interrupt_view(i) for i in snap.interrupts],
             }

@@ -1,4 +1,5 @@
-"""Plain-data views of the engine's records: what ``--json`` prints and what the tables show.
+"""Plain-data views of the engine's records: what the CLI's ``--json`` prints and its tables show, and what the web
+UI's pages show.
 
 Every function returns JSON-compatible data with stable keys, so scripts can rely on them.
 """

@@ -33,26 +33,26 @@ async def info(request: Request) -> Response:
 async def search_assistants(request: Request) -> Response:
     service, _, config = scope_of(request)
     b = await models.body(request, AssistantSearchBody, config.max_body)
-    found = [(name, app) for name, app in service.apps.items() if b.graph_id in (None, name)]
+    found = [(name, app) for name, app in service.graphs.apps.items() if b.graph_id in (None, name)]
     return json_response([queries.assistant_view(n, a) for n, a in found[b.offset : b.offset + b.limit]])
 
 
 async def get_assistant(request: Request) -> Response:
     service, _, _ = scope_of(request)
     name = request.path_params["assistant_id"]
-    return json_response(queries.assistant_view(name, service.app(name)))
+    return json_response(queries.assistant_view(name, service.graphs.app(name)))
 
 
 async def assistant_graph(request: Request) -> Response:
     service, _, _ = scope_of(request)
-    app = service.app(request.path_params["assistant_id"])
+    app = service.graphs.app(request.path_params["assistant_id"])
     return json_response({"mermaid": app.to_mermaid(), "nodes": sorted(app.graph.nodes)})
 
 
 async def assistant_schemas(request: Request) -> Response:
     service, _, _ = scope_of(request)
     name = request.path_params["assistant_id"]
-    app = service.app(name)
+    app = service.graphs.app(name)
     schema = app.graph.state.schema
     state = schema.model_json_schema() if hasattr(schema, "model_json_schema") else {"type": "object"}
     return json_response({"graph_id": name, "input_schema": state, "output_schema": state, "state_schema": state})

@@ -3,7 +3,7 @@
 Each durable event is sent as ``id: {thread_id}:{step}:{seq}``, ``event:`` its kind, ``data:`` its JSON payload. A
 stream is an async generator that owns nothing but a cursor ``(step, seq)`` over the thread's lineage (a fork's
 stream holds its source's events up to the fork point, with the source's ids): it reads the log after the cursor,
-sends, and when it has caught up waits for the :class:`~graphckpt.server.hub.Hub` to say the log grew. So
+sends, and when it has caught up waits for the :class:`~graphckpt.server.events.hub.Hub` to say the log grew. So
 reconnecting with ``Last-Event-ID`` (or ``?after=``; the header wins, as a browser's ``EventSource`` resends it with
 the URL it first opened) is just starting at another cursor, after a disconnect, a server restart, or a run by
 another process.
@@ -39,7 +39,7 @@ another process.
   the cursor. Two renderings of one durable event (``updates`` and ``tasks``) carry the same id.
 - **Ephemeral events** exist only in the memory of the server whose in-process workers run the thread (a run by a
   ``graphckpt worker`` process or another server has none here), and only from the moment a stream asked for
-  their mode (see :mod:`graphckpt.server.ephemeral`). Their id is the durable id they follow plus a suffix,
+  their mode (see :mod:`graphckpt.server.events.ephemeral`). Their id is the durable id they follow plus a suffix,
   ``{thread_id}:{step}:{seq}~{epoch}.{n}``: they sort after that durable event (and before the next), never
   collide with a durable id, and name this server's run of the thread (``epoch``) and their number ``n``. A
   reconnect with one continues right after it while the ring still holds the events that followed; otherwise
@@ -62,19 +62,29 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.requests import Request
+from sse_starlette import ServerSentEvent
 
 from graphckpt.savers.base import TERMINAL_EVENTS
-from graphckpt.server import models
 from graphckpt.server.auth import api_id, store_id
-from graphckpt.server.ephemeral import EPHEMERAL_MODES, At, Channel, Entry
 from graphckpt.server.errors import ApiError
-from graphckpt.server.http import scope_of
-from graphckpt.server.render import dump, render_event
-from graphckpt.server.service import Service
+from graphckpt.server.events.ephemeral import EPHEMERAL_MODES, At, Channel, Entry
+from graphckpt.server.events.log import Feed
+from graphckpt.server.events.render import dump, render_event
 
-__all__ = ["MODES", "EventId", "StreamQuery", "open_stream", "parse_event_id", "parse_modes", "sse_response"]
+__all__ = [
+    "END",
+    "HEADERS",
+    "MODES",
+    "SHUTDOWN_GRACE",
+    "START",
+    "EventId",
+    "Start",
+    "StreamQuery",
+    "event_source",
+    "parse_event_id",
+    "parse_modes",
+    "start_at",
+]
 
 START = (-1, -1)
 """The cursor before a thread's first event."""
@@ -125,8 +135,11 @@ def parse_event_id(text: str) -> EventId:
         parsed = None
     broken = tilde and not (epoch.isalnum() and dot and n.isdigit())
     if not (sep1 and sep2 and thread_id) or parsed is None or parsed.step < 0 or parsed.seq < 0 or broken:
-        raise ApiError(400, "BadRequest", f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral "
-                                          "THREAD_ID:STEP:SEQ~EPOCH.N)")  # fmt: skip
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral THREAD_ID:STEP:SEQ~EPOCH.N)",
+        )
     return parsed
 
 
@@ -142,7 +155,7 @@ def parse_modes(modes: Iterable[str] | None, where: str = "query.stream_mode") -
 
 @dataclass
 class Start:
-    """Where a stream starts (see :func:`start_of`)."""
+    """Where a stream starts (see :func:`start_at`)."""
 
     segments: list[tuple[str, int, int]]
     cursor: tuple[int, int]
@@ -154,24 +167,25 @@ class Start:
     """A reconnect with an ephemeral id of this server: the number of the last ephemeral event the client has."""
 
 
-async def start_of(
-    service: Service,
+async def start_at(
+    feed: Feed,
     ns: str,
     thread_id: str,
+    segments: list[tuple[str, int, int]],
     last_id: str | None,
     *,
     default: tuple[int, int] = START,
     ephemeral: bool = False,
 ) -> Start:
-    """Where a stream of ``thread_id`` starts for ``last_id`` (without one: at ``default``); with ``ephemeral``
-    modes, whether the ephemeral events after it are still here (if not, a ``stream.reset`` says so)."""
-    segments = await service.segments(ns, thread_id)
+    """Where a stream of ``thread_id`` (whose lineage is ``segments``) starts for ``last_id`` (without one: at
+    ``default``); with ``ephemeral`` modes, whether the ephemeral events after it are still here (if not, a
+    ``stream.reset`` says so)."""
     if last_id is None:
         return Start(segments, default, None, None)
     parsed = parse_event_id(last_id)
     sid = store_id(ns, parsed.thread_id)
     inside = any(t == sid and first <= parsed.step < upper for t, first, upper in segments)
-    kind = await service.saver.event_kind(sid, parsed.step, parsed.seq) if inside else None
+    kind = await feed.log.saver.event_kind(sid, parsed.step, parsed.seq) if inside else None
     if kind is None:
         why = "not in this thread's lineage" if not inside else "not stored (pruned, or never written)"
         return Start(segments, START, None, {"last_event_id": last_id, "reason": f"event {last_id!r} is {why}"})
@@ -179,7 +193,7 @@ async def start_of(
     if not ephemeral:
         return start
     durable = f"{parsed.thread_id}:{parsed.step}:{parsed.seq}"
-    ephemera = service.hub.ephemera
+    ephemera = feed.hub.ephemera
     channel = ephemera.channels.get(store_id(ns, thread_id))
     if parsed.n is None:
         if channel is None or channel.evicted_key < (parsed.step, parsed.seq, -1):
@@ -192,22 +206,18 @@ async def start_of(
             return start
         if ours and channel is not None:  # what is left after the gap still comes
             start.after_n = max(parsed.n, channel.evicted)
-    start.reset = {"last_event_id": last_id, "continue_after": durable, "lost": "ephemeral",
-                   "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
-                             "served them, or they aged out); continuing after that durable event"}  # fmt: skip
+    start.reset = {
+        "last_event_id": last_id,
+        "continue_after": durable,
+        "lost": "ephemeral",
+        "reason": f"the ephemeral events after {durable!r} were lost (this server restarted, another "
+        "served them, or they aged out); continuing after that durable event",
+    }
     return start
 
 
-async def open_stream(
-    service: Service, ns: str, thread_id: str, last_id: str | None, *, default: tuple[int, int] = START
-) -> tuple[list[tuple[str, int, int]], tuple[int, int], str | None, dict[str, Any] | None]:
-    """:func:`start_of` as ``(segments, cursor, kind at the cursor, reset)`` (what the web UI's stream uses)."""
-    start = await start_of(service, ns, thread_id, last_id, default=default)
-    return start.segments, start.cursor, start.kind, start.reset
-
-
 async def event_source(
-    service: Service,
+    feed: Feed,
     ns: str,
     thread_id: str,
     segments: Sequence[tuple[str, int, int]],
@@ -232,7 +242,7 @@ async def event_source(
     modes = modes | {"values"} if values else modes
     raw = not modes or "events" in modes or kinds is not None
     sid = store_id(ns, thread_id)
-    hub = service.hub
+    hub = feed.hub
     wake = asyncio.Event()
     hub.wakes.add(wake)
     live = modes & EPHEMERAL_MODES
@@ -244,7 +254,7 @@ async def event_source(
     try:
         while not hub.closing:
             wake.clear()  # before the read: a change after it sets it again
-            batch = await service.events(segments, cursor)
+            batch = await feed.log.events(segments, cursor)
             if channel is not None and stream is not None:
                 if batch:
                     last = batch[-1]
@@ -255,7 +265,7 @@ async def event_source(
                 if stream is not None:
                     chunk += stream.before((event.step, event.seq))
                 cursor, last_kind = (event.step, event.seq), event.kind
-                chunk += await render_event(service, ns, thread_id, event, modes, kinds if raw else set())
+                chunk += await render_event(feed, ns, thread_id, event, modes, kinds if raw else set())
                 if run_stream and event.kind in TERMINAL_EVENTS:
                     yield bytes(chunk) + END
                     return
@@ -265,10 +275,10 @@ async def event_source(
                 yield bytes(chunk)
             if batch:
                 continue
-            if not run_stream and last_kind in TERMINAL_EVENTS and not service.runs.active(sid):
+            if not run_stream and last_kind in TERMINAL_EVENTS and not feed.active(sid):
                 yield END
                 return
-            if run_id is not None and (run := await service.runs.get(run_id)) is not None and run.status == "cancelled":
+            if run_id is not None and await feed.cancelled(run_id):
                 yield END
                 return
             if not wake.is_set():
@@ -344,42 +354,3 @@ def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
 
 END = ServerSentEvent(event="end", data="{}").encode()
 """The last thing a stream sends (no id): its run or thread has finished."""
-
-
-async def sse_response(
-    request: Request,
-    thread_id: str,
-    *,
-    default: tuple[int, int] = START,
-    run_stream: bool = False,
-    preamble: Sequence[ServerSentEvent] = (),
-    headers: dict[str, str] | None = None,
-    modes: Sequence[str] | None = None,
-    stream_subgraphs: bool = False,
-    run_id: str | None = None,
-) -> EventSourceResponse:
-    """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
-    the query's ``stream_mode`` wins over ``modes``, a run body's)."""
-    service, ns, config = scope_of(request)
-    q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
-    wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
-    subgraphs = q.stream_subgraphs if q.stream_subgraphs is not None else stream_subgraphs
-    last_id = request.headers.get("last-event-id") or q.after or None
-    ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
-    start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral)
-    first = list(preamble)
-    if start.reset is not None:
-        first.append(ServerSentEvent(event="stream.reset", data=dump(start.reset)))
-    source = event_source(
-        service, ns, thread_id, start.segments, start.cursor, last_kind=start.kind,
-        kinds=set(q.kinds) if q.kinds else None, modes=wanted, after_n=start.after_n, subgraphs=subgraphs,
-        run_stream=run_stream,
-        preamble=first, run_id=run_id,
-    )  # fmt: skip
-    return EventSourceResponse(
-        source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive, shutdown_grace_period=SHUTDOWN_GRACE
-    )
-
-
-async def thread_stream(request: Request) -> EventSourceResponse:
-    return await sse_response(request, request.path_params["thread_id"])

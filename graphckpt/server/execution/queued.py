@@ -1,4 +1,4 @@
-"""``QueueRuns``: the server's :class:`~graphckpt.server.executor.RunExecutor` over the durable run queue (issue 14).
+"""``QueueRuns``: the server's :class:`~graphckpt.server.execution.base.RunExecutor` over the durable run queue.
 
 A run the server creates is a ``runs`` row (:func:`graphckpt.runs.submit`); a :class:`~graphckpt.worker.Worker`
 claims and executes it: by default ``workers`` in-process ones started with the server, or none (``workers=0``,
@@ -26,20 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.errors import ThreadBusyError
-from graphckpt.runs import Multitask, queue_of, submit, submitted
-from graphckpt.savers.queue import TERMINAL, RunRecord
+from graphckpt.runs import Multitask, submit, submitted
+from graphckpt.savers.queue import TERMINAL, RunQueue, RunRecord
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import RunConflict, RunInfo, RunRequest, RunStatus, check_request, inherited_tags
+from graphckpt.server.events.ephemeral import Ephemera
+from graphckpt.server.execution.base import (
+    RunConflict,
+    RunInfo,
+    RunRequest,
+    RunStatus,
+    Thread,
+    check_request,
+    inherited_tags,
+)
+from graphckpt.server.graphs import Graphs
+from graphckpt.server.records import PendingThread, thread_tags
 
 if TYPE_CHECKING:
-    from graphckpt.server.service import Service
     from graphckpt.worker import Worker
 
 __all__ = ["KEEP_LOCAL", "STATUS", "WATCH_EVERY", "QueueRuns"]
@@ -74,12 +83,16 @@ class _Facts:
 
 
 class QueueRuns:
-    """Runs through the queue of ``service.saver``, executed by ``workers`` in-process workers (0: by others)."""
+    """Runs through the queue of ``graphs.saver``, executed by ``workers`` in-process workers (0: by others) whose
+    runs' ephemeral events go to ``ephemera`` (while a stream wants them)."""
 
-    def __init__(self, service: Service, *, workers: int = 1, concurrency: int = 8) -> None:
+    def __init__(self, graphs: Graphs, ephemera: Ephemera, *, workers: int = 1, concurrency: int = 8) -> None:
         if type(workers) is not int or workers < 0:
             raise ValueError(f"workers must be a number of in-process workers (0 or more), not {workers!r}")
-        self.service = service
+        if not isinstance(graphs.saver, RunQueue):
+            raise TypeError(f"{type(graphs.saver).__name__} has no run queue")
+        self.graphs, self.ephemera = graphs, ephemera
+        self.queue: RunQueue = graphs.saver
         self.workers: list[Worker] = []
         self._count, self._concurrency = workers, concurrency
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,10 +106,10 @@ class QueueRuns:
         from graphckpt.worker import Worker
 
         for n in range(self._count):
-            worker = Worker(self.service.apps, concurrency=self._concurrency, poll=0.25)
+            worker = Worker(self.graphs.apps, concurrency=self._concurrency, poll=0.25)
             worker.on_end.append(self._ended)
-            worker.on_begin.append(self.service.hub.ephemera.attach)  # its ephemeral events, while streamed
-            worker.on_end.append(self.service.hub.ephemera.ended)
+            worker.on_begin.append(self.ephemera.attach)  # its ephemeral events, while streamed
+            worker.on_end.append(self.ephemera.ended)
             self.workers.append(worker)
             self._tasks.append(asyncio.create_task(worker.run(), name=f"graphckpt-worker-{n}"))
         self._watcher = asyncio.create_task(self._watch(), name="graphckpt-run-watcher")
@@ -118,21 +131,33 @@ class QueueRuns:
         return thread_id in self._active
 
     async def submit(
-        self, request: RunRequest, *, multitask: str, start: tuple[int, int], metadata: Mapping[str, Any] | None = None
+        self,
+        request: RunRequest,
+        *,
+        thread: Thread,
+        multitask: str,
+        start: tuple[int, int],
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunInfo:
+        """Queue ``request`` (see :meth:`RunExecutor.submit`): the thread's state is checked here (unless it has a
+        run: this one queues after it), its input once, by :func:`graphckpt.runs.submit`."""
         sid = request.thread_id
-        app = self.service.app(request.graph_id)
+        app = self.graphs.app(request.graph_id)
         busy = [r for r in await app.aruns(thread_id=sid) if r.status in ("queued", "running")]
         if busy and multitask == "reject":
             raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         if not busy:
-            await check_request(self.service, request)
+            check_request(self.graphs, thread, request, validate=False)
         mode: Multitask = "enqueue" if multitask == "enqueue" else "reject"
         options: dict[str, Any] = {
-            "multitask": mode, "graph": request.graph_id, "tags": await self._run_tags(request),
-            "recursion_limit": request.recursion_limit, "metadata": metadata, "start": start,
-        }  # fmt: skip
-        parts = (queue_of(app.saver), app.graph, app.codec.serde)
+            "multitask": mode,
+            "graph": request.graph_id,
+            "tags": self._run_tags(request, thread),
+            "recursion_limit": request.recursion_limit,
+            "metadata": metadata,
+            "start": start,
+        }
+        parts = (self.queue, app.graph, app.codec.serde)
         try:
             if request.resume:
                 run = await submit(*parts, thread_id=sid, resume=True, answer=request.answer, **options)
@@ -146,36 +171,35 @@ class QueueRuns:
         self._waiters[run.run_id] = asyncio.Event()
         return self._info(run)
 
-    async def _run_tags(self, request: RunRequest) -> Mapping[str, Any] | None:
+    def _run_tags(self, request: RunRequest, thread: Thread) -> Mapping[str, Any] | None:
         """The tags the run's checkpoints take: the request's; else a resume keeps the thread's (see
-        :func:`~graphckpt.server.executor.inherited_tags`), and an input gets the thread's with ``metadata`` the
-        request's (the thread's metadata, which its checkpoints keep as ``tags.metadata``)."""
+        :func:`~graphckpt.server.execution.base.inherited_tags`), and an input gets the thread's (its head's, or
+        those of a thread created before its first checkpoint) with ``metadata`` the request's (the thread's
+        metadata, which its checkpoints keep as ``tags.metadata``)."""
         if request.tags is not None:
             return request.tags
-        inherited = await inherited_tags(self.service, request.thread_id)
+        inherited = inherited_tags(thread)
         if request.resume:
             return inherited
-        base = inherited if inherited is not None else await self._thread_tags(request.thread_id)
+        base = inherited
+        if base is None:
+            base = thread.tags if isinstance(thread, PendingThread) else thread_tags(thread) if thread else {}
         return {**base, "metadata": dict(request.metadata)}
 
-    async def _thread_tags(self, thread_id: str) -> Mapping[str, Any]:
-        """The thread's tags: its head's, or the ones a thread created before its first checkpoint was stored with."""
-        record = await self.service.saver.get_thread(thread_id)
-        found: Any = record.metadata.get("tags") if record is not None else None
-        if record is None:
-            created = await self.service.saver.get_created_thread(thread_id)  # type: ignore[attr-defined]
-            found = json.loads(created[0]) if created is not None else None
-        return found if isinstance(found, Mapping) else {}
-
     def _info(self, run: RunRecord) -> RunInfo:
-        graph = run.graph if run.graph in self.service.apps else self.service.default_graph
+        graph = self.graphs.served(run.graph)
         facts = self._facts_of(run, graph)
         info = RunInfo(
             run.run_id,
             RunRequest(run.thread_id, graph, resume=run.kind == "resume", recursion_limit=facts.recursion_limit),
-            facts.multitask, facts.start, dict(facts.metadata), STATUS.get(run.status, "error"), run.error,
-            run.created_at, run.ended_at or run.started_at or run.created_at,
-        )  # fmt: skip
+            facts.multitask,
+            facts.start,
+            dict(facts.metadata),
+            STATUS.get(run.status, "error"),
+            run.error,
+            run.created_at,
+            run.ended_at or run.started_at or run.created_at,
+        )
         if run.status in TERMINAL:
             info.done.set()
             self._settle(info)
@@ -187,7 +211,7 @@ class QueueRuns:
         facts = self._facts.get(run.run_id)
         if facts is None:
             try:
-                found = submitted(self.service.apps[graph].codec.serde, run)
+                found = submitted(self.graphs.apps[graph].codec.serde, run)
             except Exception as exc:
                 logger.warning("run %s: its payload cannot be read (%s); shown without its options", run.run_id, exc)
                 facts = _Facts("enqueue", None, {}, None)
@@ -199,15 +223,15 @@ class QueueRuns:
         return facts
 
     async def get(self, run_id: str) -> RunInfo | None:
-        run = await self.service.saver.get_run(run_id)  # type: ignore[attr-defined]
+        run = await self.queue.get_run(run_id)
         return None if run is None else self._info(run)
 
     async def list(self, thread_id: str) -> list[RunInfo]:
-        runs = await self.service.saver.list_runs(thread_id=thread_id)  # type: ignore[attr-defined]
+        runs = await self.queue.list_runs(thread_id=thread_id)
         return sorted((self._info(r) for r in runs), key=lambda r: (r.created_at, r.run_id), reverse=True)
 
     async def cancel(self, run_id: str) -> RunInfo:
-        saver: Any = self.service.saver
+        saver = self.queue
         if not await saver.cancel_run(run_id):
             run = await saver.get_run(run_id)
             if run is not None and run.status == "running":
@@ -221,8 +245,7 @@ class QueueRuns:
         return info
 
     async def cancel_thread(self, thread_id: str) -> None:
-        saver: Any = self.service.saver
-        for run in await saver.list_runs(thread_id=thread_id):
+        for run in await self.queue.list_runs(thread_id=thread_id):
             if run.status in ("queued", "running"):
                 with contextlib.suppress(ApiError):
                     await self.cancel(run.run_id)

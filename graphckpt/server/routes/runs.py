@@ -1,6 +1,8 @@
 """Run routes: create (background, streamed, or waited for), list, get, cancel, join, join stream; the thread
-stream; the answer endpoint of the inbox. Runs go through the service's :class:`~graphckpt.server.executor.RunExecutor`;
-streams come from the durable event log (:mod:`graphckpt.server.streams`)."""
+stream; the answer endpoint of the inbox. Runs go through the service's
+:class:`~graphckpt.server.execution.base.RunExecutor`; streams come from the durable event log
+(:mod:`graphckpt.server.routes.streams`). A request that starts a run reads its thread once: the record it found
+goes to the executor, and its lineage to the stream."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from graphckpt.records import NO_ANSWER
 from graphckpt.server import models, queries
 from graphckpt.server.auth import store_id
 from graphckpt.server.errors import ApiError
-from graphckpt.server.executor import RunInfo, RunRequest
+from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
-from graphckpt.server.service import PendingThread, user_metadata
-from graphckpt.server.streams import parse_modes, sse_response, thread_stream
+from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
+from graphckpt.server.routes.streams import sse_response, thread_stream
 
 __all__ = ["routes"]
 
@@ -30,7 +32,10 @@ class RunsQuery(BaseModel):
     offset: int = Field(default=0, ge=0)
 
 
-async def _submit(request: Request, b: models.RunBody, *, resume: bool = False, answer: object = NO_ANSWER) -> RunInfo:
+async def _submit(
+    request: Request, b: models.RunBody, *, resume: bool = False, answer: object = NO_ANSWER
+) -> tuple[RunInfo, list[tuple[str, int, int]]]:
+    """Submit the run ``b`` asks for; returns it with the thread's lineage (its stream's segments)."""
     service, ns, _ = scope_of(request)
     thread_id = request.path_params["thread_id"]
     try:
@@ -38,20 +43,31 @@ async def _submit(request: Request, b: models.RunBody, *, resume: bool = False, 
     except ThreadNotFoundError:
         if b.if_not_exists == "reject":
             raise
-        found = await service.create_thread(ns, thread_id, {}, b.assistant_id, exist_ok=True)
+        found = await service.create_missing(ns, thread_id, b.assistant_id)
+    segments = await service.segments_of(ns, found)
     if isinstance(found, PendingThread):
         graph, metadata, start = found.graph_id, found.metadata, (-1, -1)
     else:
-        graph, metadata = service.graph_of(found), user_metadata(found)
-        start = await service.cursor_now(await service.segments(ns, thread_id), found.head_step)
+        graph, metadata = service.graphs.graph_of(found), user_metadata(found)
+        start = await service.log.cursor_now(segments, found.head_step)
     if b.assistant_id is not None:
-        service.app(b.assistant_id)
+        service.graphs.app(b.assistant_id)
         graph = b.assistant_id
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
-    run = RunRequest(store_id(ns, thread_id), graph, input=b.input, resume=resume, answer=answer, metadata=metadata,
-                     recursion_limit=b.recursion_limit)  # fmt: skip
-    return await service.runs.submit(run, multitask=b.multitask_strategy, start=start, metadata=b.metadata)
+    run = RunRequest(
+        store_id(ns, thread_id),
+        graph,
+        input=b.input,
+        resume=resume,
+        answer=answer,
+        metadata=metadata,
+        recursion_limit=b.recursion_limit,
+    )
+    info = await service.runs.submit(
+        run, thread=found, multitask=b.multitask_strategy, start=start, metadata=b.metadata
+    )
+    return info, segments
 
 
 async def _run(request: Request) -> RunInfo:
@@ -64,7 +80,7 @@ async def _run(request: Request) -> RunInfo:
 
 async def create_run(request: Request) -> Response:
     _, ns, config = scope_of(request)
-    run = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    run, _ = await _submit(request, await models.body(request, models.RunBody, config.max_body))
     return json_response(queries.run_view(ns, run), headers=_locations(request, run))
 
 
@@ -77,21 +93,29 @@ async def stream_run(request: Request) -> Response:
     wanted = parse_modes(modes, "body.stream_mode")
     sid = store_id(ns, request.path_params["thread_id"])
     service.hub.ephemera.expect(sid, wanted, subgraphs=b.stream_subgraphs)  # from the run's first event
-    run = await _submit(request, b)
+    run, segments = await _submit(request, b)
     metadata = ServerSentEvent(event="metadata", data=f'{{"run_id":"{run.run_id}"}}')
     headers = _locations(request, run)
     query = [("stream_mode", m) for m in modes] + ([("stream_subgraphs", "true")] if b.stream_subgraphs else [])
     if query:
         headers["Location"] += "?" + urlencode(query)
     return await sse_response(
-        request, request.path_params["thread_id"], default=run.start or (-1, -1), run_stream=True, preamble=[metadata],
-        headers=headers, modes=modes, stream_subgraphs=b.stream_subgraphs, run_id=run.run_id,
-    )  # fmt: skip
+        request,
+        request.path_params["thread_id"],
+        default=run.start or (-1, -1),
+        run_stream=True,
+        preamble=[metadata],
+        headers=headers,
+        modes=modes,
+        stream_subgraphs=b.stream_subgraphs,
+        run_id=run.run_id,
+        segments=segments,
+    )
 
 
 async def wait_run(request: Request) -> Response:
     service, _, config = scope_of(request)
-    run = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    run, _ = await _submit(request, await models.body(request, models.RunBody, config.max_body))
     await service.runs.join(run.run_id)
     return await _final(request, run)
 
@@ -144,19 +168,23 @@ async def join_stream(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
         return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
-    await service.find(ns, thread_id)
+    found = await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
-        raise ApiError(404, "NotFound", f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow "
-                                        "the thread from an event)")  # fmt: skip
-    return await sse_response(request, thread_id)
+        raise ApiError(
+            404,
+            "NotFound",
+            f"no run {request.path_params['run_id']!r} (give Last-Event-ID to follow the thread from an event)",
+        )
+    return await sse_response(request, thread_id, segments=await service.segments_of(ns, found))
 
 
 async def answer(request: Request) -> Response:
     """Answer a thread's open interrupt(s): a run resuming it with ``answer`` (202)."""
     _, ns, config = scope_of(request)
     b = await models.body(request, models.AnswerBody, config.max_body)
-    run = await _submit(request, models.RunBody(assistant_id=b.assistant_id, if_not_exists="reject"), resume=True,
-                        answer=b.answer)  # fmt: skip
+    run, _ = await _submit(
+        request, models.RunBody(assistant_id=b.assistant_id, if_not_exists="reject"), resume=True, answer=b.answer
+    )
     return json_response(queries.run_view(ns, run), 202, headers=_locations(request, run))
 
 

@@ -1,0 +1,197 @@
+"""``InProcessRuns``: the :class:`~graphckpt.server.execution.base.RunExecutor` that runs threads on the server's own
+event loop, for an app whose saver has no run queue (the server uses :mod:`.queued` otherwise).
+
+It keeps run records in memory (a restart forgets them; the threads and their events stay) and resumes the threads a
+crash left behind: every ``recover_interval`` seconds it takes over the ``crashed`` ones (``running`` with an
+expired lease: their process died), through the engine's lease claim, so a thread another live process runs is
+never touched."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from graphckpt import ids
+from graphckpt.errors import GraphckptError
+from graphckpt.server.execution.base import (
+    RunConflict,
+    RunInfo,
+    RunRequest,
+    RunStatus,
+    Thread,
+    check_request,
+    inherited_tags,
+)
+from graphckpt.server.graphs import Graphs
+from graphckpt.subgraph import link_of
+
+__all__ = ["InProcessRuns"]
+
+logger = logging.getLogger("graphckpt.server")
+
+
+class InProcessRuns:
+    """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
+
+    def __init__(self, graphs: Graphs, *, recover: bool = True, recover_interval: float = 1.0) -> None:
+        self.graphs = graphs
+        self.recover = recover
+        self.recover_interval = recover_interval
+        self._recovery: asyncio.Task[None] | None = None
+        self._runs: dict[str, RunInfo] = {}
+        self._queues: dict[str, list[RunInfo]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._current: dict[str, RunInfo] = {}
+
+    async def start(self) -> None:
+        """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off)."""
+        if self.recover:
+            self._recovery = asyncio.create_task(self._recover_loop(), name="graphckpt-recovery")
+
+    async def _recover_loop(self) -> None:
+        while True:
+            try:
+                await self.recover_crashed()
+            except Exception as exc:  # the store is unreachable for a moment: try again next time
+                logger.warning("recovery scan failed: %s", exc)
+            await asyncio.sleep(self.recover_interval)
+
+    async def recover_crashed(self) -> None:
+        """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
+        it refuses a live lease, so two servers never run one thread)."""
+        for record in await self.graphs.saver.list_threads(status="crashed"):
+            if self.active(record.thread_id) or link_of(record.metadata) is not None:  # a child: its parent's resume
+                continue
+            graph = self.graphs.graph_of(record)
+            logger.info("recovering thread %s (graph %s) at step %d", record.thread_id, graph, record.head_step)
+            request = RunRequest(record.thread_id, graph, resume=True)
+            await self.submit(request, thread=record, multitask="enqueue", start=(record.head_step, -1), recovery=True)
+
+    async def stop(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def active(self, thread_id: str) -> bool:
+        return thread_id in self._tasks
+
+    async def submit(
+        self,
+        request: RunRequest,
+        *,
+        thread: Thread,
+        multitask: str,
+        start: tuple[int, int],
+        metadata: Mapping[str, Any] | None = None,
+        recovery: bool = False,
+    ) -> RunInfo:
+        sid = request.thread_id
+        if self.active(sid):
+            if multitask == "reject":
+                raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
+        elif not recovery:
+            check_request(self.graphs, thread, request)
+        info = RunInfo(ids.new_id(), request, multitask, start, dict(metadata or {}))
+        self._runs[info.run_id] = info
+        self._queues.setdefault(sid, []).append(info)
+        if sid not in self._tasks:
+            self._tasks[sid] = asyncio.create_task(self._drain(sid), name=f"graphckpt-run-{sid}")
+        return info
+
+    async def get(self, run_id: str) -> RunInfo | None:
+        return self._runs.get(run_id)
+
+    async def list(self, thread_id: str) -> list[RunInfo]:
+        runs = [r for r in self._runs.values() if r.request.thread_id == thread_id]
+        return sorted(runs, key=lambda r: r.created_at, reverse=True)
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        info = self._runs[run_id]
+        sid = info.request.thread_id
+        if info.status == "pending":
+            self._queues.get(sid, []).remove(info)
+            self._finish(info, "cancelled")
+        elif info.status == "running" and self._current.get(sid) is info:
+            self._tasks[sid].cancel()
+            await info.done.wait()
+        return info
+
+    async def cancel_thread(self, thread_id: str) -> None:
+        for info in list(self._queues.get(thread_id, [])) + [
+            r for r in self._current.values() if r.request.thread_id == thread_id
+        ]:
+            await self.cancel(info.run_id)
+
+    async def join(self, run_id: str) -> RunInfo:
+        info = self._runs[run_id]
+        await info.done.wait()
+        return info
+
+    def _finish(self, info: RunInfo, status: RunStatus, error: str | None = None) -> None:
+        info.status, info.error, info.updated_at = status, error, ids.now()
+        info.done.set()
+
+    async def _drain(self, sid: str) -> None:
+        queue = self._queues[sid]
+        try:
+            while queue:
+                info = queue.pop(0)
+                self._current[sid] = info
+                try:
+                    await self._execute(info)
+                except asyncio.CancelledError:
+                    self._finish(info, "cancelled")
+                    for left in queue:
+                        self._finish(left, "cancelled")
+                    queue.clear()
+                    raise
+                finally:
+                    self._current.pop(sid, None)
+        finally:
+            self._tasks.pop(sid, None)
+            self._queues.pop(sid, None)
+
+    async def _execute(self, info: RunInfo) -> None:
+        request = info.request
+        app = self.graphs.app(request.graph_id)
+        info.status, info.updated_at = "running", ids.now()
+        try:
+            if request.resume:
+                tags = request.tags
+                if tags is None:  # the thread as it is now (a run queued after another sees that one's tags)
+                    tags = inherited_tags(await self.graphs.saver.get_thread(request.thread_id))
+                snap = await app.aresume(
+                    request.thread_id,
+                    request.answer,
+                    recursion_limit=request.recursion_limit,
+                    **({"tags": dict(tags)} if tags is not None else {}),
+                )
+            else:
+                tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
+                snap = await app.ainvoke(
+                    request.input or {},
+                    thread_id=request.thread_id,
+                    tags=tags,
+                    recursion_limit=request.recursion_limit,
+                )
+        except GraphckptError as exc:
+            self._finish(info, "error", f"{type(exc).__name__}: {exc}")
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a store failure the engine did not wrap: the run fails, the server stays
+            logger.error("run %s of thread %s failed", info.run_id, request.thread_id, exc_info=exc)
+            self._finish(info, "error", type(exc).__name__)
+            return
+        status: RunStatus = "interrupted" if snap.status == "interrupted" else "success"
+        self._finish(info, "error" if snap.status == "failed" else status)

@@ -1,0 +1,112 @@
+"""The SSE responses of the API (a run's stream, a thread's stream): a request's ``Last-Event-ID`` or ``?after=``,
+its stream modes and filters, turned into the event-log stream of :mod:`graphckpt.server.events.streams` (where the
+streams themselves, their ids and modes are described)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+
+from graphckpt.server import models
+from graphckpt.server.events.ephemeral import EPHEMERAL_MODES
+from graphckpt.server.events.render import dump
+from graphckpt.server.events.streams import (
+    HEADERS,
+    SHUTDOWN_GRACE,
+    START,
+    Start,
+    StreamQuery,
+    event_source,
+    parse_modes,
+    start_at,
+)
+from graphckpt.server.http import scope_of
+from graphckpt.server.service import Service
+
+__all__ = ["open_stream", "sse_response", "start_of", "thread_stream"]
+
+Segments = list[tuple[str, int, int]]
+
+
+async def start_of(
+    service: Service,
+    ns: str,
+    thread_id: str,
+    last_id: str | None,
+    *,
+    default: tuple[int, int] = START,
+    ephemeral: bool = False,
+    segments: Segments | None = None,
+) -> Start:
+    """Where a stream of ``thread_id`` of namespace ``ns`` starts (see :func:`~.events.streams.start_at`); its
+    lineage ``segments`` are read unless given."""
+    if segments is None:
+        segments = await service.segments(ns, thread_id)
+    return await start_at(service.feed, ns, thread_id, segments, last_id, default=default, ephemeral=ephemeral)
+
+
+async def open_stream(
+    service: Service,
+    ns: str,
+    thread_id: str,
+    last_id: str | None,
+    *,
+    default: tuple[int, int] = START,
+    segments: Segments | None = None,
+) -> tuple[Segments, tuple[int, int], str | None, dict[str, Any] | None]:
+    """:func:`start_of` as ``(segments, cursor, kind at the cursor, reset)`` (what the web UI's stream uses)."""
+    start = await start_of(service, ns, thread_id, last_id, default=default, segments=segments)
+    return start.segments, start.cursor, start.kind, start.reset
+
+
+async def sse_response(
+    request: Request,
+    thread_id: str,
+    *,
+    default: tuple[int, int] = START,
+    run_stream: bool = False,
+    preamble: Sequence[ServerSentEvent] = (),
+    headers: dict[str, str] | None = None,
+    modes: Sequence[str] | None = None,
+    stream_subgraphs: bool = False,
+    run_id: str | None = None,
+    segments: Segments | None = None,
+) -> EventSourceResponse:
+    """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
+    the query's ``stream_mode`` wins over ``modes``, a run body's); ``segments``: its lineage, when the caller has
+    read it already."""
+    service, ns, config = scope_of(request)
+    q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
+    wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
+    subgraphs = q.stream_subgraphs if q.stream_subgraphs is not None else stream_subgraphs
+    last_id = request.headers.get("last-event-id") or q.after or None
+    ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
+    start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral, segments=segments)
+    first = list(preamble)
+    if start.reset is not None:
+        first.append(ServerSentEvent(event="stream.reset", data=dump(start.reset)))
+    source = event_source(
+        service.feed,
+        ns,
+        thread_id,
+        start.segments,
+        start.cursor,
+        last_kind=start.kind,
+        kinds=set(q.kinds) if q.kinds else None,
+        modes=wanted,
+        after_n=start.after_n,
+        subgraphs=subgraphs,
+        run_stream=run_stream,
+        preamble=first,
+        run_id=run_id,
+    )
+    return EventSourceResponse(
+        source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive, shutdown_grace_period=SHUTDOWN_GRACE
+    )
+
+
+async def thread_stream(request: Request) -> EventSourceResponse:
+    return await sse_response(request, request.path_params["thread_id"])
