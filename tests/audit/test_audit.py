@@ -71,11 +71,21 @@ async def test_a_started_call_without_end_is_lost_once_then_finished(saver: Any)
     first = await app.ainvoke({}, thread_id="t")
     task = first.tasks[0]
     key = f"t:{task.id}:0"
-    dead = {"effect": 0, "name": "node.<locals>.<lambda>", "args": "sha256:x", "key": key, "attempt": 1,
-            "started_at": 1.0}  # fmt: skip
+    dead = {
+        "effect": 0,
+        "name": "node.<locals>.<lambda>",
+        "args": "sha256:x",
+        "key": key,
+        "attempt": 1,
+        "started_at": 1.0,
+    }
     record = await app.saver.get_thread("t")
-    await app.saver.put_writes("t", first.checkpoint_id, [StoredWrite(task.id, "started", 0,
-                               app.codec.serde.dumps(dead))], run_id=record.run_id)  # fmt: skip
+    await app.saver.put_writes(
+        "t",
+        first.checkpoint_id,
+        [StoredWrite(task.id, "started", 0, app.codec.serde.dumps(dead))],
+        run_id=record.run_id,
+    )
     before = await app.aaudit("t")
     assert [(c["status"], c["key"], c.get("pending")) for c in before["calls"]] == [("lost", key, True)]
     await app.aresume("t")
@@ -124,8 +134,9 @@ async def test_failed_attempts_survive_a_successful_resume(saver: Any, tmp_path:
         ("flaky", 2, 1, "TimeoutError", "simulated timeout (1 left)"),
     ]
     assert all("Traceback" in a["traceback"] and a["at"] > 0 for a in record["attempts"])
-    assert done.metadata["audit"]["attempts"] == [{k: v for k, v in a.items() if k not in ("step", "thread_id")}
-                                                 | {"step": 2} for a in record["attempts"]]  # fmt: skip
+    assert done.metadata["audit"]["attempts"] == [
+        {k: v for k, v in a.items() if k not in ("step", "thread_id")} | {"step": 2} for a in record["attempts"]
+    ]
 
 
 async def test_replayed_calls_keep_their_original_duration(saver: Any, tmp_path: Path) -> None:
@@ -179,8 +190,10 @@ async def test_tools_see_their_idempotency_key(saver: Any) -> None:
     g.add_edge(START, "tools")
     g.add_edge("tools", END)
     app = g.compile(saver=saver)
-    calls = [{"id": f"c{i}", "function": {"name": n, "arguments": json.dumps({"city": "Oslo"})}}
-             for i, n in enumerate(["lookup", "alookup"])]  # fmt: skip
+    calls = [
+        {"id": f"c{i}", "function": {"name": n, "arguments": json.dumps({"city": "Oslo"})}}
+        for i, n in enumerate(["lookup", "alookup"])
+    ]
     done = await app.ainvoke({"tool_calls": calls}, thread_id="t")
     recorded = done.metadata["audit"]["calls"]
     assert seen == [c["key"] for c in recorded]

@@ -16,8 +16,9 @@ import pytest
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GRAPHCKPT_"))}
     env["COLUMNS"] = "200"
-    out = subprocess.run([sys.executable, "-m", "graphckpt", *args], cwd=cwd, env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "graphckpt", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     return out
 

@@ -1,5 +1,5 @@
-"""The audit record after real crashes: a child process (``support/audit_child.py``) SIGKILLed inside a tool call and inside
-a model call (the loopback OpenAI-compatible server holds its answer back), then resumed in new processes.
+"""The audit record after real crashes: a child process (``support/audit_child.py``) SIGKILLed inside a tool call and
+inside a model call (the loopback OpenAI-compatible server holds its answer back), then resumed in new processes.
 
 After each kill the thread's record shows the call as started and lost, with its idempotency key; after the
 resume, as lost once and then finished (same key). The spend recorded equals what the server billed, split into
@@ -59,8 +59,12 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             ("execute_tool lookup", tool_key, 2, True)
         ]
 
-        shown = subprocess.run([sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        shown = subprocess.run(
+            [sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         pending = json.loads(shown.stdout)["pending"]["calls"]
         assert [(c["status"], c["key"]) for c in pending] == [("lost", tool_key)]
 
@@ -91,8 +95,12 @@ def test_kills_inside_a_tool_call_and_a_model_call(
             ("execute_tool lookup", "failed", tool_key),
             ("execute_tool lookup", "finished", tool_key),
         ]
-        shown = subprocess.run([sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
-                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        shown = subprocess.run(
+            [sys.executable, "-m", "graphckpt", "--db", str(db), "show", "t", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert json.loads(shown.stdout)["schema_version"] == 1
         (attempt,) = record["attempts"]
         assert (attempt["step"], attempt["node"], attempt.get("pending")) == (2, "tools", None)
@@ -140,8 +148,13 @@ def test_kills_inside_a_tool_call_and_a_model_call(
         prices = tmp_path / "prices.json"
         prices.write_text('{"fake-model": {"input": 2.5, "output": 10}}')
         cli = [sys.executable, "-m", "graphckpt", "--db", str(db)]
-        out = subprocess.run([*cli, "history", "t", "--prices", str(prices)], capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        out = subprocess.run(
+            [*cli, "history", "t", "--prices", str(prices)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         assert out.returncode == 0, out.stderr
         text = out.stdout
         assert "tools (1 failed attempt)" in text
@@ -151,8 +164,9 @@ def test_kills_inside_a_tool_call_and_a_model_call(
         cost = (total["prompt_tokens"] * 2.5 + total["completion_tokens"] * 10) / 1e6
         assert f"total: 2 model calls, {total['tokens']:,} tokens" in text and "2 calls lost" in text
         assert f"cost ${cost:.4f}" in text
-        listed = subprocess.run([*cli, "threads", "--json", "--prices", str(prices)], capture_output=True,
-                                text=True, timeout=60)  # fmt: skip
+        listed = subprocess.run(
+            [*cli, "threads", "--json", "--prices", str(prices)], capture_output=True, text=True, timeout=60
+        )
         (row,) = json.loads(listed.stdout)
         assert row["spend"]["total"]["tokens"] == total["tokens"] and row["spend"]["total"]["lost_calls"] == 2
         assert row["spend"]["total"]["cost"] == pytest.approx(cost)

@@ -85,8 +85,11 @@ def test_a_three_node_graph_gives_the_span_tree(
     assert tool_span.attributes[telemetry.TOOL_NAME] == "lookup"
     a = plan_chat.attributes
     assert (a[telemetry.OPERATION], a[telemetry.PROVIDER], a[telemetry.REQUEST_MODEL], a[telemetry.RESPONSE_MODEL]) == (
-        "chat", "openai_compatible", "fake-model", "fake-model"
-    )  # fmt: skip
+        "chat",
+        "openai_compatible",
+        "fake-model",
+        "fake-model",
+    )
     assert (a[telemetry.INPUT_TOKENS], a[telemetry.OUTPUT_TOKENS]) == (11, 5)
     assert tuple(a[telemetry.FINISH_REASONS]) == ("tool_calls",) and a[telemetry.REPLAYED] is False
     assert a[telemetry.IDEMPOTENCY_KEY].startswith("t:")

@@ -51,9 +51,18 @@ def test_run_then_read_everything(cli: Any) -> None:
         ("t1", "done", 3, "cli_graph:app")
     ]
     assert set(threads[0]) == {
-        "thread_id", "status", "step", "head", "created_at", "updated_at", "forked_from", "graph", "error",
-        "lease", "spend",
-    }  # fmt: skip
+        "thread_id",
+        "status",
+        "step",
+        "head",
+        "created_at",
+        "updated_at",
+        "forked_from",
+        "graph",
+        "error",
+        "lease",
+        "spend",
+    }
     assert threads[0]["spend"]["total"]["tokens"] == 400 and threads[0]["spend"]["own"]["tokens"] == 400
 
     history = ok(cli("history", "t1", "--json")).json()
@@ -381,8 +390,16 @@ def _pg_exists(schema: str, table: str | None = None) -> bool:
 
 def test_postgres_reading_creates_nothing_and_never_shows_the_password(cli: Any, pg_url: Any) -> None:
     url, schema, password = pg_url
-    for args in (["threads"], ["threads", "--status", "failed"], ["history", "t1"], ["show", "t1"],
-                 ["diff", "t1", "t2"], ["export", "t1"], ["delete", "t1"], ["resume", "t1"]):  # fmt: skip
+    for args in (
+        ["threads"],
+        ["threads", "--status", "failed"],
+        ["history", "t1"],
+        ["show", "t1"],
+        ["diff", "t1", "t2"],
+        ["export", "t1"],
+        ["delete", "t1"],
+        ["resume", "t1"],
+    ):
         result = cli("--db", url, *args)
         user_error(result, 1, f"no graphckpt tables in schema '{schema}' of ", "@127.0.0.1:5432/test")
         assert password not in result.err + result.out
@@ -433,8 +450,13 @@ def test_first_ctrl_c_stops_after_the_running_task(cli: Any, tmp_path: Path) -> 
     env.update(GRAPHCKPT_DB=str(tmp_path / "runs.db"), PYTHONPATH=os.pathsep.join([str(tmp_path), *inherited]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "graphckpt.cli", "run", "waiting_graph:graph", "--thread", "w"],
-        cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stderr is not None
     seen = []
     for line in proc.stderr:

@@ -38,8 +38,16 @@ def test_fork_and_show_take_a_step(cli: Any) -> None:
 
 def test_resume_exits_3_while_the_thread_waits_for_an_answer(cli: Any) -> None:
     ask = {"CLI_GRAPH_ASK": "1"}
-    failed = cli("run", "cli_graph:app", "--input", '{"request": "q"}', "--thread", "t1", "-q",
-                 env={**ask, "CLI_GRAPH_FAIL": "write"})  # fmt: skip
+    failed = cli(
+        "run",
+        "cli_graph:app",
+        "--input",
+        '{"request": "q"}',
+        "--thread",
+        "t1",
+        "-q",
+        env={**ask, "CLI_GRAPH_FAIL": "write"},
+    )
     assert failed.code == 1
     waiting = cli("resume", "t1", "-q", env=ask)  # write runs, then review asks
     assert waiting.code == 3, waiting.err
@@ -68,8 +76,13 @@ def _delete_on_terminal(tmp_path: Path, answer: str) -> subprocess.CompletedProc
     try:
         return subprocess.run(
             [sys.executable, "-m", "graphckpt.cli", "delete", "t1"],
-            cwd=tmp_path, env=env, stdin=slave, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=tmp_path,
+            env=env,
+            stdin=slave,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(slave)
         os.close(master)
@@ -92,7 +105,13 @@ def test_delete_asks_on_a_terminal_and_needs_yes_elsewhere(cli: Any, tmp_path: P
 
 
 def test_a_missing_attribute_lists_the_graphs_the_module_has(cli: Any, tmp_path: Path) -> None:
-    user_error(cli("run", "cli_graph:grpah"), 2, "has no attribute 'grpah'", "StateGraph graph", "App app",
-               "use cli_graph:graph")  # fmt: skip
+    user_error(
+        cli("run", "cli_graph:grpah"),
+        2,
+        "has no attribute 'grpah'",
+        "StateGraph graph",
+        "App app",
+        "use cli_graph:graph",
+    )
     (tmp_path / "empty_mod.py").write_text("x = 1\n")
     user_error(cli("run", "empty_mod:graph"), 2, "it has no StateGraph or App")

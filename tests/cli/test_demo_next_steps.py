@@ -29,9 +29,14 @@ def _shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``command`` as a user pastes it into a shell, with ``graphckpt`` meaning this checkout's CLI."""
     assert command.startswith("graphckpt ")
     return subprocess.run(
-        CLI + command.removeprefix("graphckpt"), shell=True, cwd=cwd, env=_env(), capture_output=True, text=True,
+        CLI + command.removeprefix("graphckpt"),
+        shell=True,
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
 
 
 def _printed_commands(out: str) -> list[str]:

@@ -123,8 +123,13 @@ def test_cli_diff_prints_paths_and_a_json_patch(cli: Any) -> None:
     after = ok(cli("show", "rain", "--json")).json()["values"]
     assert _apply(before, patch) == after
     leaves = ok(cli("diff", "t1", "rain", "--json")).json()["changes"]
-    assert {"path": "notes[0].text", "pointer": "/notes/0/text", "op": "replace", "before": "plan for weather",
-            "after": "plan for rain"} in leaves  # fmt: skip
+    assert {
+        "path": "notes[0].text",
+        "pointer": "/notes/0/text",
+        "op": "replace",
+        "before": "plan for weather",
+        "after": "plan for rain",
+    } in leaves
 
 
 def test_a_field_at_its_default_is_changed_with_and_without_the_graph(cli: Any) -> None:

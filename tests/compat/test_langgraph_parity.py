@@ -682,8 +682,12 @@ INNER: dict[str, tuple[type, Reducer]] = {"log": (list, "add"), "n": (int, None)
 def _inner(**kw: Any) -> Spec:
     """A subgraph sharing ``log`` and ``n`` with its parent; ``note`` is its own."""
     nodes = {"i1": lambda s: {"log": ["i1"], "n": s["n"] + 1, "note": "x"}, "i2": lambda s: {"log": [f"i2:{s['n']}"]}}
-    defaults: dict[str, Any] = {"fields": INNER, "nodes": nodes, "input": {},
-                                "edges": [(START, "i1"), ("i1", "i2"), ("i2", END)]}  # fmt: skip
+    defaults: dict[str, Any] = {
+        "fields": INNER,
+        "nodes": nodes,
+        "input": {},
+        "edges": [(START, "i1"), ("i1", "i2"), ("i2", END)],
+    }
     return Spec(**{**defaults, **kw})
 
 
@@ -705,12 +709,15 @@ def test_subgraph_as_a_node_shares_keys(kind: Kind) -> None:
 
 
 def test_nested_subgraphs() -> None:
-    leaf = Spec(fields=INNER, nodes={"leaf": lambda s: {"log": ["leaf"], "n": s["n"] * 10}}, input={},
-                edges=[(START, "leaf")])  # fmt: skip
-    mid = Spec(fields=INNER, nodes={"m": _say("m")}, subgraphs={"deep": leaf}, input={},
-               edges=[(START, "m"), ("m", "deep")])  # fmt: skip
-    spec = Spec(fields=LOG, nodes={"z": _say("z")}, subgraphs={"mid": mid}, input={"n": 2},
-                edges=[(START, "mid"), ("mid", "z")])  # fmt: skip
+    leaf = Spec(
+        fields=INNER, nodes={"leaf": lambda s: {"log": ["leaf"], "n": s["n"] * 10}}, input={}, edges=[(START, "leaf")]
+    )
+    mid = Spec(
+        fields=INNER, nodes={"m": _say("m")}, subgraphs={"deep": leaf}, input={}, edges=[(START, "m"), ("m", "deep")]
+    )
+    spec = Spec(
+        fields=LOG, nodes={"z": _say("z")}, subgraphs={"mid": mid}, input={"n": 2}, edges=[(START, "mid"), ("mid", "z")]
+    )
     out = assert_parity(spec)
     assert [path for path, _ in out.subgraphs] == [("mid",), ("mid", "deep")]
 
@@ -764,8 +771,14 @@ def _asking(name: str) -> Callable[[dict[str, Any]], Any]:
 
 def test_interrupt_inside_a_subgraph() -> None:
     inner = _inner(nodes={"i1": _say("i1"), "i2": _asking("i2")})
-    spec = Spec(fields=LOG, nodes={"a": _say("a"), "b": _say("b")}, subgraphs={"sub": inner}, input={},
-                edges=[(START, "a"), ("a", "sub"), ("sub", "b")], answer=lambda q: q.upper())  # fmt: skip
+    spec = Spec(
+        fields=LOG,
+        nodes={"a": _say("a"), "b": _say("b")},
+        subgraphs={"sub": inner},
+        input={},
+        edges=[(START, "a"), ("a", "sub"), ("sub", "b")],
+        answer=lambda q: q.upper(),
+    )
     out = assert_parity(spec)
     assert out.calls == {"a": 1, "i1": 1, "i2": 2, "b": 1}  # the child resumed from inside: i1 ran once
     assert out.final["log"][-2:] == ["i2:I2?", "b"]

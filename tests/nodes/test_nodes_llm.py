@@ -372,8 +372,9 @@ def test_the_first_online_call_imports_openai_off_the_event_loop() -> None:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _IMPORT_CHILD], capture_output=True, text=True, timeout=60,
-                          env=os.environ.copy())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_CHILD], capture_output=True, text=True, timeout=60, env=os.environ.copy()
+    )
     assert done.returncode == 0, done.stderr
     took, gap = map(float, done.stdout.split())
     assert gap < max(0.25, took / 2), (took, gap)  # the loop kept running while openai was imported

@@ -89,10 +89,27 @@ class Fleet:
     def start(self) -> None:
         log = open(self.logs / f"w{len(self.workers)}.log", "wb")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "graphckpt.cli", "worker", "--graph", "support.campaign_graph:graph", "--db", self.url,
-             "--concurrency", "1", "--lease-seconds", "1", "--poll", "0.1"],
-            cwd=self.cwd, env=self.env, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "graphckpt.cli",
+                "worker",
+                "--graph",
+                "support.campaign_graph:graph",
+                "--db",
+                self.url,
+                "--concurrency",
+                "1",
+                "--lease-seconds",
+                "1",
+                "--poll",
+                "0.1",
+            ],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         log.close()
         self.workers.append(proc)
 
@@ -173,10 +190,19 @@ async def campaign(kind: str, url: str, cwd: Path, size: Size) -> dict[str, obje
     assert len(per_key) == calls  # every call of the graphs reached the model, under its own key
     repeats = len(requests) - calls
     assert repeats <= lost <= kills, (repeats, lost, kills)  # only a lost call repeats; at most one per kill
-    numbers = {"saver": kind, "workers": size.workers[kind], "threads": size.threads, "kills": kills,
-               "kill_seconds": round(kill_end, 1), "lost_calls": lost, "model_calls": len(requests),
-               "expected_calls": calls, "repeats": repeats, "attempts": sum(r.attempt for r in runs),
-               "wall_s": round(wall, 1)}  # fmt: skip
+    numbers = {
+        "saver": kind,
+        "workers": size.workers[kind],
+        "threads": size.threads,
+        "kills": kills,
+        "kill_seconds": round(kill_end, 1),
+        "lost_calls": lost,
+        "model_calls": len(requests),
+        "expected_calls": calls,
+        "repeats": repeats,
+        "attempts": sum(r.attempt for r in runs),
+        "wall_s": round(wall, 1),
+    }
     print(f"\ncampaign {numbers}")
     return numbers
 

@@ -56,15 +56,37 @@ class Fleet:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "graphckpt.cli", *args, "--db", self.db],
-            cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def start_worker(self) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "graphckpt.cli", "worker", "--graph", "support.worker_graph:graph", "--db", self.db,
-             "--concurrency", "2", "--lease-seconds", "1", "--poll", "0.1"],
-            cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "graphckpt.cli",
+                "worker",
+                "--graph",
+                "support.worker_graph:graph",
+                "--db",
+                self.db,
+                "--concurrency",
+                "2",
+                "--lease-seconds",
+                "1",
+                "--poll",
+                "0.1",
+            ],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.workers.append(proc)
         return proc
 
@@ -119,8 +141,10 @@ def test_workers_run_every_submitted_thread_once_through_kills_and_a_rolling_res
     threads = {t["thread_id"]: t for t in json.loads(fleet.cli("threads", "--json").stdout)}
     for thread_id in ids:
         assert (threads[thread_id]["status"], threads[thread_id]["step"], threads[thread_id]["lease"]) == (
-            "done", STEPS, None
-        )  # fmt: skip
+            "done",
+            STEPS,
+            None,
+        )
         state = json.loads(fleet.cli("show", thread_id, "--json").stdout)
         values = state.get("values", state)
         assert values["n"] == STEPS and values["results"] == [f"r{n}" for n in range(STEPS)], state

@@ -474,16 +474,24 @@ def test_a_graph_reference_in_imported_metadata_is_only_data(
         if item["kind"] == "checkpoint":
             item["parent_thread_id"] = tid if item["parent_thread_id"] else None
             item["metadata"]["tags"] = {"graph": f"{CANARY_MODULE}:app" if item["step"] % 2 else "os:abort"}
-            body = msgpack.unpackb(base64.b64decode(item["body"]), raw=False, strict_map_key=False,
-                                   ext_hook=msgpack.ExtType)  # fmt: skip
+            body = msgpack.unpackb(
+                base64.b64decode(item["body"]), raw=False, strict_map_key=False, ext_hook=msgpack.ExtType
+            )
             body["lin"] = [[tid, 0]]
             item["body"] = b64(msgpack.packb(body, use_bin_type=True))
             item["blobs"] = [[ch, kind, data] for ch, kind, data in item["blobs"]]
     marker = plant_canary(workdir)
     ok = run_cli(workdir, "import", str(_file(workdir, tid, lines)), db=target.db)
     assert ok.code == 0, ok.err
-    for args in (["show", tid], ["show", tid, "--json"], ["history", tid], ["history", tid, "--tree"],
-                 ["threads"], ["diff", tid, f"{tid}@"], ["export", tid]):  # fmt: skip
+    for args in (
+        ["show", tid],
+        ["show", tid, "--json"],
+        ["history", tid],
+        ["history", tid, "--tree"],
+        ["threads"],
+        ["diff", tid, f"{tid}@"],
+        ["export", tid],
+    ):
         result = run_cli(workdir, *args, db=target.db)
         assert result.code == 0 and "Traceback" not in result.err, (args, result.err)
     assert not marker.exists()

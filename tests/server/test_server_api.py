@@ -246,8 +246,11 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
         assert {tid for lineage in lineages for tid, _ in lineage} == {"x", "y"}  # as the token sees them
         assert lines[0]["thread_id"] == "y"
         assert {line["thread_id"] for line in lines[1:-1]} == {"x", "y"}
-        [fork_point] = [line for line in lines if line["kind"] == "checkpoint" and line["thread_id"] == "y"
-                        and line["parent_thread_id"] == "x"]  # fmt: skip
+        [fork_point] = [
+            line
+            for line in lines
+            if line["kind"] == "checkpoint" and line["thread_id"] == "y" and line["parent_thread_id"] == "x"
+        ]
         assert fork_point["metadata"]["forked_from"]["thread_id"] == "x"
         imported = b.post("/threads/import", content=exported.content)
         assert imported.status_code == 201, imported.text
@@ -269,8 +272,14 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
         cli_db = tmp_path / "cli.db"  # a file the CLI wrote (no namespace) imports into one
         env = {**server.env, "SERVE_TEST_DELAY": "0"}
         run = [sys.executable, "-m", "graphckpt", "--db", str(cli_db)]
-        done = subprocess.run([*run, "run", "support.server_graphs:counter", "--input", '{"limit": 2}', "--thread", "c"],
-                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [*run, "run", "support.server_graphs:counter", "--input", '{"limit": 2}', "--thread", "c"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         out = subprocess.run([*run, "export", "c"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
         assert out.returncode == 0, out.stderr
@@ -281,10 +290,21 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
 
 def test_binding_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "graphckpt", "--db", str(tmp_path / "x.db"), "serve", "graphckpt.cli.demo:graph",
-         "--host", "0.0.0.0"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "graphckpt",
+            "--db",
+            str(tmp_path / "x.db"),
+            "serve",
+            "graphckpt.cli.demo:graph",
+            "--host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "refusing to bind '0.0.0.0' without tokens" in result.stderr
 
@@ -300,8 +320,9 @@ def test_the_official_langgraph_sdk_client(serve: Callable[..., Served]) -> None
         tid = thread["thread_id"]
         parts = []
         run_id = None
-        async for part in client.runs.stream(tid, "support.server_graphs:counter", input={"limit": 10},
-                                             stream_mode="values"):  # fmt: skip
+        async for part in client.runs.stream(
+            tid, "support.server_graphs:counter", input={"limit": 10}, stream_mode="values"
+        ):
             if part.event == "metadata":
                 run_id = part.data["run_id"]
                 continue
@@ -344,8 +365,13 @@ def test_readme_serve_and_curl_commands_run_as_written(tmp_path: Path) -> None:
     argv = shlex.split(serve_line)
     assert argv[:2] == ["graphckpt", "serve"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHCKPT_", "OPENAI_"))}
-    proc = subprocess.Popen([sys.executable, "-m", "graphckpt", *argv[1:], "--port", str(port)], cwd=tmp_path,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphckpt", *argv[1:], "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: _ok(port), 30, what="the demo server")
         curl = curl_line.replace("localhost:8123", f"127.0.0.1:{port}")

@@ -166,8 +166,9 @@ def test_ephemeral_events_in_a_namespace(serve: Callable[..., Served], model: Fa
     another namespace cannot follow them."""
     tokens = tmp_path / "tokens"
     tokens.write_text("token-a alpha\ntoken-b beta\n")
-    server = serve(["support.server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url},
-                   args=["--tokens-file", str(tokens)])  # fmt: skip
+    server = serve(
+        ["support.server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url}, args=["--tokens-file", str(tokens)]
+    )
     a = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-a"})
     b = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": "Bearer token-b"})
     with a, b:
@@ -184,8 +185,10 @@ def test_subgraph_events_carry_their_namespace(serve: Callable[..., Served]) -> 
     library's ``stream(..., subgraphs=True)``; without it, only the graph's own."""
     server = serve(["support.server_graphs:nested"])
     app = server_graphs.nested().compile(MemorySaver())
-    library = [(ns, mode, chunk) for ns, mode, chunk in app.stream({}, thread_id="lib", mode=["updates", "custom"],
-                                                                   subgraphs=True)]  # fmt: skip
+    library = [
+        (ns, mode, chunk)
+        for ns, mode, chunk in app.stream({}, thread_id="lib", mode=["updates", "custom"], subgraphs=True)
+    ]
     with httpx.Client(base_url=server.url, timeout=30) as client:
         body = {"input": {}, "stream_mode": ["updates", "custom"], "stream_subgraphs": True}
         events = [(k, d) for _, k, d in _stream_run(client, "s", body) if k not in ("metadata", "end")]
@@ -216,8 +219,9 @@ def test_reconnect_with_an_ephemeral_id_continues_without_duplicates(
         ["support.server_graphs:asking"], env={"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.02"}
     )
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        live = durable(_stream_run(client, "r", {"input": {"limit": 4}, "stream_mode": ["messages-tuple", "custom",
-                                                                                         "events"]}))  # fmt: skip
+        live = durable(
+            _stream_run(client, "r", {"input": {"limit": 4}, "stream_mode": ["messages-tuple", "custom", "events"]})
+        )
         whole = durable(read_events(client, "/threads/r/stream", params=MODES))
         assert whole == live  # after the run, the thread's stream is the same, from the ring and the log
         ephemeral = [i for i, _, _ in whole if i and "~" in i]
@@ -283,8 +287,9 @@ def test_after_a_restart_an_ephemeral_id_is_reset_to_its_durable_event(
     env = {"OPENAI_BASE_URL": model.base_url}
     first = serve(["support.server_graphs:asking"], env=env)
     with httpx.Client(base_url=first.url, timeout=30) as client:
-        events = durable(_stream_run(client, "k", {"input": {"limit": 3}, "stream_mode": ["messages-tuple", "custom",
-                                                                                            "events"]}))  # fmt: skip
+        events = durable(
+            _stream_run(client, "k", {"input": {"limit": 3}, "stream_mode": ["messages-tuple", "custom", "events"]})
+        )
     first.kill()
     at = next(i for i, (eid, _, _) in enumerate(events) if eid and "~" in eid and i > 4)
     eid = events[at][0]
@@ -312,8 +317,15 @@ def test_the_langgraph_sdk_client_streams_updates_messages_and_custom(
     async def main() -> list[Any]:
         client = get_client(url=server.url)
         thread = await client.threads.create()
-        parts = [p async for p in client.runs.stream(thread["thread_id"], "support.server_graphs:asking", input={"limit": 2},
-                                                     stream_mode=["updates", "messages-tuple", "custom"])]  # fmt: skip
+        parts = [
+            p
+            async for p in client.runs.stream(
+                thread["thread_id"],
+                "support.server_graphs:asking",
+                input={"limit": 2},
+                stream_mode=["updates", "messages-tuple", "custom"],
+            )
+        ]
         await client.aclose()
         return parts
 

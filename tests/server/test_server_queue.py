@@ -48,8 +48,12 @@ def _db(tmp_path: Path, store: str, request: pytest.FixtureRequest) -> str:
 def test_no_workers_a_separate_worker_process_runs_it_and_the_server_streams_it(
     serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    server = serve(["support.server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.02"},
-                   db=_db(tmp_path, store, request))  # fmt: skip
+    server = serve(
+        ["support.server_graphs:counter"],
+        args=["--no-workers"],
+        env={"SERVE_TEST_DELAY": "0.02"},
+        db=_db(tmp_path, store, request),
+    )
     with httpx.Client(base_url=server.url, timeout=30) as c:
         c.post("/threads", json={"thread_id": "w", "metadata": {"owner": "ann"}}).raise_for_status()
         run = c.post("/threads/w/runs", json={"input": {"limit": 5}}).json()
@@ -119,14 +123,21 @@ def test_cancel_a_queued_and_a_running_run(serve: Callable[..., Served]) -> None
 def test_cancel_of_a_run_a_separate_worker_runs(
     serve: Callable[..., Served], tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    server = serve(["support.server_graphs:counter"], args=["--no-workers"], env={"SERVE_TEST_DELAY": "0.05"},
-                   db=_db(tmp_path, store, request))  # fmt: skip
+    server = serve(
+        ["support.server_graphs:counter"],
+        args=["--no-workers"],
+        env={"SERVE_TEST_DELAY": "0.05"},
+        db=_db(tmp_path, store, request),
+    )
     with httpx.Client(base_url=server.url, timeout=30) as c:
         run = c.post("/threads/x/runs", json={"input": {"limit": 400}}).json()
         worker = _worker(server, "support.server_graphs:counter")
         try:
-            wait_for(lambda: c.get(f"/threads/x/runs/{run['run_id']}").json()["status"] == "running", 20,
-                     what="the worker's claim")  # fmt: skip
+            wait_for(
+                lambda: c.get(f"/threads/x/runs/{run['run_id']}").json()["status"] == "running",
+                20,
+                what="the worker's claim",
+            )
             cancelled = c.post(f"/threads/x/runs/{run['run_id']}/cancel")
             assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
             n = c.get("/threads/x/state").json()["values"]["n"]
@@ -146,8 +157,9 @@ def test_a_run_shows_its_metadata_strategy_and_stream_after_the_server_was_kille
     first = serve(["support.server_graphs:counter"])
     with httpx.Client(base_url=first.url, timeout=30) as c:
         one = c.post("/threads/a/runs", json={"input": {"limit": 3}, "metadata": {"by": "ann", "n": [1, 2]}}).json()
-        two = c.post("/threads/a/runs", json={"input": {"limit": 5}, "multitask_strategy": "enqueue",
-                                              "metadata": {"by": "bob"}}).json()  # fmt: skip
+        two = c.post(
+            "/threads/a/runs", json={"input": {"limit": 5}, "multitask_strategy": "enqueue", "metadata": {"by": "bob"}}
+        ).json()
         assert (one["multitask_strategy"], two["multitask_strategy"]) == ("reject", "enqueue")
         c.get(f"/threads/a/runs/{two['run_id']}/join").raise_for_status()
         uncut = read_events(c, f"/threads/a/runs/{one['run_id']}/stream")
@@ -157,7 +169,10 @@ def test_a_run_shows_its_metadata_strategy_and_stream_after_the_server_was_kille
         for created in (one, two):
             got = c.get(f"/threads/a/runs/{created['run_id']}").json()
             assert (got["metadata"], got["multitask_strategy"], got["status"]) == (
-                created["metadata"], created["multitask_strategy"], "success")  # fmt: skip
+                created["metadata"],
+                created["multitask_strategy"],
+                "success",
+            )
         listed = {r["run_id"]: r["metadata"] for r in c.get("/threads/a/runs").json()}
         assert listed == {one["run_id"]: {"by": "ann", "n": [1, 2]}, two["run_id"]: {"by": "bob"}}
         again = read_events(c, f"/threads/a/runs/{one['run_id']}/stream")  # from the run's start, no Last-Event-ID

@@ -17,12 +17,31 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
     server = Served(tmp_path, ["support.server_graphs:counter"]).start()
     try:
         result = subprocess.run(
-            [sys.executable, "-c", CLI, "run", f"{server.url}/openapi.json",
-             "--checks", "not_a_server_error,response_schema_conformance,content_type_conformance",
-             "--max-examples", "8", "--seed", "7", "--exclude-path-regex", "/stream$",
-             "--request-timeout", "20", "--no-color", "--phases", "examples,coverage,fuzzing"],
-            capture_output=True, text=True, timeout=420, cwd=tmp_path,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                CLI,
+                "run",
+                f"{server.url}/openapi.json",
+                "--checks",
+                "not_a_server_error,response_schema_conformance,content_type_conformance",
+                "--max-examples",
+                "8",
+                "--seed",
+                "7",
+                "--exclude-path-regex",
+                "/stream$",
+                "--request-timeout",
+                "20",
+                "--no-color",
+                "--phases",
+                "examples,coverage,fuzzing",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=420,
+            cwd=tmp_path,
+        )
     finally:
         server.kill()
     tail = result.stdout[-6000:]

@@ -293,8 +293,13 @@ def test_a_run_by_another_process_streams_live(
         assert seen[-1][0] == "of:2:0"
 
         def resume() -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "graphckpt", "--db", db, "resume", "of"], env=server.env,
-                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            return subprocess.run(
+                [sys.executable, "-m", "graphckpt", "--db", db, "resume", "of"],
+                env=server.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
 
         done: list[subprocess.CompletedProcess[str]] = []
         other = threading.Thread(target=lambda: done.append(resume()))

@@ -57,17 +57,30 @@ async def test_a_run_records_its_events_in_order(saver: Saver) -> None:
     await app.aresume("t")  # fails no more: stops at the interrupt
     await app.aresume("t", "yes")
     assert await _kinds(saver, "t") == [
-        (0, 0, "run.started"), (0, 1, "checkpoint"),
-        (1, 0, "effect.recorded"), (1, 1, "task.finished"), (1, 2, "checkpoint"),
-        (2, 0, "task.failed"), (2, 1, "run.failed"),
-        (2, 2, "run.started"), (2, 3, "task.finished"), (2, 4, "checkpoint"),
-        (3, 0, "interrupt.raised"), (3, 1, "run.interrupted"),
-        (3, 2, "run.started"), (3, 3, "task.finished"), (3, 4, "checkpoint"), (3, 5, "run.done"),
-    ]  # fmt: skip
+        (0, 0, "run.started"),
+        (0, 1, "checkpoint"),
+        (1, 0, "effect.recorded"),
+        (1, 1, "task.finished"),
+        (1, 2, "checkpoint"),
+        (2, 0, "task.failed"),
+        (2, 1, "run.failed"),
+        (2, 2, "run.started"),
+        (2, 3, "task.finished"),
+        (2, 4, "checkpoint"),
+        (3, 0, "interrupt.raised"),
+        (3, 1, "run.interrupted"),
+        (3, 2, "run.started"),
+        (3, 3, "task.finished"),
+        (3, 4, "checkpoint"),
+        (3, 5, "run.done"),
+    ]
     events = await saver.read_events([("t", 0, 99)], after=(1, 1), limit=3)
     assert [(e.step, e.seq) for e in events] == [(1, 2), (2, 0), (2, 1)]
-    finished = events[0] if events[0].kind == "task.finished" else (await saver.read_events(
-        [("t", 0, 99)], after=(1, 0), limit=1))[0]  # fmt: skip
+    finished = (
+        events[0]
+        if events[0].kind == "task.finished"
+        else (await saver.read_events([("t", 0, 99)], after=(1, 0), limit=1))[0]
+    )
     assert finished.payload["node"] == "one" and finished.payload["writes"] == ["n"]
     assert finished.payload["duration_ms"] >= 0
     assert await saver.event_kind("t", 3, 5) == "run.done"
@@ -100,8 +113,12 @@ async def test_events_commit_with_their_write_or_not_at_all(saver: Saver) -> Non
     assert await _kinds(saver, "c") == [(0, 0, "run.started"), (0, 1, "checkpoint")]
     await saver.commit(stale, expected_head=first.checkpoint_id, run_id="r")
     assert await saver.events_version() != before
-    assert await _kinds(saver, "c") == [(0, 0, "run.started"), (0, 1, "checkpoint"), (1, 0, "task.finished"),
-                                        (1, 1, "checkpoint")]  # fmt: skip
+    assert await _kinds(saver, "c") == [
+        (0, 0, "run.started"),
+        (0, 1, "checkpoint"),
+        (1, 0, "task.finished"),
+        (1, 1, "checkpoint"),
+    ]
     await saver.delete_thread("c")
     assert await _kinds(saver, "c") == []
 

@@ -71,8 +71,9 @@ async def test_a_journaled_answer_streams_whole_and_the_model_is_not_called_agai
     first = [c async for c in app.astream({"q": "x"}, thread_id="t", mode="messages")]
     assert "".join(chunk["content"] for chunk, _ in first) == "echo: tell me something"
     assert len(first) == 4  # "echo: ", "tell ", "me ", "something"
-    again = [c async for c in app.astream(None, thread_id="t", mode="messages", resume=True,
-                                          answer=Command(resume="yes"))]  # fmt: skip
+    again = [
+        c async for c in app.astream(None, thread_id="t", mode="messages", resume=True, answer=Command(resume="yes"))
+    ]
     assert [chunk["content"] for chunk, _ in again] == ["echo: tell me something"]
     assert server.request_count == 1
     assert (await app.aget_state("t")).values == {"q": "x", "a": "echo: tell me something", "ok": "yes"}

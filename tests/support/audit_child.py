@@ -1,5 +1,6 @@
-"""Child process for ``test_audit_crash.py`` (and :class:`Proc`, which starts it): a three-step agent (model call with a tool, the tool, model call) on a
-SQLite file, against the loopback OpenAI-compatible server named by ``OPENAI_BASE_URL``.
+"""Child process for ``test_audit_crash.py`` (and :class:`Proc`, which starts it): a three-step agent (model call
+with a tool, the tool, model call) on a SQLite file, against the loopback OpenAI-compatible server named by
+``OPENAI_BASE_URL``.
 
 ``python tests/support/audit_child.py DB THREAD`` runs the thread (``invoke`` if it does not exist, else ``resume``) and
 prints ``commit <step>`` after each checkpoint and ``done <status>`` at the end. With ``AUDIT_KILL=tool`` the tool

@@ -28,8 +28,12 @@ class Cli:
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "graphckpt.cli", *args, "--db", self.db],
-            cwd=self.cwd, env={**self.env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         proc = self.start(*args)

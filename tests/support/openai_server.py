@@ -29,8 +29,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error", "held", "html_page", "slow",
-           "stream_events"]  # fmt: skip
+__all__ = [
+    "FakeOpenAIServer",
+    "RecordedRequest",
+    "Reply",
+    "completion",
+    "error",
+    "held",
+    "html_page",
+    "slow",
+    "stream_events",
+]
 
 
 @dataclass

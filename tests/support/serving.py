@@ -60,8 +60,18 @@ class Served:
 
     def start(self, timeout: float = 30.0) -> Served:
         self.port = free_port()
-        argv = [sys.executable, "-m", "graphckpt", "--db", self.db, "serve", *self.targets, "--port", str(self.port),
-                *self.args]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "graphckpt",
+            "--db",
+            self.db,
+            "serve",
+            *self.targets,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp_path)
 

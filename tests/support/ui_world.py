@@ -8,7 +8,8 @@ The browser tests serve it with ``graphckpt serve`` itself (:data:`SERVED`); the
 files of the database named by ``$UI_WORLD_GATES``.
 
 Graph ids are what threads record in ``tags.graph``: the demo's ``graphckpt.cli.demo:graph``, and this module's
-``support.ui_world:approval_graph`` and ``support.ui_world:gated_graph`` (``tests/`` is on ``sys.path`` when it runs: see ``support.child_env``).
+``support.ui_world:approval_graph`` and ``support.ui_world:gated_graph`` (``tests/`` is on ``sys.path`` when it runs:
+see ``support.child_env``).
 """
 
 from __future__ import annotations

@@ -29,8 +29,12 @@ def wait_for(condition: Callable[[], Any], timeout: float, *, interval: float = 
         time.sleep(interval)
 
 
-async def await_for(  # noqa: ASYNC109 (a bound on polling, not a cancel scope)
-    condition: Callable[[], Any | Awaitable[Any]], timeout: float, *, interval: float = 0.02, what: str = ""
+async def await_for(
+    condition: Callable[[], Any | Awaitable[Any]],
+    timeout: float,  # noqa: ASYNC109 (a bound on polling, not a cancel scope)
+    *,
+    interval: float = 0.02,
+    what: str = "",
 ) -> Any:
     """The async twin of :func:`wait_for`: ``condition`` may be a plain or an async callable; the loop keeps running
     between polls."""

@@ -44,8 +44,11 @@ async def test_with_the_graph_loaded_it_reads_runs_and_records_the_ui(db: Path) 
         await backend.answer("deploy-1", next(i.interrupt.id for i in inbox if i.thread_id == "deploy-1"), False)
         head = (await backend.thread_view("deploy-1")).head
         assert head.status == "done" and head.metadata["tags"] == {
-            "graph": APPROVAL, "team": "t1", "via": "ui", "ui_action": "answer",
-        }  # fmt: skip
+            "graph": APPROVAL,
+            "team": "t1",
+            "via": "ui",
+            "ui_action": "answer",
+        }
         page = await backend.checkpoint_page("deploy-0", (await backend.thread_view("deploy-0")).steps[1].checkpoint_id)
         assert page.values == {"service": "svc0", "approved": True, "comment": None, "deployed": False}
         assert [c.where for c in page.changes] == ["approved"]  # comment stays at its default, None

@@ -1,9 +1,9 @@
 """The web UI in a real headless Chromium (Playwright), against a real ``graphckpt serve`` (uvicorn, a child process)
 serving a SQLite file real graphs wrote.
 
-One server and one browser for the module (Chromium is heavy): the database is built by ``tests/support/ui_world.py`` in a
-child process (the demo's threads, done and failed, and an approval thread), ``graphckpt serve`` serves it on a free
-port of 127.0.0.1 with a price table, and its gated graph's nodes wait for files the test creates, so a running
+One server and one browser for the module (Chromium is heavy): the database is built by ``tests/support/ui_world.py``
+in a child process (the demo's threads, done and failed, and an approval thread), ``graphckpt serve`` serves it on a
+free port of 127.0.0.1 with a price table, and its gated graph's nodes wait for files the test creates, so a running
 thread (started through the JSON API, run by the server) grows exactly when the test says. The tests run in order
 (they change the database): the list and its filters, a running thread growing live over SSE across a server kill
 and restart (the restarted server takes the run over), cancelling a run, a fork from step 2 with an edited field and
@@ -51,9 +51,13 @@ pytestmark = pytest.mark.skipif(
 
 
 def http(
-    url: str, data: dict[str, str] | None = None, cookie: str | None = None, *, json_body: Any = None,
+    url: str,
+    data: dict[str, str] | None = None,
+    cookie: str | None = None,
+    *,
+    json_body: Any = None,
     headers: dict[str, str] | None = None,
-) -> tuple[int, str, Any]:  # fmt: skip
+) -> tuple[int, str, Any]:
     body = urllib.parse.urlencode(data).encode() if data is not None else None
     sent = {"Cookie": cookie} if cookie else {}
     if json_body is not None:
@@ -110,8 +114,9 @@ class Server:
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("ui") / "ui.db"
-    subprocess.run([sys.executable, str(WORLD), "build", str(path)], env=child_env(), check=True, timeout=120,
-                   cwd=path.parent)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(WORLD), "build", str(path)], env=child_env(), check=True, timeout=120, cwd=path.parent
+    )
     return path
 
 
@@ -232,8 +237,10 @@ def test_threads_list_filter_to_failed_and_search_metadata(page: Any) -> None:
 
 def start_gated(server: Server, thread_id: str) -> None:
     """A run of the gated graph on a new thread, through the JSON API (the server runs it)."""
-    status, text, _ = http(server.base + f"/threads/{thread_id}/runs",
-                           json_body={"assistant_id": "support.ui_world:gated_graph", "input": {"log": ["start"]}})  # fmt: skip
+    status, text, _ = http(
+        server.base + f"/threads/{thread_id}/runs",
+        json_body={"assistant_id": "support.ui_world:gated_graph", "input": {"log": ["start"]}},
+    )
     assert status == 200, text
     wait_for(lambda: http(server.base + f"/ui/threads/{thread_id}")[0] == 200, 30, what=f"thread {thread_id} to exist")
 
@@ -357,8 +364,10 @@ def test_accessibility_and_screenshots_of_every_view(page: Any) -> None:
             result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
             for v in result["violations"]:
                 if v["impact"] in ("serious", "critical"):
-                    problems.append(f"{name} {size}: {v['id']} ({v['impact']}): {v['help']}: "
-                                    f"{[n['target'] for n in v['nodes']][:3]}")  # fmt: skip
+                    problems.append(
+                        f"{name} {size}: {v['id']} ({v['impact']}): {v['help']}: "
+                        f"{[n['target'] for n in v['nodes']][:3]}"
+                    )
         page.set_viewport_size({"width": 1280, "height": 800})
     assert not problems, "\n".join(problems)
 
