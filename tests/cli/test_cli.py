@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from support import REPO
 from support.cli import make_cli, ok, user_error
 from support.postgres import PG_DSN, require_postgres
 
@@ -251,7 +252,7 @@ def test_no_color_and_plain_tables(cli: Any) -> None:
 
 
 def test_demo_is_loaded_from_the_source_tree(cli: Any) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "agent_task.py"
+    example = REPO / "examples" / "agent_task.py"
     if not example.is_file():
         user_error(cli("demo"), 1, "agent_task.py")
         return
@@ -260,7 +261,7 @@ def test_demo_is_loaded_from_the_source_tree(cli: Any) -> None:
 
 
 def test_demo_gets_the_global_db(cli: Any, tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "agent_task.py"
+    example = REPO / "examples" / "agent_task.py"
     if not example.is_file():
         pytest.skip("the demo ships with the source checkout")
     db = tmp_path / "demo.db"

@@ -15,10 +15,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support import REPO
 
 from graphckpt import CheckpointRef
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 DEMO = ROOT / "examples" / "agent_task.py"
 
 pytestmark = pytest.mark.slow

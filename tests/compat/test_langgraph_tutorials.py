@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from support import REPO
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = REPO / "examples"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from support import REPO
+
+README = REPO / "README.md"
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -1,5 +1,5 @@
 """The seams step: a compiled app is frozen, streams are bounded, and a database written before the step reads
-back unchanged (``tests/data/format_v1.db``, written by commit b046ceb through ``tests/format_v1_graph.py``)."""
+back unchanged (``tests/data/format_v1.db``, written by commit b046ceb through ``tests/support/format_v1_graph.py``)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from support import format_v1_graph
+from support import DATA, REPO, format_v1_graph
 
 from graphckpt import END, START, StateGraph
 from graphckpt.reader import RawReader
 from graphckpt.savers.base import Saver
 from graphckpt.savers.sqlite import SqliteSaver
-
-DATA = Path(__file__).parent / "data"
 
 
 def test_a_database_written_before_the_seams_step_reads_back_unchanged(tmp_path: Path) -> None:
@@ -107,7 +105,7 @@ def test_nothing_below_the_builder_imports_it_and_no_import_hides_in_a_function(
     """``graph`` imports ``app`` at module level, so no module below it may import ``graph`` at run time (only for
     type checking), and no import of the core is tucked into a function to dodge a cycle (lazy imports of optional
     parts, like a saver's driver or a CLI command's module, are for start-up time and stay)."""
-    package = Path(__file__).parent.parent / "graphckpt"
+    package = REPO / "graphckpt"
     offenders: list[str] = []
     for path in sorted(package.rglob("*.py")):
         name = path.relative_to(package).as_posix()

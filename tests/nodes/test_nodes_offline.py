@@ -18,11 +18,12 @@ from typing import Any
 
 import pydantic
 import pytest
+from support import REPO
 from support.fake_context import FakeContext
 
 from nodes import OFFLINE_MODEL, chat_node, llm_calls, offline_completion, scripted
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 class Task(pydantic.BaseModel):

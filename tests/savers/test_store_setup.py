@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from pydantic import BaseModel
+from support import REPO
 from support.postgres import PG_DSN
 
 from graphckpt import END, START, SaverError, StateGraph
@@ -30,7 +31,7 @@ from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.testing import make_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 class Count(BaseModel):

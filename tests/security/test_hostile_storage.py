@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from pydantic import BaseModel
-from support import child_env
+from support import REPO, child_env
 from support.postgres import PG_DSN
 
 from graphckpt import END, START, CorruptCheckpointError, SaverError, StateGraph, append
@@ -27,7 +27,7 @@ from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.serde import Serializer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 class Doc(BaseModel):

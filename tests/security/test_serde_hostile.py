@@ -14,13 +14,13 @@ from typing import Any
 import msgpack
 import pytest
 from pydantic import BaseModel, Field
-from support import child_env
+from support import REPO, child_env
 
 from graphckpt import END, START, CorruptCheckpointError, SerializationError, StateGraph
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.serde import Serializer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 def nested_tuples(levels: int) -> bytes:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import TypedDict
+
+from support import REPO
 
 from graphckpt import END, START, StateGraph
 from graphckpt.server.ui.graphsvg import graph_svg
 
-UI = Path(__file__).parent.parent / "graphckpt" / "server" / "ui"
+UI = REPO / "graphckpt" / "server" / "ui"
 HTMX = UI / "static" / "htmx-2.0.11.min.js"
 HTMX_VERSION = "2.0.11"
 HTMX_SHA256 = "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717"
