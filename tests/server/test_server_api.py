@@ -43,7 +43,7 @@ def test_threads_state_history_fork_diff_tree(serve: Callable[..., Served]) -> N
         assert c.get("/ok").json() == {"ok": True}
         assistants = c.post("/assistants/search", json={}).json()
         assert [a["assistant_id"] for a in assistants] == ["support.server_graphs:counter", "fan"]
-        assert "tick" in c.get("/assistants/server_graphs:counter/graph").json()["mermaid"]
+        assert "tick" in c.get("/assistants/support.server_graphs:counter/graph").json()["mermaid"]
         assert c.get("/assistants/nope").status_code == 404
         made = c.post("/threads", json={"thread_id": "a", "metadata": {"owner": "ann"}}).json()
         assert made["status"] == "idle" and made["metadata"] == {"owner": "ann"}

@@ -1,6 +1,7 @@
 """The graph behind ``tests/data/format_v1.db``: a database written by graphckpt before the seams step (commit
-b046ceb), kept to prove that the stored format did not change. ``python tests/format_v1_graph.py OUT.db OUT.json``
-writes such a database and the reading it should give (run it with the code whose format is to be pinned)."""
+b046ceb), kept to prove that the stored format did not change. ``python tests/support/format_v1_graph.py
+OUT.db OUT.json`` writes such a database and the reading it should give (run it with the code whose format is to be
+pinned)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ class State(BaseModel):
     big: str = ""
     steps: int = 0
     answer: str | None = None
+
+
+# The database names the types it stores by the module they were written from, then a top-level ``format_v1_graph``:
+# they keep that name, so that the old file reads back unchanged from here (State is not stored by name).
+for _type in (Mood, Note):
+    _type.__module__ = "format_v1_graph"
 
 
 def work(s: State) -> dict[str, Any]:

@@ -45,9 +45,13 @@ GATED_NODES = ("fetch", "plan", "act", "report")
 FORK_INSTRUCTION = "Report the temperature in Fahrenheit instead of Celsius."
 
 # .ci/run installs Chromium: there (CI set) a missing browser fails the tests instead of skipping them
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian chromium at /usr/bin/chromium"
-)
+# one server, one database and one browser for the module, whose tests build on each other: one xdist worker runs them
+pytestmark = [
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian chromium at /usr/bin/chromium"
+    ),
+    pytest.mark.xdist_group("ui_browser"),
+]
 
 
 def http(
@@ -75,7 +79,7 @@ PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 
 
 class Server:
-    """``graphckpt serve`` (the ui_world graphs) in a child process on a fixed port; stopped with SIGKILL by its pid."""
+    """``graphckpt serve`` (the ui_world graphs) in a child process on a free port; stopped with SIGKILL by its pid."""
 
     def __init__(self, db: Path, port: int, tokens: Path | None = None) -> None:
         self.db, self.port, self.proc, self.tokens = db, port, None, tokens
