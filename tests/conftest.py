@@ -1,5 +1,6 @@
 """Shared fixtures: the saver matrix every engine behaviour test runs against, and PostgreSQL reachability.
 
+Helpers live in ``tests/support`` (``from support.serving import Served``; see its ``__init__``).
 ``saver`` is parametrized over memory, SQLite (a real file) and PostgreSQL (the real server on 127.0.0.1:5432, a
 fresh schema per test). When PostgreSQL is unreachable its tests fail under CI (``CI`` set) and skip elsewhere.
 """
@@ -7,33 +8,14 @@ fresh schema per test). When PostgreSQL is unreachable its tests fail under CI (
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-PG_DSN = os.environ.get("GRAPHCKPT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def postgres_reachable(host: str = "127.0.0.1", port: int = 5432) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def require_postgres() -> None:
-    """Fail under CI, skip elsewhere, when the PostgreSQL server is not reachable."""
-    if postgres_reachable():
-        return
-    message = "PostgreSQL is not reachable on 127.0.0.1:5432"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI needs it (.ci/run starts it)")
-    pytest.skip(f"{message} (start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)")
+from support.postgres import PG_DSN, require_postgres
+from support.savers import SAVER_KINDS, open_saver
 
 
 @pytest.fixture
@@ -61,23 +43,6 @@ def pg_schema_name() -> Iterator[str]:
     yield name
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
-SAVER_KINDS = ["memory", "sqlite", "postgres"]
-
-
-async def open_saver(kind: str, tmp_path: Path, schema: str | None = None) -> Any:
-    if kind == "memory":
-        from graphckpt.savers.memory import MemorySaver
-
-        return MemorySaver()
-    if kind == "sqlite":
-        from graphckpt.savers.sqlite import SqliteSaver
-
-        return SqliteSaver(tmp_path / "checkpoints.db")
-    from graphckpt.savers.postgres import PostgresSaver
-
-    return PostgresSaver(PG_DSN, schema=schema)
 
 
 @pytest.fixture(params=SAVER_KINDS, ids=SAVER_KINDS)
@@ -125,8 +90,8 @@ def unopened_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[A
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Any]:
     """``serve(targets, **kwargs)`` starts a real ``graphckpt serve`` subprocess on a free loopback port (see
-    :class:`serving.Served`); every server a test started is killed after it."""
-    from serving import Served
+    :class:`support.serving.Served`); every server a test started is killed after it."""
+    from support.serving import Served
 
     started: list[Served] = []
 
