@@ -37,7 +37,7 @@ Update = dict[str, Any]
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    """Workload sizes. :data:`FULL` matches issue 5; :data:`QUICK` is for the smoke test."""
+    """Workload sizes. :data:`FULL` matches the performance targets; :data:`QUICK` is for the smoke test."""
 
     w1_steps: int = 1000
     w2_steps: int = 300

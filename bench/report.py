@@ -1,4 +1,4 @@
-"""Turns the figures of one run into the tables of issue 5: every figure of both engines side by side, then the
+"""Turns the figures of one run into the performance tables: every figure of both engines side by side, then the
 target table (ratios taken inside the same run, each target met or missed), printed and written as Markdown.
 """
 
@@ -325,10 +325,26 @@ def reference_table(results: Results) -> list[str]:
         for engine in ("langgraph", "graphckpt"):
             step = results.median(engine, "W1", saver, "ms_per_step")
             if step is not None or floor is not None:
-                rows.append([engine, saver, _fmt(step), _fmt(floor), _fmt(_ratio(step, floor)), _fmt(ahead),
-                             _fmt(_ratio(step, ahead))])  # fmt: skip
-    head = ["engine", "saver", "W1 ms per super-step", "FLOOR ms per commit", "x FLOOR",
-            "FLOOR, WAL written ahead", "x that"]  # fmt: skip
+                rows.append(
+                    [
+                        engine,
+                        saver,
+                        _fmt(step),
+                        _fmt(floor),
+                        _fmt(_ratio(step, floor)),
+                        _fmt(ahead),
+                        _fmt(_ratio(step, ahead)),
+                    ]
+                )
+    head = [
+        "engine",
+        "saver",
+        "W1 ms per super-step",
+        "FLOOR ms per commit",
+        "x FLOOR",
+        "FLOOR, WAL written ahead",
+        "x that",
+    ]
     return [*_table(head, rows), "", _WAL_AHEAD_NOTE]
 
 
@@ -375,7 +391,7 @@ def render(results: Results, *, header: list[str], engines: list[str], command: 
     ]
     if results.notes:
         lines += ["## Notes", "", *[f"- {n}" for n in results.notes], ""]
-    lines += ["## Targets (issue 5)", "", *targets_table(results), ""]
+    lines += ["## Targets", "", *targets_table(results), ""]
     lines += ["## Against the FLOOR", "", *reference_table(results), ""]
     lines += ["## All figures", "", *figures_table(results), ""]
     analysis = Path(__file__).with_name("analysis.md")

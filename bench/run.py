@@ -1,4 +1,4 @@
-"""Run the issue 5 benchmarks: graphckpt against LangGraph and the FLOOR, side by side in one run.
+"""Run the benchmarks: graphckpt against LangGraph and the FLOOR, side by side in one run.
 
     python bench/run.py                                   # everything, 5 repeats, writes bench/RESULTS.md
     python bench/run.py --workloads W1,W7 --savers sqlite --repeats 9
@@ -148,8 +148,14 @@ def run_all(args: argparse.Namespace, engines: list[str], savers: list[str], res
                     todo = [s for s in applicable if (name, workload, s) not in results.errors]
                     if not todo:
                         continue
-                    job = {"engine": name, "workload": workload, "savers": todo, "quick": args.quick,
-                           "pg_dsn": args.pg_dsn, "tmpdir": tmpdir}  # fmt: skip
+                    job = {
+                        "engine": name,
+                        "workload": workload,
+                        "savers": todo,
+                        "quick": args.quick,
+                        "pg_dsn": args.pg_dsn,
+                        "tmpdir": tmpdir,
+                    }
                     for reply in _worker(job):
                         saver = str(reply.get("saver", todo[0]))
                         key = (name, workload, saver)
@@ -161,8 +167,11 @@ def run_all(args: argparse.Namespace, engines: list[str], savers: list[str], res
                         assert isinstance(figures, dict)
                         results.add(key, figures)
                         shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in figures.items())
-                        print(f"[{repeat + 1}/{args.repeats}] {name:9} {workload:5} {saver:8} {shown} "
-                              f"({reply['seconds']:.1f}s)", flush=True)  # fmt: skip
+                        print(
+                            f"[{repeat + 1}/{args.repeats}] {name:9} {workload:5} {saver:8} {shown} "
+                            f"({reply['seconds']:.1f}s)",
+                            flush=True,
+                        )
 
 
 def _run_floor_once(
@@ -187,7 +196,7 @@ def _run_floor_once(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="graphckpt vs LangGraph benchmarks (issue 5)")
+    parser = argparse.ArgumentParser(description="graphckpt vs LangGraph benchmarks")
     parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS), help="comma list of W1..W7, W2Q, W5C, FLOOR")
     parser.add_argument("--savers", default=",".join(ALL_SAVERS), help="comma list of memory, sqlite, postgres")
     parser.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of graphckpt, langgraph")

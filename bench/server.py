@@ -1,4 +1,4 @@
-"""Benchmarks of ``graphckpt serve`` (issue 15): commit-to-event latency, and events per second to 100 subscribers.
+"""Benchmarks of ``graphckpt serve``: commit-to-event latency, and events per second to 100 subscribers.
 
     python bench/server.py                 # SQLite and PostgreSQL, writes its section of bench/RESULTS.md
     python bench/server.py --savers sqlite --steps 100 --out /tmp/server.md
@@ -45,8 +45,17 @@ class Server:
         self.port = _free_port()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-        argv = [sys.executable, "-m", "graphckpt", "--db", db, "serve", "bench.server_graph:graph",
-                "--port", str(self.port)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "graphckpt",
+            "--db",
+            db,
+            "serve",
+            "bench.server_graph:graph",
+            "--port",
+            str(self.port),
+        ]
         self.proc = subprocess.Popen(argv, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while True:
@@ -156,28 +165,42 @@ def main() -> int:
                 try:
                     if measure == "latency":
                         ms = asyncio.run(latency(server.url, args.steps))
-                        row = (saver, f"commit-to-event latency, {len(ms)} checkpoints, ms",
-                               f"p50 {statistics.median(ms):.2f} / p99 {_pct(ms, 0.99):.2f}")  # fmt: skip
+                        row = (
+                            saver,
+                            f"commit-to-event latency, {len(ms)} checkpoints, ms",
+                            f"p50 {statistics.median(ms):.2f} / p99 {_pct(ms, 0.99):.2f}",
+                        )
                     else:
                         rate, delivered = asyncio.run(fanout(server.url, args.steps, args.subscribers))
-                        row = (saver, f"events/s to {args.subscribers} subscribers ({delivered} delivered)",
-                               f"{rate:,.0f}")  # fmt: skip
+                        row = (
+                            saver,
+                            f"events/s to {args.subscribers} subscribers ({delivered} delivered)",
+                            f"{rate:,.0f}",
+                        )
                 finally:
                     server.stop()
                 rows.append(row)
                 print(" | ".join(row), flush=True)
             if saver == "postgres":
                 _drop(schema)
-    section = "\n".join([
-        BEGIN, "", "## Server (issue 15)", "",
-        f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}; machine: {platform.platform()}, "
-        f"nproc {os.cpu_count()}; command: `python bench/server.py --steps {args.steps}`",
-        "- latency: receive time of each `checkpoint` SSE event minus the checkpoint's `created_at` (commit, event "
-        "trigger, wake-up: SQLite polls a change counter every 10 ms, PostgreSQL LISTEN/NOTIFY; SSE over loopback)",
-        "",
-        "| saver | measure | result |", "|---|---|---|",
-        *(f"| {s} | {m} | {r} |" for s, m, r in rows), "", END_MARK,
-    ])  # fmt: skip
+    section = "\n".join(
+        [
+            BEGIN,
+            "",
+            "## Server",
+            "",
+            f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}; machine: {platform.platform()}, "
+            f"nproc {os.cpu_count()}; command: `python bench/server.py --steps {args.steps}`",
+            "- latency: receive time of each `checkpoint` SSE event minus the checkpoint's `created_at` (commit, event "
+            "trigger, wake-up: SQLite polls a change counter every 10 ms, PostgreSQL LISTEN/NOTIFY; SSE over loopback)",
+            "",
+            "| saver | measure | result |",
+            "|---|---|---|",
+            *(f"| {s} | {m} | {r} |" for s, m, r in rows),
+            "",
+            END_MARK,
+        ]
+    )
     out = Path(args.out)
     text = out.read_text() if out.exists() else ""
     if BEGIN in text and END_MARK in text:

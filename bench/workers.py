@@ -1,4 +1,4 @@
-"""Issue 14's service benchmarks on PostgreSQL, with real ``graphckpt worker`` processes:
+"""The service benchmarks on PostgreSQL, with real ``graphckpt worker`` processes:
 
     python bench/workers.py                       # prints the table, writes the "Workers" section of bench/RESULTS.md
     python bench/workers.py --threads 20 --steps 5 --out /tmp/results.md   # smaller
@@ -36,23 +36,47 @@ MARK_BEGIN, MARK_END = "<!-- workers: begin -->", "<!-- workers: end -->"
 def _env(steps: int) -> dict[str, str]:
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRAPHCKPT_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), *inherited]), WORKER_STEPS=str(steps),
-               WORKER_SLEEP="0.02")  # fmt: skip
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), *inherited]),
+        WORKER_STEPS=str(steps),
+        WORKER_SLEEP="0.02",
+    )
     env.pop("WORKER_SIDE", None)
     return env
 
 
 def _cli(db: str, env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "graphckpt.cli", *args, "--db", db], env=env, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "graphckpt.cli", *args, "--db", db],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _worker(db: str, env: dict[str, str], lease: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "graphckpt.cli", "worker", "--graph", "worker_graph:graph", "--db", db,
-         "--concurrency", "1", "--poll", "0.05", "--lease-seconds", str(lease)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "graphckpt.cli",
+            "worker",
+            "--graph",
+            "worker_graph:graph",
+            "--db",
+            db,
+            "--concurrency",
+            "1",
+            "--poll",
+            "0.05",
+            "--lease-seconds",
+            str(lease),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait(condition: object, timeout: float, what: str) -> None:
@@ -90,9 +114,10 @@ def throughput(dsn: str, workers: int, threads: int, steps: int) -> float:
         done = "SELECT count(*) FROM runs WHERE status = 'done'"
         _wait(lambda: _query(dsn, schema, done)[0][0] == threads, 600, "every run to finish")
         [(n, first, last)] = _query(
-            dsn, schema,
+            dsn,
+            schema,
             "SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE metadata->>'source' = 'loop'",
-        )  # fmt: skip
+        )
         return float(n) / (float(last) - float(first))  # type: ignore[arg-type]
     finally:
         for p in procs:
@@ -159,13 +184,22 @@ def main() -> int:
     for spec in args.w1:
         saver, before, after = spec.split(":")
         cost = float(after) / float(before) - 1
-        rows.append(f"| W1 {saver}: lease cost per super-step ({before} -> {after} ms) | {cost:+.1%} | <= +5% | "
-                    f"{_met(cost <= 0.05)} |")  # fmt: skip
-    section = "\n".join([
-        MARK_BEGIN, "## Workers (issue 14)", "",
-        f"`python bench/workers.py --threads {args.threads} --steps {args.steps}`: PostgreSQL, `graphckpt worker` "
-        "processes (concurrency 1 each), steps/s from the checkpoints' own times.", "", *rows, MARK_END,
-    ])  # fmt: skip
+        rows.append(
+            f"| W1 {saver}: lease cost per super-step ({before} -> {after} ms) | {cost:+.1%} | <= +5% | "
+            f"{_met(cost <= 0.05)} |"
+        )
+    section = "\n".join(
+        [
+            MARK_BEGIN,
+            "## Workers",
+            "",
+            f"`python bench/workers.py --threads {args.threads} --steps {args.steps}`: PostgreSQL, `graphckpt worker` "
+            "processes (concurrency 1 each), steps/s from the checkpoints' own times.",
+            "",
+            *rows,
+            MARK_END,
+        ]
+    )
     print(section)
     out = Path(args.out)
     text = out.read_text() if out.exists() else ""

@@ -1,4 +1,4 @@
-"""The workloads of issue 5, written once against the engine interface both adapters implement.
+"""The benchmark workloads, written once against the engine interface both adapters implement.
 
 An *engine* is :mod:`bench.workloads_langgraph` or :mod:`bench.workloads_graphckpt`: a module with ``NAME`` and
 ``build_loop``/``build_messages``/``build_fanout`` returning an app with ``invoke``, ``resume``, ``history``,

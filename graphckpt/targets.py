@@ -73,8 +73,11 @@ def load_target(spec: str) -> App | StateGraph:
 
 def _offer(module: Any) -> str:
     """What ``module`` does have: `` (it has StateGraph graph, App app: use mymodule:graph)`` or why not."""
-    found = [(n, type(v).__name__) for n, v in vars(module).items() if isinstance(v, App | StateGraph) and
-             not n.startswith("_")]  # fmt: skip
+    found = [
+        (n, type(v).__name__)
+        for n, v in vars(module).items()
+        if isinstance(v, App | StateGraph) and not n.startswith("_")
+    ]
     if not found:
         return " (it has no StateGraph or App; a zero-argument factory returning one works too)"
     listed = ", ".join(f"{kind} {name}" for name, kind in found[:8]) + (", ..." if len(found) > 8 else "")

@@ -149,8 +149,14 @@ class ChatModel:
             )
 
         model = self.model_name()
-        describe_call(call_model, f"chat {model}", arguments=[plain, [t.name for t in tools]], model=model,
-                      usage=_usage, system=self.provider())  # fmt: skip
+        describe_call(
+            call_model,
+            f"chat {model}",
+            arguments=[plain, [t.name for t in tools]],
+            model=model,
+            usage=_usage,
+            system=self.provider(),
+        )
         result = cast(ChatResult, await ctx.aeffect(call_model))
         if send is not None and not sent and result["message"].get("content"):
             send(result["message"]["content"], id=result["id"])
@@ -396,10 +402,17 @@ async def _collect(stream: AsyncIterator[Any], on_piece: Callable[[str, str], No
                 call["function"]["name"] += function.get("name") or ""
                 call["function"]["arguments"] += function.get("arguments") or ""
             finish = choice.get("finish_reason") or finish
-    message = {"role": "assistant", "content": "".join(text) if text or not calls else None,
-               "tool_calls": [calls[i] for i in sorted(calls)] or None}  # fmt: skip
-    return {"id": completion_id, "model": model, "choices": [{"message": message, "finish_reason": finish}],
-            "usage": usage}  # fmt: skip
+    message = {
+        "role": "assistant",
+        "content": "".join(text) if text or not calls else None,
+        "tool_calls": [calls[i] for i in sorted(calls)] or None,
+    }
+    return {
+        "id": completion_id,
+        "model": model,
+        "choices": [{"message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
 
 
 def _normalize(completion: Mapping[str, Any], model: str, endpoint: str) -> ChatResult:

@@ -74,7 +74,7 @@ _STORE_BLOBS_V2: LiteralString = """
 
 
 def leased_commit_function(store_blobs: LiteralString, *, events: bool = False) -> LiteralString:
-    """``graphckpt_commit`` with leases (issue 14): the same steps as :func:`commit_function`, plus, delimited by
+    """``graphckpt_commit`` with leases: the same steps as :func:`commit_function`, plus, delimited by
     ``-- lease`` comments: a new thread is created with epoch 1 and leased to ``p_worker``/``p_host``/``p_pid``
     until ``p_until`` (when given and the status is ``running``); the head move releases the lease when the status
     is not ``running``. The fence itself is the ``run_id = p_run`` compare of the head move (a claim sets a new
@@ -161,7 +161,7 @@ _STORE_EVENTS: LiteralString = """
 MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     (
         1,
-        # Edited in place once, before any release (performance work of issue 5: no updated_at index, smallint blob
+        # Edited in place once, before any release (performance work: no updated_at index, smallint blob
         # kinds, column order without alignment padding, the graphckpt_commit function). From now on: append only.
         (
             """CREATE TABLE {threads} (
@@ -242,7 +242,7 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     (4, PG_EVENTS_MIGRATION),
     (
         5,
-        # Leases (issue 14): who runs each thread (worker id, host, pid), its last heartbeat, until when, and how
+        # Leases: who runs each thread (worker id, host, pid), its last heartbeat, until when, and how
         # many claims the thread has had. graphckpt_commit gains the lease parameters (a new signature: the old
         # function is dropped).
         (

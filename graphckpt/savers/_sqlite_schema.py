@@ -47,7 +47,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             WITHOUT ROWID""",
     ),
     SQLITE_EVENTS_MIGRATION,  # 2: the durable event log (events table, triggers on threads, checkpoints, writes)
-    (  # 3: leases (issue 14): who runs each thread, until when, and how many claims it has had
+    (  # 3: leases: who runs each thread, until when, and how many claims it has had
         "ALTER TABLE threads ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE threads ADD COLUMN lease_worker TEXT",
         "ALTER TABLE threads ADD COLUMN lease_host TEXT",

@@ -27,7 +27,7 @@ from graphckpt.testing._records import (
 class HostileValueCases:
     """Cases of :class:`~graphckpt.testing.SaverConformance`; needs its ``saver`` fixture."""
 
-    # -- hostile values (issue 10) -----------------------------------------------------------------------------------
+    # -- hostile values -----------------------------------------------------------------------------------
 
     async def test_filter_integers_compare_exactly_at_the_64_bit_edge(self, saver: Saver) -> None:
         """Integers next to each other beyond what a double tells apart are different numbers; an integer equals a

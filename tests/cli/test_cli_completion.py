@@ -1,4 +1,4 @@
-"""Shell completion (issue 12 item 8): the real command answers argcomplete's protocol with commands, thread ids and
+"""Shell completion: the real command answers argcomplete's protocol with commands, thread ids and
 checkpoint ids from the database on its command line; ``import graphckpt.cli`` does not load argcomplete."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CLI in a user's first hour (issue 12 item 7): steps as checkpoint specs, an exit status for "waiting",
+"""The CLI in a user's first hour: steps as checkpoint specs, an exit status for "waiting",
 ``threads --limit``, a confirmed ``delete``, and a module without the named graph saying what it has."""
 
 from __future__ import annotations

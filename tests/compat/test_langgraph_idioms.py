@@ -1,4 +1,4 @@
-"""LangGraph's idioms in graphckpt (issue 13): reducer start values, dataclass state, the builder's LangGraph
+"""LangGraph's idioms in graphckpt: reducer start values, dataclass state, the builder's LangGraph
 methods, compile-time warnings, ``"*"`` interrupts, the default recursion limit and retry classification, the free
 ``interrupt()``, ``(state, config)`` nodes, and the messages reducer. Engine parity itself is in
 ``test_langgraph_parity.py``."""

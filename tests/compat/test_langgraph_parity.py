@@ -18,7 +18,7 @@ checkpoints (values and next nodes), from LangGraph's checkpoints in their names
 answers every open interrupt by id (``Command(resume={id: answer})``) until none is left.
 
 LangGraph is imported at the top on purpose: without the ``compat-test`` extra this module fails, it never skips.
-Cases that differ because of the engine's routing (issue 13 items 2 and 3) are strict xfails, so they flip to
+Cases that differ because of the engine's routing are strict xfails, so they flip to
 failures the day the engine matches; deliberate differences are asserted as such.
 """
 
@@ -519,7 +519,7 @@ def test_add_messages_appends_replaces_and_removes_by_id() -> None:
     assert out.final == {"messages": [m("assistant", "edited", "a1"), m("user", "more", "u2")]}
 
 
-# -- routing and write order within a step (issue 13 items 2 and 3) ----------------------------------
+# -- routing and write order within a step ----------------------------------
 
 
 def test_parallel_writes_apply_in_sorted_task_order() -> None:
@@ -674,7 +674,7 @@ def test_random_parallel_graph(seed: int) -> None:
     assert_parity(random_spec(seed, parallel=True))
 
 
-# -- subgraphs and interrupts (issue 13 items 6 and 10) --------------------------------------------------------------
+# -- subgraphs and interrupts --------------------------------------------------------------
 
 INNER: dict[str, tuple[type, Reducer]] = {"log": (list, "add"), "n": (int, None), "note": (str, None)}
 

@@ -1,4 +1,4 @@
-"""Several interrupts in one step (issue 13 item 6): each open interrupt has an id; one resume may answer several
+"""Several interrupts in one step: each open interrupt has an id; one resume may answer several
 (``{interrupt.id: answer}``, or LangGraph's ``Command(resume={...})``), and a node still waiting for its answer is
 not run again until it has one."""
 

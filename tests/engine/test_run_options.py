@@ -91,21 +91,38 @@ async def test_submit_refuses_bad_options_naming_them_and_queues_nothing(saver: 
 async def test_the_options_read_back_and_an_old_payload_means_none(saver: Saver) -> None:
     app = _app(saver)
     parts, serde = (runs.queue_of(app.saver), app.graph, app.codec.serde), app.codec.serde
-    run = await runs.submit(*parts, graph=GRAPH, thread_id="t", resume=True, answer="yes", multitask="enqueue",
-                            tags={"via": "ui"}, recursion_limit=7, metadata={"k": [1, 2]}, start=(4, -1))  # fmt: skip
+    run = await runs.submit(
+        *parts,
+        graph=GRAPH,
+        thread_id="t",
+        resume=True,
+        answer="yes",
+        multitask="enqueue",
+        tags={"via": "ui"},
+        recursion_limit=7,
+        metadata={"k": [1, 2]},
+        start=(4, -1),
+    )
     stored = await saver.get_run(run.run_id)  # type: ignore[attr-defined]
     assert runs.submitted(serde, stored) == runs.Submitted("yes", {"via": "ui"}, 7, {"k": [1, 2]}, "enqueue", (4, -1))
     assert runs.unpack(serde, stored) == ("yes", {"via": "ui"})
     resume = await runs.submit(*parts, graph=GRAPH, thread_id="t2", resume=True, multitask="enqueue")
     assert runs.submitted(serde, resume).value is NO_ANSWER
-    old_envelope = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({runs.ENVELOPE: 1, "tags": {"a": 1},
-                                                                               "value": {"n": 1}}))  # fmt: skip
+    old_envelope = RunRecord(
+        "r", "t", "input", "queued", GRAPH, serde.dumps({runs.ENVELOPE: 1, "tags": {"a": 1}, "value": {"n": 1}})
+    )
     assert runs.submitted(serde, old_envelope) == runs.Submitted({"n": 1}, {"a": 1})
     bare = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({"n": 2}))
     assert runs.submitted(serde, bare) == runs.Submitted({"n": 2})
     assert runs.submitted(serde, RunRecord("r", "t", "resume", "queued", GRAPH, None)) == runs.Submitted()
-    wrong = RunRecord("r", "t", "input", "queued", GRAPH, serde.dumps({runs.ENVELOPE: 1, "recursion_limit": -1,
-                                                                        "start": "x", "multitask": "all"}))  # fmt: skip
+    wrong = RunRecord(
+        "r",
+        "t",
+        "input",
+        "queued",
+        GRAPH,
+        serde.dumps({runs.ENVELOPE: 1, "recursion_limit": -1, "start": "x", "multitask": "all"}),
+    )
     assert runs.submitted(serde, wrong) == runs.Submitted()  # keys of the wrong type read as absent
 
 

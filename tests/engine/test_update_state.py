@@ -1,4 +1,4 @@
-"""Editing state as a node (issue 13 item 7): ``fork(..., as_node=)`` and ``update_state(thread, update, as_node=)``
+"""Editing state as a node: ``fork(..., as_node=)`` and ``update_state(thread, update, as_node=)``
 apply an update as that node's writes and evaluate its edges again, as LangGraph's ``update_state`` does. Without
 ``as_node`` the stored frontier is kept. History is never rewritten: ``update_state`` adds a checkpoint (source
 ``update``) to the same thread; ``fork`` starts a new thread."""

@@ -499,8 +499,9 @@ async def test_in_memory_database_with_its_one_connection_busy(tmp_path: Path) -
         a = make_checkpoint("t", 0, channels={"x": b"1"})
         await saver.commit(a, expected_head=None, run_id="r")
         with saver._io.inline_lock:  # the writer thread waits for the lock: release it from the loop meanwhile
-            task = asyncio.create_task(saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id,
-                                                    run_id="r"))  # fmt: skip
+            task = asyncio.create_task(
+                saver.commit(make_checkpoint("t", 1, parent=a), expected_head=a.checkpoint_id, run_id="r")
+            )
             await asyncio.sleep(0)
             assert not task.done()
         await asyncio.wait_for(task, 30)

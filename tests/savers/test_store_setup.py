@@ -1,4 +1,4 @@
-"""Opening a store (issue 10, items 7, 8 and the read-only directory of 10): graphckpt never writes into another
+"""Opening a store: graphckpt never writes into another
 application's SQLite file, ``setup(create=False)`` opens only a store that exists and creates nothing, and a store
 set up by a newer graphckpt is refused on PostgreSQL as on SQLite."""
 

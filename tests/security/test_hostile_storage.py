@@ -1,4 +1,4 @@
-"""Hostile stored bytes (issue 10): rows tampered with directly in SQLite and PostgreSQL, then read through the public
+"""Hostile stored bytes: rows tampered with directly in SQLite and PostgreSQL, then read through the public
 API. Every read fails with :class:`CorruptCheckpointError` naming the thread and the checkpoint, within bounded
 memory (checked in a child process under ``RLIMIT_AS``), and changes nothing in the database."""
 

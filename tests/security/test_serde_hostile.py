@@ -1,4 +1,4 @@
-"""Hostile values for the serializer (issue 10): deeply nested stored bytes cost memory in proportion to their size
+"""Hostile values for the serializer: deeply nested stored bytes cost memory in proportion to their size
 (checked in a child process under ``RLIMIT_AS``), and values that could not be read back are refused at write time."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stream modes as LangGraph users know them (issue 13 item 8): ``updates`` is one chunk per task, ``values`` skips a
+"""Stream modes as LangGraph users know them: ``updates`` is one chunk per task, ``values`` skips a
 step that changed nothing, a list of modes yields ``(mode, chunk)`` pairs, ``custom`` carries what nodes write as
 they run, ``tasks`` shows each task starting and finishing."""
 

@@ -64,7 +64,7 @@ UI_TAG = "via"
 RECORD = {
     "replayed": "replayed_ms",  # checkpoint metadata: {node: ms of the journaled calls replayed}
     "audit": "audit",  # checkpoint metadata: {calls: [...], attempts: [...], answers: [...]} (graphckpt.audit)
-    "owner": "owner",  # thread record (leases, issue 14): who runs a running thread
+    "owner": "owner",  # thread record: who runs a running thread
     "crashed": "crashed",  # thread status (leases): running with an expired lease
 }
 """The names of the audit-record fields the UI reads, in one place (the leases branch adds ``owner``/``crashed``)."""
@@ -359,7 +359,7 @@ class LocalBackend:
         return False
 
     def _owner(self, thread_id: str, record: Any) -> str | None:
-        owner = getattr(record, RECORD["owner"], None)  # leases (issue 14) add the running thread's owner
+        owner = getattr(record, RECORD["owner"], None)  # leases add the running thread's owner
         return str(owner) if owner else None
 
     def _cancellable(self, thread_id: str, status: str) -> bool:
