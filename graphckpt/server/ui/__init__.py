@@ -1,7 +1,7 @@
 """graphckpt's web UI: threads, a thread's timeline, graph and fork tree, checkpoints, diffs, the interrupts inbox.
 
 Server-rendered HTML (Jinja2 templates in ``templates/``), htmx vendored in ``static/`` (pinned; its checksum is
-checked by ``tests/test_ui_assets.py``), no CDN, no build step. Every page reads without JavaScript (links and
+checked by ``tests/ui/test_ui_assets.py``), no CDN, no build step. Every page reads without JavaScript (links and
 forms); htmx only refreshes a running thread's page. Modules:
 
 - :mod:`~graphckpt.server.ui.data`: what the UI reads and does (:class:`UIBackend`, :class:`LocalBackend`);
