@@ -9,8 +9,14 @@ from its head's pending writes (:func:`pending_audit`).
 
 ``metadata["audit"]`` (every key optional)::
 
-    calls     [{node, task, effect, name, args, key, attempt, started_at, status, ms, model?, usage?, replays?,
-                error?}]   status: finished | failed | lost (started, never finished: the process died)
+    calls     [{node, task, seq, effect, name, args, key, attempt, started_at, status, ms, model?, usage?, replays?,
+                error?, reason?, owner?}]   status: finished | failed | lost (started, never finished: the process
+                died); a lost call's ``reason`` (``owner gone``, ``lease taken over``, ``stopped``) and ``owner``
+                ({host, pid, worker, heartbeat_at, epoch}) are written by the run that takes the thread over
+    requests  [{node, task, seq, effect, call, key, request, outcome, status?, usage?, ms, at, model?, error?}]
+                one per HTTP attempt of a model call (``call`` is its call's ``seq``, ``request`` its number in the
+                call): outcome ok | http_error | timeout | connection_error | error; ``usage`` only when the server
+                sent one: a timed-out request may be billed, but the client never receives its usage
     attempts  [{node, task, step, attempt, type, message, traceback, at, retried}]
     answers   [{node, task, index, question, answer, at, by, refused?}]
 
@@ -18,9 +24,12 @@ A call is written as ``started`` before it is made and ``finished`` (with its du
 its journal entry) after; a ``started`` row that never got its ``finished`` one is a *lost* call. Each start row
 is moved into exactly one checkpoint, so a lost call is counted once, however often the thread is resumed.
 
-Spend (:func:`spend`) sums the ``usage`` the nodes reported (the answers the run used) and counts lost calls (their
-tokens are unknown: the server billed them, nobody read the answer); a fork's own checkpoints are told from those
-it inherits. A :class:`Prices` table turns tokens into cost.
+A model call that starts only once its request is ready (``deferred_start``, see :meth:`Context.call_ready`) is not
+recorded as started when it fails before that (an import, a client): it never reached the server.
+
+Spend (:func:`spend`) sums the ``usage`` the nodes reported (the answers the run used) and the usage of failed HTTP
+attempts that had one, and counts lost calls and timed-out attempts (their tokens are unknown: the server may have
+billed them, nobody read the answer); a fork's own checkpoints are told from those it inherits. A :class:`Prices` table turns tokens into cost.
 """
 
 from __future__ import annotations
@@ -161,7 +170,7 @@ def _calls(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]
     out: list[dict[str, Any]] = []
     for (task_id, seq), start in sorted(recorded.starts.items(), key=lambda kv: (kv[1].get("started_at", 0), kv[0])):
         task = by_id.get(task_id)
-        entry: dict[str, Any] = {"node": task.node if task else start.get("node"), "task": task_id, **start}
+        entry: dict[str, Any] = {"node": task.node if task else start.get("node"), "task": task_id, "seq": seq, **start}
         end = recorded.finishes.get((task_id, seq))
         if end is None:
             entry["status"] = "lost"
