@@ -22,6 +22,12 @@ a crash, a retry or an interrupt gets the recorded answer and the model is not c
 ``ctx.report_usage`` on every run, also when the journal answered, so the checkpoint shows what its output cost.
 Retries (429, 5xx, timeouts, connection errors) happen inside the effect, by :class:`~nodes.retry.LLMRetry`; the
 ``openai`` client's own retries are switched off. Other errors raise :class:`~nodes.errors.LLMError` at once.
+
+In the audit record each HTTP attempt is its own entry (``ctx.record_request``): its outcome (``ok``, ``http_error``
+with the status, ``timeout``, ``connection_error``, ``error``) and its usage when the server sent one. A request the
+client timed out on may have been billed, but its usage never reaches the client: it is recorded as ``timeout`` with
+its tokens unknown. The call is recorded as started (``ctx.call_ready``) only once the ``openai`` import, the client
+and the request are ready: a call that fails before never reached the server, and the import is not in its duration.
 """
 
 from __future__ import annotations

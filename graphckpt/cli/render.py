@@ -392,6 +392,8 @@ def audit_lines(record: Mapping[str, Any]) -> list[Text]:
                 f"{int(usage.get('prompt_tokens', 0)) + int(usage.get('completion_tokens', 0)):,} tokens"
                 if isinstance(usage, Mapping)
                 else "tokens unknown"
+                if r.get("outcome") == "timeout"
+                else "no usage"
             )
             what = f"HTTP {r['status']}" if r.get("status") is not None else str(r.get("outcome"))
             lines.append(

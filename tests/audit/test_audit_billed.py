@@ -134,7 +134,7 @@ def test_every_billed_attempt_is_in_the_record(
             env={**os.environ, "COLUMNS": "200"},
         )
         assert out.returncode == 0, out.stderr
-        assert "step 1 plan request 1 key" in out.stdout and ": HTTP 503, tokens unknown" in out.stdout
+        assert "step 1 plan request 1 key" in out.stdout and ": HTTP 503, no usage" in out.stdout
         assert "step 2 reply request 1 key" in out.stdout and ": timeout, tokens unknown" in out.stdout
         assert f"owner gone (host {socket.gethostname()}, pid {pid}, last heartbeat" in out.stdout
         assert "2 failed requests (0 tokens; 1 timed out, tokens unknown)" in out.stdout
