@@ -29,7 +29,8 @@ recorded as started when it fails before that (an import, a client): it never re
 
 Spend (:func:`spend`) sums the ``usage`` the nodes reported (the answers the run used) and the usage of failed HTTP
 attempts that had one, and counts lost calls and timed-out attempts (their tokens are unknown: the server may have
-billed them, nobody read the answer); a fork's own checkpoints are told from those it inherits. A :class:`Prices` table turns tokens into cost.
+billed them, nobody read the answer); a fork's own checkpoints are told from those it inherits. A :class:`Prices`
+table turns tokens into cost.
 """
 
 from __future__ import annotations
