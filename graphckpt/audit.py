@@ -9,8 +9,14 @@ from its head's pending writes (:func:`pending_audit`).
 
 ``metadata["audit"]`` (every key optional)::
 
-    calls     [{node, task, effect, name, args, key, attempt, started_at, status, ms, model?, usage?, replays?,
-                error?}]   status: finished | failed | lost (started, never finished: the process died)
+    calls     [{node, task, seq, effect, name, args, key, attempt, started_at, status, ms, model?, usage?, replays?,
+                error?, reason?, owner?}]   status: finished | failed | lost (started, never finished: the process
+                died); a lost call's ``reason`` (``owner gone``, ``lease taken over``, ``stopped``) and ``owner``
+                ({host, pid, worker, heartbeat_at, epoch}) are written by the run that takes the thread over
+    requests  [{node, task, seq, effect, call, key, request, outcome, status?, usage?, ms, at, model?, error?}]
+                one per HTTP attempt of a model call (``call`` is its call's ``seq``, ``request`` its number in the
+                call): outcome ok | http_error | timeout | connection_error | error; ``usage`` only when the server
+                sent one: a timed-out request may be billed, but the client never receives its usage
     attempts  [{node, task, step, attempt, type, message, traceback, at, retried}]
     answers   [{node, task, index, question, answer, at, by, refused?}]
 
@@ -18,9 +24,13 @@ A call is written as ``started`` before it is made and ``finished`` (with its du
 its journal entry) after; a ``started`` row that never got its ``finished`` one is a *lost* call. Each start row
 is moved into exactly one checkpoint, so a lost call is counted once, however often the thread is resumed.
 
-Spend (:func:`spend`) sums the ``usage`` the nodes reported (the answers the run used) and counts lost calls (their
-tokens are unknown: the server billed them, nobody read the answer); a fork's own checkpoints are told from those
-it inherits. A :class:`Prices` table turns tokens into cost.
+A model call that starts only once its request is ready (``deferred_start``, see :meth:`Context.call_ready`) is not
+recorded as started when it fails before that (an import, a client): it never reached the server.
+
+Spend (:func:`spend`) sums the ``usage`` the nodes reported (the answers the run used) and the usage of failed HTTP
+attempts that had one, and counts lost calls and timed-out attempts (their tokens are unknown: the server may have
+billed them, nobody read the answer); a fork's own checkpoints are told from those it inherits. A :class:`Prices`
+table turns tokens into cost.
 """
 
 from __future__ import annotations
@@ -81,6 +91,9 @@ class CallInfo:
     """``(prompt_tokens, completion_tokens)`` of the call's result, for the call's entry."""
     system: str | None = None
     """For a model call: the provider (``gen_ai.provider.name``)."""
+    deferred_start: bool = False
+    """The function says when the call is about to leave the process (``await ctx.call_ready()``): its start marker
+    is written then, not before the function runs (a call that fails earlier was never made)."""
 
 
 _ATTR = "__graphckpt_call__"
@@ -94,10 +107,12 @@ def describe_call(
     model: str | None = None,
     usage: Callable[[Any], tuple[int, int]] | None = None,
     system: str | None = None,
+    deferred_start: bool = False,
 ) -> Callable[..., Any]:
     """Name the effect function ``fn`` in the audit record (``ctx.aeffect(describe_call(fn, "tool:x", ...))``);
-    returns ``fn``. Without it a call is named by ``fn.__name__`` and its positional and keyword arguments."""
-    setattr(fn, _ATTR, CallInfo(name, arguments, model, usage, system))
+    returns ``fn``. Without it a call is named by ``fn.__name__`` and its positional and keyword arguments. With
+    ``deferred_start``, see :attr:`CallInfo.deferred_start`."""
+    setattr(fn, _ATTR, CallInfo(name, arguments, model, usage, system, deferred_start))
     return fn
 
 
@@ -156,7 +171,7 @@ def _calls(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]
     out: list[dict[str, Any]] = []
     for (task_id, seq), start in sorted(recorded.starts.items(), key=lambda kv: (kv[1].get("started_at", 0), kv[0])):
         task = by_id.get(task_id)
-        entry: dict[str, Any] = {"node": task.node if task else start.get("node"), "task": task_id, **start}
+        entry: dict[str, Any] = {"node": task.node if task else start.get("node"), "task": task_id, "seq": seq, **start}
         end = recorded.finishes.get((task_id, seq))
         if end is None:
             entry["status"] = "lost"
@@ -168,6 +183,55 @@ def _calls(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]
             entry["replays"] = replays
         out.append(entry)
     return out
+
+
+def _requests(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for (task_id, seq), request in sorted(recorded.requests.items(), key=lambda kv: (kv[1].get("at", 0), kv[0])):
+        task = by_id.get(task_id)
+        out.append({"node": task.node if task else None, "task": task_id, "seq": seq, **request})
+    return out
+
+
+def lost_marks(recorded: Recorded, previous: ThreadRecord, now: float) -> list[tuple[str, int, dict[str, Any]]]:
+    """For a run taking over ``previous`` (the thread's row as its claim found it): ``(task_id, seq, end)`` of each
+    call its previous owner started and never finished, ``end`` a ``finished`` row with status ``lost`` and why:
+    ``owner gone`` (its lease expired, or its process is gone from this host), ``lease taken over`` (its lease was
+    live) or ``stopped`` (no lease: the run stopped without the call's end), with the owner's host, pid and last
+    heartbeat when the lease names them."""
+    open_calls = [key for key in recorded.starts if key not in recorded.finishes]
+    if not open_calls:
+        return []
+    lease = previous.lease
+    end: dict[str, Any] = {"status": "lost", "finished_at": now}
+    if lease is None:
+        end["reason"] = "stopped"
+    else:
+        gone = not lease.live(now) or _gone_here(lease.owner.host, lease.owner.pid)
+        end["reason"] = "owner gone" if gone else "lease taken over"
+        end["owner"] = {
+            "host": lease.owner.host,
+            "pid": lease.owner.pid,
+            "worker": lease.owner.worker_id,
+            "heartbeat_at": lease.heartbeat_at,
+            "epoch": lease.epoch,
+        }
+    return [(task_id, seq, dict(end)) for task_id, seq in open_calls]
+
+
+def _gone_here(host: str, pid: int) -> bool:
+    """Whether ``pid`` on ``host`` is certainly not running (only this host's processes can be asked)."""
+    import socket  # here: only a takeover needs it
+
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _answers(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]]:
@@ -211,6 +275,9 @@ def step_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any] | No
     calls = _calls(recorded, by_id)
     if calls:
         audit["calls"] = calls
+    requests = _requests(recorded, by_id)
+    if requests:
+        audit["requests"] = requests
     if recorded.attempts:
         audit["attempts"] = [recorded.attempts[k] for k in sorted(recorded.attempts, key=lambda k: (k[0], k[1]))]
     answers = _answers(recorded, by_id)
@@ -293,6 +360,13 @@ class Spend:
     """Model calls whose answers were used."""
     lost_calls: int = 0
     """Calls started and never finished (tokens unknown)."""
+    failed_requests: int = 0
+    """HTTP attempts of model calls that did not answer (a 5xx, a timeout, a dropped connection), retried or not."""
+    failed_tokens: int = 0
+    """Of the tokens: those of failed attempts whose server sent usage (billed, never used)."""
+    unknown_requests: int = 0
+    """Failed attempts whose usage is unknown (a timed-out request: the server may have billed it; the client
+    never receives its usage)."""
     by_model: dict[str, dict[str, int]] = field(default_factory=dict)
     cost: float | None = None
     """With a price table: the cost of the used tokens (``None`` when a model is not priced)."""
@@ -306,6 +380,9 @@ class Spend:
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls
         self.lost_calls += other.lost_calls
+        self.failed_requests += other.failed_requests
+        self.failed_tokens += other.failed_tokens
+        self.unknown_requests += other.unknown_requests
         for model, counts in other.by_model.items():
             mine = self.by_model.setdefault(model, {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "lost": 0})
             for k, v in counts.items():
@@ -331,6 +408,9 @@ class Spend:
             "completion_tokens": self.completion_tokens,
             "calls": self.calls,
             "lost_calls": self.lost_calls,
+            "failed_requests": self.failed_requests,
+            "failed_tokens": self.failed_tokens,
+            "unknown_requests": self.unknown_requests,
             "by_model": {m: dict(c) for m, c in sorted(self.by_model.items())},
         }
         if self.cost is not None:
@@ -376,7 +456,31 @@ def step_spend(metadata: Mapping[str, Any] | None) -> Spend:
                     lost_model, {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "lost": 0}
                 )
                 m["lost"] += 1
+    for request in _entries(audit, "requests"):
+        _add_request(out, request)
     return out
+
+
+def _add_request(out: Spend, request: Mapping[str, Any]) -> None:
+    """A failed HTTP attempt into ``out``: its tokens when the server sent usage, else counted as unknown (the
+    answering attempt's tokens are the node's reported usage already)."""
+    if request.get("outcome") == "ok":
+        return
+    out.failed_requests += 1
+    usage = request.get("usage")
+    if not isinstance(usage, Mapping):
+        if request.get("outcome") == "timeout":
+            out.unknown_requests += 1
+        return
+    p, c = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    out.prompt_tokens += p
+    out.completion_tokens += c
+    out.failed_tokens += p + c
+    model = request.get("model")
+    if isinstance(model, str):
+        m = out.by_model.setdefault(model, {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "lost": 0})
+        m["prompt_tokens"] += p
+        m["completion_tokens"] += c
 
 
 def spend(
@@ -430,14 +534,21 @@ async def thread_audit(store: ThreadStore, thread_id: str, prices: Prices | None
     the spend (own, inherited, total)."""
     record = await store.thread(thread_id)
     cps = list(reversed(await store.lineage_checkpoints(record)))
-    out: dict[str, Any] = {"thread_id": thread_id, "status": record.status, "calls": [], "attempts": [], "answers": []}
+    out: dict[str, Any] = {
+        "thread_id": thread_id,
+        "status": record.status,
+        "calls": [],
+        "requests": [],
+        "attempts": [],
+        "answers": [],
+    }
     pairs: list[tuple[str, Mapping[str, Any] | None]] = []
     for cp in cps:
         metadata = _metadata_of(cp)
         audit = metadata.get("audit") if metadata is not None else None
         pairs.append((cp.thread_id, metadata))
         where = {"thread_id": cp.thread_id, "step": cp.step}
-        for key in ("calls", "attempts", "answers"):
+        for key in ("calls", "requests", "attempts", "answers"):
             out[key] += [{**where, **e} for e in _entries(audit, key)]
     head = await store.checkpoint(record.thread_id, record.head_checkpoint_id)
     try:
@@ -448,7 +559,7 @@ async def thread_audit(store: ThreadStore, thread_id: str, prices: Prices | None
         pending, out["schema_version"] = {}, None
     if pending:
         where = {"thread_id": thread_id, "step": head.step + 1, "pending": True}
-        for key in ("calls", "attempts", "answers"):
+        for key in ("calls", "requests", "attempts", "answers"):
             out[key] += [{**where, **e} for e in _entries(pending, key)]
         pairs.append((thread_id, {"audit": pending}))
     out["spend"] = spend(pairs, thread_id, prices)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphckpt import ids
-from graphckpt.audit import answered_by
+from graphckpt.audit import answered_by, lost_marks
 from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
 from graphckpt.compiled import CompiledGraph, RouteError
@@ -208,6 +208,11 @@ async def resume(
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
     # our read and the claim; from the claim on nobody else can write against this head: read them again.
     recorded = await store.recorded(head.cp, head.body.tasks)
+    # calls the previous owner started and never finished are lost: say why, from its lease as the claim found it
+    lost = lost_marks(recorded, record, ids.now())
+    for task_id, seq, end in lost:
+        writes.append(StoredWrite(task_id, "finished", seq, store.codec.serde.dumps(end)))
+        recorded.finishes[(task_id, seq)] = end
     if writes:
         await store.record_writes(head.cp, writes, run_id=run_id)
         for task, index, value in answers:

@@ -64,12 +64,40 @@ class Journal(Protocol):
     def recorded_effect(self, task: Task, index: int) -> tuple[bool, Any]: ...
     async def start_call(self, task: Task, index: int, attempt: int, info: CallInfo, key: str) -> int: ...
     async def record_effect(
-        self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0, info: CallInfo | None = None
+        self,
+        task: Task,
+        index: int,
+        value: Any,
+        *,
+        seq: int = -1,
+        ms: float = 0.0,
+        info: CallInfo | None = None,
+        requests: list[dict[str, Any]] | None = None,
     ) -> None: ...
+    async def record_request(self, task: Task, entry: dict[str, Any]) -> None: ...
     async def call_failed(self, task: Task, seq: int, ms: float, exc: BaseException) -> None: ...
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
     def lease_fresh(self) -> bool: ...
     async def check_lease(self) -> None: ...
+
+
+class _Call:
+    """A call under way: its start marker's number once written (``-1`` before), its clock, its HTTP attempts."""
+
+    __slots__ = ("index", "info", "ok", "requests", "seq", "started")
+
+    def __init__(self, index: int, info: CallInfo) -> None:
+        self.index, self.info, self.seq, self.requests = index, info, -1, 0
+        self.started = time.perf_counter()
+        self.ok: list[dict[str, Any]] = []
+        """The answering attempt's entry: written with the journal entry, in its transaction."""
+
+    def ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+
+REQUEST_OUTCOMES = ("ok", "http_error", "timeout", "connection_error", "error")
+"""What an HTTP attempt of a call can come to (see :meth:`Context.record_request`)."""
 
 
 class Context:
@@ -82,6 +110,7 @@ class Context:
         self._interrupts = 0
         self._usage = usage
         self._abandoned = False
+        self._calls: dict[int, _Call] = {}
         self.attempt = attempt
         """1 for the first attempt, 2 for the first retry, ..."""
         _CURRENT.set(weakref.ref(self))  # the engine calls the node next, in this context or a copy of it
@@ -146,10 +175,11 @@ class Context:
         if not self._journal.lease_fresh():  # paused past a heartbeat: still ours? (else LeaseLostError)
             await self._journal.check_lease()
         info = call_info(fn, args, kwargs)
-        seq = await self._journal.start_call(self._task, index, self.attempt, info, self._key(index))
+        call = self._calls[index] = _Call(index, info)
+        if not info.deferred_start:
+            await self._start(call)
         span = tracing.call_span(info, self._key(index), replayed=False) if tracing is not None else None
         token = _CURRENT_EFFECT.set((self, index))
-        started = time.perf_counter()
         try:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
@@ -157,17 +187,87 @@ class Context:
         except Exception as exc:
             if tracing is not None:
                 tracing.end_call(span, info, None, exc)
-            if not self._abandoned:
-                await self._journal.call_failed(self._task, seq, (time.perf_counter() - started) * 1000, exc)
+            if not self._abandoned and call.seq >= 0:  # never started: it failed before reaching anything
+                await self._journal.call_failed(self._task, call.seq, call.ms(), exc)
             raise
         finally:
             _CURRENT_EFFECT.reset(token)
-        ms = (time.perf_counter() - started) * 1000
+            self._calls.pop(index, None)
         if tracing is not None:
             tracing.end_call(span, info, value, None)
         self._check_alive()
-        await self._journal.record_effect(self._task, index, value, seq=seq, ms=ms, info=info)
+        if call.seq < 0:  # a deferred start that was never signalled: started and finished now
+            await self._start(call)
+        ms = call.ms()
+        await self._journal.record_effect(
+            self._task, index, value, seq=call.seq, ms=ms, info=info, requests=call.ok or None
+        )
         return value
+
+    async def _start(self, call: _Call) -> None:
+        call.seq = await self._journal.start_call(
+            self._task, call.index, self.attempt, call.info, self._key(call.index)
+        )
+        call.started = time.perf_counter()
+
+    def _current_call(self, what: str) -> _Call:
+        current = _CURRENT_EFFECT.get()
+        call = self._calls.get(current[1]) if current is not None and current[0] is self else None
+        if call is None:
+            raise GraphckptError(f"node {self.node!r}: {what} works only inside the function of a ctx.aeffect call")
+        return call
+
+    async def call_ready(self) -> None:
+        """Inside the function of an effect described with ``deferred_start=True`` (see
+        :func:`~graphckpt.audit.describe_call`): everything that can fail before the call leaves the process is done
+        (imports, clients, the request), so its start marker is written now and its duration counted from here. A
+        call that fails before this is not recorded as started. Does nothing the second time."""
+        call = self._current_call("ctx.call_ready()")
+        if call.seq < 0:
+            self._check_alive()
+            await self._start(call)
+
+    async def record_request(
+        self,
+        outcome: str,
+        *,
+        status: int | None = None,
+        usage: tuple[int, int] | None = None,
+        ms: float = 0.0,
+        error: str | None = None,
+    ) -> None:
+        """Record one HTTP attempt of the call running here (inside its ``ctx.aeffect`` function), each attempt its
+        own audit entry: ``outcome`` is one of :data:`REQUEST_OUTCOMES` (``ok``: it answered, and its entry is
+        written with the journal entry; any other is written at once, before a retry), ``status`` the HTTP status,
+        ``usage`` ``(prompt_tokens, completion_tokens)`` when the server sent it (``None``: unknown, e.g. a request
+        the client gave up on: the server may have billed it, the client never learns how much)."""
+        if outcome not in REQUEST_OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(REQUEST_OUTCOMES)}, not {outcome!r}")
+        call = self._current_call("ctx.record_request()")
+        if call.seq < 0:  # a request went out: the call started
+            await self._start(call)
+        call.requests += 1
+        entry: dict[str, Any] = {
+            "effect": call.index,
+            "call": call.seq,
+            "key": self._key(call.index),
+            "request": call.requests,
+            "outcome": outcome,
+            "ms": round(float(ms), 3),
+            "at": time.time(),
+        }
+        if status is not None:
+            entry["status"] = int(status)
+        if usage is not None:
+            entry["usage"] = {"prompt_tokens": int(usage[0]), "completion_tokens": int(usage[1])}
+        if error:
+            entry["error"] = error
+        if call.info.model is not None:
+            entry["model"] = call.info.model
+        if outcome == "ok":
+            call.ok.append(entry)
+        elif not self._abandoned:
+            await self._journal.record_request(self._task, entry)
 
     def _trace_replay(self, tracing: _hook.Tracing, info: CallInfo, index: int, value: Any) -> None:
         """A span for a call the journal answered: marked replayed, with no token attributes."""

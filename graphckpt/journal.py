@@ -139,9 +139,18 @@ class Journal:
         return seq
 
     async def record_effect(
-        self, task: Task, index: int, value: Any, *, seq: int = -1, ms: float = 0.0, info: CallInfo | None = None
+        self,
+        task: Task,
+        index: int,
+        value: Any,
+        *,
+        seq: int = -1,
+        ms: float = 0.0,
+        info: CallInfo | None = None,
+        requests: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Journal effect ``index``'s ``value`` (with the end of its started call ``seq``, in one transaction)."""
+        """Journal effect ``index``'s ``value`` (with the end of its started call ``seq`` and the entries of its
+        last ``requests``, in one transaction)."""
         try:
             data = self.codec.serde.dumps(value)
         except SerializationError as exc:
@@ -157,6 +166,8 @@ class Journal:
                     prompt, completion = info.usage(value)
                     end["usage"] = {"prompt_tokens": int(prompt), "completion_tokens": int(completion)}
             writes.append(StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end)))
+        numbered = self._number_requests(task.id, requests or [])
+        writes += [StoredWrite(task.id, "request", n, self.codec.serde.dumps(e)) for n, e in numbered]
         await self.record(writes)
         self.run.recorded.effects[(task.id, index)] = value
         if end is not None:
@@ -172,6 +183,22 @@ class Journal:
         }
         self.run.recorded.finishes[(task.id, seq)] = end
         await self.record([StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end))])
+
+    async def record_request(self, task: Task, entry: dict[str, Any]) -> None:
+        """Record one HTTP attempt of a started call that did not answer (durably, before it is retried)."""
+        writes = [
+            StoredWrite(task.id, "request", n, self.codec.serde.dumps(e))
+            for n, e in self._number_requests(task.id, [entry])
+        ]
+        await self.record(writes)
+
+    def _number_requests(self, task_id: str, entries: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+        recorded, out = self.run.recorded, []
+        for entry in entries:
+            seq = recorded.next_seq(recorded.requests, task_id)
+            recorded.requests[(task_id, seq)] = entry  # before the await: a concurrent call takes the next number
+            out.append((seq, entry))
+        return out
 
     async def record_attempt(self, entry: dict[str, Any]) -> None:
         """Record a failed attempt that is retried (the last one is recorded with the failure)."""

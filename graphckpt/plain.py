@@ -181,10 +181,11 @@ def created_iso(snap: Snapshot) -> str | None:
 
 
 def audit_of(metadata: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
-    """The checkpoint's audit record (``calls``, ``attempts``, ``answers``), each a list (empty when absent)."""
+    """The checkpoint's audit record (``calls``, ``requests``, ``attempts``, ``answers``), each a list (empty when
+    absent)."""
     audit = _meta(metadata).get("audit")
     out: dict[str, list[dict[str, Any]]] = {}
-    for key in ("calls", "attempts", "answers"):
+    for key in ("calls", "requests", "attempts", "answers"):
         items = audit.get(key) if isinstance(audit, Mapping) else None
         out[key] = [to_jsonable(i) for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
     return out

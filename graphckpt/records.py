@@ -79,6 +79,8 @@ class Recorded:
     """``finished`` writes by ``(task_id, seq)``: how the started call ended (status, ms, usage)."""
     attempts: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     """``attempt`` writes by ``(task_id, seq)``: failed attempts of the step's tasks."""
+    requests: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """``request`` writes by ``(task_id, seq)``: the HTTP attempts of the step's calls (outcome, usage)."""
     answered: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     """``answered`` writes by ``(task_id, index)``: who answered an interrupt, and when."""
     replays: dict[tuple[str, int], int] = field(default_factory=dict)

@@ -25,7 +25,13 @@ from graphckpt.views import LazyFold, make_snapshot
 
 __all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
 
-_AUDIT_KINDS = {"started": "starts", "finished": "finishes", "attempt": "attempts", "answered": "answered"}
+_AUDIT_KINDS = {
+    "started": "starts",
+    "finished": "finishes",
+    "attempt": "attempts",
+    "answered": "answered",
+    "request": "requests",
+}
 """The audit record's write kinds and the :class:`Recorded` table each fills (see :mod:`graphckpt.audit`)."""
 
 NO_RESULT = b""

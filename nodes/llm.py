@@ -22,6 +22,12 @@ a crash, a retry or an interrupt gets the recorded answer and the model is not c
 ``ctx.report_usage`` on every run, also when the journal answered, so the checkpoint shows what its output cost.
 Retries (429, 5xx, timeouts, connection errors) happen inside the effect, by :class:`~nodes.retry.LLMRetry`; the
 ``openai`` client's own retries are switched off. Other errors raise :class:`~nodes.errors.LLMError` at once.
+
+In the audit record each HTTP attempt is its own entry (``ctx.record_request``): its outcome (``ok``, ``http_error``
+with the status, ``timeout``, ``connection_error``, ``error``) and its usage when the server sent one. A request the
+client timed out on may have been billed, but its usage never reaches the client: it is recorded as ``timeout`` with
+its tokens unknown. The call is recorded as started (``ctx.call_ready``) only once the ``openai`` import, the client
+and the request are ready: a call that fails before never reached the server, and the import is not in its duration.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 import pydantic
 
@@ -143,9 +150,17 @@ class ChatModel:
             if send is not None:
                 send(piece, id=completion_id)
 
+        ready: Callable[[], Awaitable[None]] | None = getattr(ctx, "call_ready", None)
+        report: RequestReport | None = getattr(ctx, "record_request", None)
+
         async def call_model() -> ChatResult:  # reads the key inside the effect: it names this very call
             return await self.create(
-                plain, tools=tools, idempotency_key=ctx.idempotency_key, on_piece=on_piece if send else None
+                plain,
+                tools=tools,
+                idempotency_key=ctx.idempotency_key,
+                on_piece=on_piece if send else None,
+                on_ready=ready,
+                on_request=report,
             )
 
         model = self.model_name()
@@ -156,6 +171,7 @@ class ChatModel:
             model=model,
             usage=_usage,
             system=self.provider(),
+            deferred_start=ready is not None,  # started when the request is ready, after the import and the client
         )
         result = cast(ChatResult, await ctx.aeffect(call_model))
         if send is not None and not sent and result["message"].get("content"):
@@ -171,19 +187,30 @@ class ChatModel:
         tools: Sequence[Tool] = (),
         idempotency_key: str | None = None,
         on_piece: Callable[[str, str], None] | None = None,
+        on_ready: Callable[[], Awaitable[None]] | None = None,
+        on_request: RequestReport | None = None,
     ) -> ChatResult:
         """Call the model now (not journaled), retrying as :attr:`retry` says. Counted in :data:`llm_calls`. With
         ``on_piece``, the answer is streamed (``stream=True``) and ``on_piece(text, completion_id)`` is called with
-        each piece of its text as it arrives (the offline model hands over its answer word by word)."""
+        each piece of its text as it arrives (the offline model hands over its answer word by word).
+
+        ``on_ready()`` is awaited once everything that can fail before the first request is done (the ``openai``
+        import, the client, the request's arguments); ``on_request(outcome, status=, usage=, ms=, error=)`` after
+        each HTTP attempt (``ctx.call_ready`` and ``ctx.record_request`` in :meth:`acall`)."""
         llm_calls.record_call()
         if self.is_offline():
             llm_calls.record_request()
+            if on_ready is not None:
+                await on_ready()
             result = _normalize(offline_completion(messages, self.offline_answer), OFFLINE_MODEL, "offline")
             if on_piece is not None:
                 for piece in re.findall(r"\s*\S+\s*", result["message"].get("content") or ""):
                     on_piece(piece, result["id"])
+            if on_request is not None:
+                usage = result["usage"]
+                await on_request("ok", usage=(usage["prompt_tokens"], usage["completion_tokens"]))
         else:
-            result = await self._create_online(messages, tools, idempotency_key, on_piece)
+            result = await self._create_online(messages, tools, idempotency_key, on_piece, on_ready, on_request)
         llm_calls.record_usage(result["usage"]["prompt_tokens"], result["usage"]["completion_tokens"])
         return result
 
@@ -193,6 +220,8 @@ class ChatModel:
         tools: Sequence[Tool],
         idempotency_key: str | None,
         on_piece: Callable[[str, str], None] | None = None,
+        on_ready: Callable[[], Awaitable[None]] | None = None,
+        on_request: RequestReport | None = None,
     ) -> ChatResult:
         await _import_openai()
         import openai  # here, not at module level: importing it costs about 0.6 s, and offline runs never need it
@@ -209,14 +238,21 @@ class ChatModel:
             endpoint = _endpoint(str(client.base_url).rstrip("/") + "/chat/completions")
             attempt = 0
             cause: BaseException | None = None  # chained for connection errors only: status bodies may echo keys
+            report = _Reports(on_request)
+            if on_ready is not None:
+                await on_ready()  # the start marker: nothing before the request can fail any more
             while True:
                 attempt += 1
                 llm_calls.record_request()
+                report.began = time.perf_counter()
                 try:
                     completion = await client.chat.completions.create(**kwargs)
                     if on_piece is not None and isinstance(completion, openai.AsyncStream):
-                        return _normalize(await _collect(completion, on_piece), model, endpoint)
-                    if not isinstance(completion, pydantic.BaseModel):  # the client hands over a non-JSON body as is
+                        dump = await _collect(completion, on_piece)
+                    elif isinstance(completion, pydantic.BaseModel):
+                        dump = completion.model_dump(mode="json")
+                    else:  # the client hands over a non-JSON body as is
+                        await report("error", status=200, error="not a chat completion")
                         raise LLMError(
                             f"model {model!r} at {endpoint} answered with something that is not a chat completion "
                             f"({self._redact(_excerpt(completion), client.api_key)}); is the base URL the API's?",
@@ -225,12 +261,19 @@ class ChatModel:
                             status=200,
                             attempts=attempt,
                         )
-                    return _normalize(completion.model_dump(mode="json"), model, endpoint)
+                    try:
+                        result = _normalize(dump, model, endpoint)
+                    except LLMError as exc:
+                        await report("error", status=200, usage=_dump_usage(dump), error=str(exc))
+                        raise
+                    await report("ok", status=200, usage=_dump_usage(dump))
+                    return result
                 except openai.APIStatusError as exc:
                     status: int | None = exc.status_code
                     cause = None
                     retry_after = parse_retry_after(exc.response.headers)
                     detail = self._redact(_error_detail(exc), client.api_key)
+                    await report("http_error", status=status, error=f"HTTP {status}")
                     if not is_retryable_status(exc.status_code):
                         raise LLMError(
                             f"model {model!r} at {endpoint} answered HTTP {status} (not retried): {detail}",
@@ -242,9 +285,11 @@ class ChatModel:
                 except openai.APITimeoutError as exc:
                     status, retry_after, cause = None, None, exc
                     detail = f"timed out after {self.timeout:g}s"
+                    await report("timeout", error=detail)  # billed or not, the client never learns how much
                 except openai.APIConnectionError as exc:
                     status, retry_after, cause = None, None, exc
                     detail = f"{exc} ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else str(exc)
+                    await report("connection_error", error=self._redact(detail, client.api_key))
                 delay = self.retry.delay(attempt, retry_after) if attempt <= self.retry.max_retries else None
                 what = f"HTTP {status}" if status is not None else detail
                 if delay is None:
@@ -344,6 +389,42 @@ def chat_node(
 
     node.__name__ = node.__qualname__ = f"chat_node_{output_key}"
     return node
+
+
+class RequestReport(Protocol):
+    """``ctx.record_request``: what one HTTP attempt came to."""
+
+    async def __call__(
+        self,
+        outcome: str,
+        *,
+        status: int | None = None,
+        usage: tuple[int, int] | None = None,
+        ms: float = 0.0,
+        error: str | None = None,
+    ) -> None: ...
+
+
+class _Reports:
+    """Hands each HTTP attempt's outcome to ``on_request`` with its duration (from :attr:`began`)."""
+
+    def __init__(self, on_request: RequestReport | None) -> None:
+        self.on_request, self.began = on_request, time.perf_counter()
+
+    async def __call__(
+        self, outcome: str, *, status: int | None = None, usage: tuple[int, int] | None = None, error: str = ""
+    ) -> None:
+        if self.on_request is not None:
+            ms = (time.perf_counter() - self.began) * 1000
+            await self.on_request(outcome, status=status, usage=usage, ms=ms, error=error or None)
+
+
+def _dump_usage(dump: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(prompt_tokens, completion_tokens)`` the server sent with a completion, ``None`` when it sent none."""
+    usage = dump.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 async def _import_openai() -> None:

@@ -304,7 +304,9 @@ async def cmd_show(args: argparse.Namespace, s: Session) -> int:
         shown = plain.snapshot_record(snap, raw=raw)
         if checkpoint is None:  # the head: also the record of the step that has not committed (failed, crashed)
             audit = await s.reader().aaudit(args.thread)
-            shown["pending"] = {k: [e for e in audit[k] if e.get("pending")] for k in ("calls", "attempts", "answers")}
+            shown["pending"] = {
+                k: [e for e in audit[k] if e.get("pending")] for k in ("calls", "requests", "attempts", "answers")
+            }
         _print_json(shown)
         return 0
     _render().print_snapshot(_render().console(), snap, raw=raw)

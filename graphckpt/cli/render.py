@@ -215,8 +215,8 @@ def fmt_cost(cost: Any) -> str:
 
 
 def _spend_cell(spend: Mapping[str, Any] | None) -> str:
-    """A thread's total tokens, with its lost calls (``+2 lost``)."""
-    total = (spend or {}).get("total") or {}
+    """A thread's own tokens (a fork's inherited ones are its parent's), with its lost calls (``+2 lost``)."""
+    total = (spend or {}).get("own") or {}
     text = fmt_tokens(int(total.get("tokens", 0)))
     lost = int(total.get("lost_calls", 0))
     return f"{text} +{lost} lost" if lost else text
@@ -226,7 +226,8 @@ def threads_table(
     infos: Sequence[ThreadInfo], width: int | None = None, spends: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Table:
     """``graphckpt threads``: one row per thread, most recently updated first. With ``spends`` (per thread, see
-    :func:`graphckpt.audit.spend`), the thread's total tokens (its lineage's, with calls lost to crashes) and, with a
+    :func:`graphckpt.audit.spend`), the thread's own tokens (a fork's inherited ones are counted in its parent's row;
+    ``--json`` has own, inherited and total), with calls lost to crashes and, with a
     price table, their cost. When the table is wider than ``width`` (the console's), it gives up, in this order until
     it fits: ``cost``, ``owner``, ``tokens``, ``graph``, ``forked from``, the date's year and seconds, ``error``
     (``--json`` has everything). ``thread``, ``status`` and ``step`` are never cut."""
@@ -258,7 +259,7 @@ def threads_table(
     if spends is not None:
         cells: list[str | Text] = [_spend_cell(spends.get(i.thread_id)) for i in infos]
         columns.insert(3, _Column("tokens", cells, no_wrap=True, justify="right", drop=5))
-        costs = [(spends.get(i.thread_id) or {}).get("total", {}).get("cost") for i in infos]
+        costs = [(spends.get(i.thread_id) or {}).get("own", {}).get("cost") for i in infos]
         if any(c is not None for c in costs):
             columns.insert(4, _Column("cost", [fmt_cost(c) for c in costs], no_wrap=True, justify="right", drop=7))
     return _fitted_table(columns, width)
@@ -340,6 +341,10 @@ def _spend_text(label: str, s: Mapping[str, Any]) -> str:
     lost = int(s.get("lost_calls", 0))
     if lost:
         text += f", {lost} call{'s' if lost != 1 else ''} lost (tokens unknown)"
+    failed, unknown = int(s.get("failed_requests", 0)), int(s.get("unknown_requests", 0))
+    if failed:
+        text += f", {failed} failed request{'s' if failed != 1 else ''} ({int(s.get('failed_tokens', 0)):,} tokens"
+        text += f"; {unknown} timed out, tokens unknown)" if unknown else ")"
     if s.get("cost") is not None:
         text += f", cost {fmt_cost(s['cost'])}"
     return text
@@ -373,9 +378,26 @@ def audit_lines(record: Mapping[str, Any]) -> list[Text]:
         for c in lost:
             lines.append(
                 Text(
-                    f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}",
+                    f"{where(c)} {c.get('name')} started {_when(c.get('started_at'))} key {c.get('key')}"
+                    + _lost_reason(c),
                     style="yellow",
                 )
+            )
+    failed = [r for r in record.get("requests") or [] if r.get("outcome") != "ok"]
+    if failed:
+        lines.append(Text("failed requests (HTTP attempts of model calls)", style="bold"))
+        for r in failed:
+            usage = r.get("usage")
+            tokens = (
+                f"{int(usage.get('prompt_tokens', 0)) + int(usage.get('completion_tokens', 0)):,} tokens"
+                if isinstance(usage, Mapping)
+                else "tokens unknown"
+                if r.get("outcome") == "timeout"
+                else "no usage"
+            )
+            what = f"HTTP {r['status']}" if r.get("status") is not None else str(r.get("outcome"))
+            lines.append(
+                Text(f"{where(r)} request {r.get('request')} key {r.get('key')}: {what}, {tokens}", style="yellow")
             )
     answers = record.get("answers") or []
     if answers:
@@ -392,6 +414,18 @@ def audit_lines(record: Mapping[str, Any]) -> list[Text]:
             lines.append(Text(_spend_text("inherited", inherited)))
         lines.append(Text(_spend_text("total", spend.get("total") or {}), style="bold"))
     return lines
+
+
+def _lost_reason(call: Mapping[str, Any]) -> str:
+    """``: owner gone (host h, pid p, last heartbeat at t)`` for a lost call whose takeover said why."""
+    reason = call.get("reason")
+    if not reason:
+        return ""
+    owner = call.get("owner")
+    if isinstance(owner, Mapping):
+        beat = _when(owner.get("heartbeat_at"))
+        return f": {reason} (host {owner.get('host')}, pid {owner.get('pid')}, last heartbeat {beat})"
+    return f": {reason}"
 
 
 def _thread_label(tree: Mapping[str, Any], highlight: str, short: Mapping[str, str], *, attached: bool) -> Text:

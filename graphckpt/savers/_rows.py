@@ -41,13 +41,16 @@ BlobKind = Literal["snapshot", "delta", "chunk"]
 """What a blob's ``data`` holds: a channel's full value, one step's writes, or several steps' writes (see
 :class:`Blob`)."""
 
-WriteKind = Literal["result", "effect", "interrupt", "resume", "error", "started", "finished", "attempt", "answered"]
+WriteKind = Literal[
+    "result", "effect", "interrupt", "resume", "error", "started", "finished", "attempt", "answered", "request"
+]
 """``result``: a finished task's output. ``effect``: one journaled external call (``index`` = call number in the task).
 ``interrupt``: the payload of ``ctx.interrupt`` (``index`` = interrupt number). ``resume``: the answer given to
 ``resume`` for that interrupt. ``error``: the failure of a task, after its retries. The audit record
 (:mod:`graphckpt.audit`): ``started``: a call about to be made (``index`` = the task's start number, unique across
 processes); ``finished``: how that started call ended; ``attempt``: a failed attempt of the task (``index`` = its
-number); ``answered``: who answered interrupt ``index`` and when. A reader ignores kinds it does not know."""
+number); ``answered``: who answered interrupt ``index`` and when; ``request``: one HTTP attempt of a started call
+(``index`` = the task's request number: its outcome and usage). A reader ignores kinds it does not know."""
 
 
 @dataclass(frozen=True, slots=True)

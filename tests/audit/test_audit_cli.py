@@ -56,6 +56,10 @@ def test_threads_show_totals_and_a_fork_its_own_spend(demo: Path) -> None:
     assert fork["own"]["calls"] == 3 and fork["total"]["tokens"] == fork["own"]["tokens"] + shared
     table = _cli(demo, "threads").stdout
     assert "tokens" in table.splitlines()[0]
-    assert f"{weather['total']['tokens']:,}" in table and f"{fork['total']['tokens']:,}" in table
+    rows = {line.split()[0]: line for line in table.splitlines()[2:] if line.strip()}
+    # a fork's row counts its own tokens only: the inherited ones are its parent's row's
+    assert f" {weather['own']['tokens']:,} " in rows["weather"]
+    assert f" {fork['own']['tokens']:,} " in rows["weather-fahrenheit"]
+    assert f"{fork['total']['tokens']:,}" not in rows["weather-fahrenheit"]
     history = _cli(demo, "history", "weather-fahrenheit").stdout
     assert f"inherited: 2 model calls, {shared:,} tokens" in history

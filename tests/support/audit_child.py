@@ -151,9 +151,9 @@ CHILD = Path(__file__)
 class Proc:
     """The child with its stdout lines in a queue; every wait is bounded."""
 
-    def __init__(self, db: Path, thread: str, env: dict[str, str]) -> None:
+    def __init__(self, db: Path, thread: str, env: dict[str, str], child: Path = CHILD) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(db), thread],
+            [sys.executable, str(child), str(db), thread],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

@@ -154,6 +154,9 @@ class FakeOpenAIServer:
         self.billed: list[tuple[str | None, int, int]] = []
         """``(Idempotency-Key header, prompt_tokens, completion_tokens)`` of every completion the server produced,
         billed when it is produced (before a :func:`slow` reply waits): what a provider charges, read or not."""
+        self.log: list[tuple[str | None, int, tuple[int, int] | None]] = []
+        """Every request, in the order it came: ``(Idempotency-Key, HTTP status, (prompt, completion) billed or
+        None)`` (a 5xx bills nothing; a completion is billed even when the client hung up before reading it)."""
         self.release = threading.Event()
         """Set to let blocked :func:`slow` handlers answer."""
         self.latency = 0.0
@@ -245,11 +248,12 @@ class _Handler(BaseHTTPRequestHandler):
             reply = error(404, f"no route for {self.path}")
         payload = reply.body if reply.body is not None else _echo(body).body
         usage = payload.get("usage") if reply.status == 200 and isinstance(payload, dict) else None
-        if isinstance(usage, dict):
-            with owner._lock:
-                owner.billed.append(
-                    (request.headers.get("idempotency-key"), usage["prompt_tokens"], usage["completion_tokens"])
-                )
+        key = request.headers.get("idempotency-key")
+        with owner._lock:
+            if isinstance(usage, dict):
+                owner.billed.append((key, usage["prompt_tokens"], usage["completion_tokens"]))
+            tokens = (usage["prompt_tokens"], usage["completion_tokens"]) if isinstance(usage, dict) else None
+            owner.log.append((key, reply.status, tokens))
         if reply.wait_for_release:
             owner.release.wait(reply.wait_for_release)
         if owner.latency:

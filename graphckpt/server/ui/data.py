@@ -274,7 +274,7 @@ class LocalBackend:
         record = await self.reader.store.thread(info.thread_id)
         owner = self._owner(info.thread_id, record)
         spent = await self.reader.aspend(info.thread_id, prices=self.prices)
-        total = spent.get("total", {})
+        total = spent.get("own", {})  # a fork's inherited tokens are its parent's row's (the spend has both)
         return ThreadRow(
             thread_id=info.thread_id,
             graph=graph_of(metadata_of(info)),
