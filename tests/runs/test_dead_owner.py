@@ -151,3 +151,26 @@ def test_another_hosts_live_owner_is_refused_and_taken_over_only_on_request(tmp_
     assert "taken over" in err and "Traceback" not in err, err
     assert cli.steps("far") == chain == [0, 1, 2, 3]  # the old owner added nothing after the take-over
     assert cli.effects() == EXACT and old.pid not in cli.pids("wait:after")
+
+
+def test_a_second_ctrl_c_gives_the_lease_up(tmp_path: Path, db: str) -> None:
+    """On another (simulated) host, so only the release, not the dead-owner check, can free the thread."""
+    cli = Cli(tmp_path, db)
+    proc = cli.start("run", GRAPH, "--thread", "cc", "-q", env={"GRAPHCKPT_HOST": "elsewhere"})
+    try:
+        wait_for(lambda: cli.reached() >= 1, 30, what="the run to reach the slow node")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "Ctrl-C again" in (proc.stderr.readline() if proc.stderr else ""), 10, what="first Ctrl-C")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    row = cli.thread("cc")
+    assert (row["status"], row["lease"]) == ("running", None)
+    cli.gate.touch()
+    resumed = cli.run("resume", "cc", "-q")
+    assert resumed.returncode == 0, resumed.stderr
+    assert cli.effects() == EXACT
