@@ -101,11 +101,13 @@ class App(Reader):
         *,
         recursion_limit: int | None = None,
         tags: Mapping[str, Any] | None = None,
+        take_over: bool = False,
     ) -> Snapshot:
         """Continue a thread from its head: after a crash (``running``), a failure (``failed``: only the tasks
         without recorded results run again) or an interrupt (``answer`` is what ``ctx.interrupt`` returns).
-        Resuming a ``done`` thread returns its head unchanged."""
-        run = await begin.resume(self.run_options, thread_id, answer, recursion_limit, tags, self.runner)
+        A ``done`` thread's head is returned as is. ``take_over``: take a live owner's thread (its next write fails)."""
+        options, runner = self.run_options, self.runner
+        run = await begin.resume(options, thread_id, answer, recursion_limit, tags, runner, take_over=take_over)
         await run.drain()
         return self.store.snapshot(run.head, run.status, run.recorded)
 
@@ -120,6 +122,7 @@ class App(Reader):
         resume: bool = False,
         answer: Any = NO_ANSWER,
         subgraphs: bool = False,
+        take_over: bool = False,
     ) -> AsyncIterator[Any]:
         """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
         ``answer``, when given, answers the open interrupt) and yield as the run goes:
@@ -144,11 +147,10 @@ class App(Reader):
         what subgraphs run, and every chunk becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()``
         for this graph, ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is
         read: it is never more than one step ahead of its reader, and a stream abandoned midway stops its run (what
-        it committed stays)."""
+        it committed stays). ``take_over`` with ``resume``: as in :meth:`aresume`."""
         check_modes(mode)  # before the run begins
-        run = await begin.streamed(
-            self.run_options, input, thread_id, recursion_limit, tags, self.runner, resuming=resume, answer=answer
-        )
+        args = (self.run_options, input, thread_id, recursion_limit, tags, self.runner)
+        run = await begin.streamed(*args, resuming=resume, answer=answer, take_over=take_over)
         chunks = stream(run, mode, subgraphs=subgraphs, graph=self.graph, store=self.store)
         async with contextlib.aclosing(chunks) as items:  # closed with this stream: a stream left midway stops its run
             async for item in items:

@@ -166,9 +166,11 @@ async def resume(
     streamed: bool = False,
     extra: Mapping[str, Any] | None = None,
     run_id: str | None = None,
+    take_over: bool = False,
 ) -> Run:
     """Take the thread over from its head: only the tasks without recorded results run again; ``answer`` answers
-    the first open ``ctx.interrupt``. A ``done`` thread gives a run that ends at once."""
+    the first open ``ctx.interrupt``. A ``done`` thread gives a run that ends at once. A live owner refuses the
+    claim unless ``take_over`` (then it loses its next write); a dead owner on this host never does."""
     check_limit(recursion_limit)
     store = options.store
     record = await store.thread(thread_id)
@@ -204,7 +206,7 @@ async def resume(
     writes += [StoredWrite(task.id, "answered", index, store.codec.serde.dumps(answered)) for task, index, _ in answers]
     run_id = run_id or ids.new_id()
     until = store.lease_until()
-    await store.claim(record, run_id=run_id, lease_until=until)  # refused while a live process holds the thread
+    await store.claim(record, run_id=run_id, lease_until=until, take_over=take_over)  # refused while one is live
     # The previous owner, if still alive, may have recorded writes (a journaled effect, a finished task) between
     # our read and the claim; from the claim on nobody else can write against this head: read them again.
     recorded = await store.recorded(head.cp, head.body.tasks)
@@ -234,6 +236,7 @@ async def streamed(
     *,
     resuming: bool,
     answer: Any,
+    take_over: bool = False,
 ) -> Run:
     """A streamed run as ``App.astream`` begins it: :func:`start` with ``input``, or :func:`resume` with ``answer``
     when ``resuming`` or when ``input`` is ``Command(resume=answer)``."""
@@ -243,7 +246,7 @@ async def streamed(
         return await start(options, input, thread_id, recursion_limit, tags, runner, streamed=True)
     if thread_id is None:
         raise ValueError("astream(resume=True) needs thread_id")
-    return await resume(options, thread_id, answer, recursion_limit, tags, runner, streamed=True)
+    return await resume(options, thread_id, answer, recursion_limit, tags, runner, streamed=True, take_over=take_over)
 
 
 def resumed_thread(command: Command, thread_id: str | None) -> str:

@@ -2,7 +2,9 @@
 heartbeat that keeps a run's lease alive.
 
 - :func:`owner`: this process as a lease owner: a random worker id made once per process start (again after a
-  ``fork``), the host name and the pid.
+  ``fork``), the host name (``$GRAPHCKPT_HOST`` overrides it), the pid and the process's identity (its start time:
+  see :mod:`graphckpt.savers._owners`), so a claim on this host can tell a dead owner from a live one at once.
+- :func:`expire_dead`: end the leases of dead processes of this host now (a worker's sweep).
 - :func:`lease_seconds`: the lease length: the ``lease_seconds`` given to the app (or the CLI's ``--lease-seconds``),
   else ``$GRAPHCKPT_LEASE_SECONDS``, else :data:`DEFAULT_LEASE_SECONDS`.
 - :class:`Heartbeat`: a run's lease, renewed by a background task every third of the lease, never on the super-step's
@@ -18,14 +20,14 @@ import contextlib
 import logging
 import math
 import os
-import socket
 import time
 
 from graphckpt import ids
 from graphckpt.errors import LeaseLostError, ThreadNotFoundError
+from graphckpt.savers._owners import host, identity
 from graphckpt.savers.base import Owner, Saver
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "LEASE_ENV", "Heartbeat", "lease_seconds", "owner"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "LEASE_ENV", "Heartbeat", "expire_dead", "lease_seconds", "owner"]
 
 logger = logging.getLogger("graphckpt")
 
@@ -42,8 +44,21 @@ def owner() -> Owner:
     global _owner
     pid = os.getpid()
     if _owner is None or _owner[0] != pid:
-        _owner = (pid, Owner(os.urandom(6).hex(), socket.gethostname(), pid))
+        _owner = (pid, Owner(os.urandom(6).hex(), host(), pid, identity()))
     return _owner[1]
+
+
+async def expire_dead(saver: Saver) -> int:
+    """End now the leases whose owner is a dead process of this host (not yet expired: a ``kill -9``, a crash), so
+    what reads only the stored expiry (a worker's sweep, which then re-queues or recovers them) sees them crashed at
+    once. Each is a compare-and-set on the epoch read. Returns how many. One read of the threads reported crashed."""
+    now = ids.now()
+    ended = 0
+    for record in await saver.list_threads(status="crashed"):
+        held = record.lease
+        if held is not None and held.lease_until >= now and held.owner.dead():
+            ended += await saver.expire_lease(record.thread_id, epoch=held.epoch)
+    return ended
 
 
 def lease_seconds(given: float | None = None) -> float:

@@ -313,11 +313,17 @@ class ThreadStore:
         cp = await self.saver.get_checkpoint(thread_id, checkpoint_id)
         return None if cp is None else await self.codec.step_update(self.saver, cp, keys)
 
-    async def claim(self, record: ThreadRecord, *, run_id: str, lease_until: float | None = None) -> int:
+    async def claim(
+        self, record: ThreadRecord, *, run_id: str, lease_until: float | None = None, take_over: bool = False
+    ) -> int:
         """Take the thread over for ``run_id``, from the head and run that ``record`` shows; leased to this process
         until ``lease_until`` when given. Refused with :class:`~graphckpt.errors.ThreadBusyError` while another
-        process holds a live lease. Returns the new epoch."""
+        live process holds the lease; a dead owner on this host is no owner (its lease is taken at once), and
+        ``take_over`` takes a live one too (fenced by its epoch: the old owner loses its next write). Returns the
+        new epoch."""
         owner = lease.owner() if lease_until is not None else None
+        held = record.lease
+        take = held.epoch if held is not None and (take_over or held.owner.dead()) else None
         return await self.saver.claim(
             record.thread_id,
             expected_head=record.head_checkpoint_id,
@@ -325,6 +331,7 @@ class ThreadStore:
             run_id=run_id,
             owner=owner,
             lease_until=lease_until,
+            take_epoch=take,
         )
 
     async def record_writes(

@@ -123,6 +123,7 @@ class Worker:
         try:
             while not self.stopping:
                 if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
+                    await lease.expire_dead(self.apps[next(iter(self.apps))].saver)  # dead on this host: at once
                     await self.queue.requeue_expired(ids.now())
                     next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
                 if len(self._running) >= self.concurrency:

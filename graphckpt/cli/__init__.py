@@ -26,7 +26,7 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, get_args
 
 from graphckpt.cli.exits import WAITING
@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="the graph code (default: the one recorded by `run`, named on stderr when loaded)",
     )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take the thread from a live owner (another host's process; a dead one on this host never holds it) "
+        "after a confirmation naming it and its heartbeat's age: that process loses its next write",
+    )
+    p.add_argument("-y", "--yes", action="store_true", help="with --take-over: do not ask for confirmation")
     running(p)
 
     p = command("threads", "list threads", "List threads, most recently updated first.")
@@ -433,6 +440,11 @@ class CtrlC:
         """The run's live display (it has ``stop()``), while there is one."""
         self.signum: int | None = None
         """The signal that asked to stop (``SIGINT`` or ``SIGTERM``), once one did."""
+        self.release: Callable[[], Awaitable[None]] | None = None
+        """Gives up this process's lease on the run's thread (set while a run is under way): a quit at once calls
+        it, so the thread is free for a ``resume`` (its last commit is durable) from any host."""
+        self.quitting = False
+        self.quitter: asyncio.Future[None] | None = None
 
     def first(self, signum: int = signal.SIGINT) -> None:
         self.signum = signum
@@ -471,16 +483,35 @@ def _stop_on_ctrl_c(ctrl_c: CtrlC, thread: str | None) -> None:
             )
             sys.stderr.flush()
             ctrl_c.first(signum)
+        elif ctrl_c.release is None or ctrl_c.quitting:  # a third one: quit even if the release hangs
+            _quit(ctrl_c, hint, signum)
         else:
-            ctrl_c.restore_terminal()
-            sys.stderr.write(f"graphckpt: quit without waiting for the running task(s){hint}\n")
-            sys.stderr.flush()
-            os._exit(stop_exit_status(signum))
+            ctrl_c.quitting = True
+            ctrl_c.quitter = asyncio.ensure_future(_release_and_quit(ctrl_c, ctrl_c.release, hint, signum))
 
     with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers here (not the main thread)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
+
+
+RELEASE_WAIT = 2.0
+"""How long a quit at once (a second Ctrl-C) waits for the store to take its lease back (seconds)."""
+
+
+async def _release_and_quit(ctrl_c: CtrlC, release: Callable[[], Awaitable[None]], hint: str, signum: int) -> None:
+    """A second Ctrl-C: give the lease up (at most :data:`RELEASE_WAIT` seconds; the store may be unreachable, and
+    the lease then ends with this process, see :mod:`graphckpt.savers._owners`), then quit."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(release(), RELEASE_WAIT)
+    _quit(ctrl_c, hint, signum)
+
+
+def _quit(ctrl_c: CtrlC, hint: str, signum: int) -> None:
+    ctrl_c.restore_terminal()
+    sys.stderr.write(f"graphckpt: quit without waiting for the running task(s){hint}\n")
+    sys.stderr.flush()
+    os._exit(stop_exit_status(signum))
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import inspect
 import json
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from graphckpt import ids, plain
+from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
@@ -141,6 +142,10 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     old = record.metadata.get("tags") if record is not None else None
     tags = {**(old if isinstance(old, Mapping) else {}), "graph": ref}
     given: dict[str, Any] = {"answer": answer} if args.answer is not None else {}
+    if args.take_over and record is not None and record.lease is not None and record.lease.live(ids.now()):
+        if not await _confirmed(args, f"take thread {args.thread!r} over from {record.lease.describe(ids.now())}"):
+            return 1
+        given["take_over"] = True
     stream = app.astream(
         None,
         thread_id=args.thread,
@@ -154,6 +159,13 @@ async def cmd_resume(args: argparse.Namespace, s: Session) -> int:
     return WAITING if final.status == "interrupted" else 0
 
 
+async def _release_own_lease(app: App, thread_id: str) -> None:
+    """Give up the lease this process holds on ``thread_id`` (a quit at once: its last commit is durable)."""
+    record = await app.saver.get_thread(thread_id)
+    if record is not None and record.lease is not None and record.lease.owner.worker_id == lease.owner().worker_id:
+        await app.saver.release(thread_id, run_id=record.run_id)
+
+
 async def _drive(
     s: Session, app: App, stream: AsyncIterator[Any], thread_id: str, args: argparse.Namespace, *, verb: str
 ) -> Snapshot:
@@ -165,6 +177,7 @@ async def _drive(
     if ctrl_c is not None:
         ctrl_c.stop = stop
         ctrl_c.display = display
+        ctrl_c.release = functools.partial(_release_own_lease, app, thread_id)
     try:
         with display.running(verb) if display is not None else contextlib.nullcontext():
             async for snap in stream:
@@ -184,7 +197,7 @@ async def _drive(
         raise
     finally:
         if ctrl_c is not None:
-            ctrl_c.stop = ctrl_c.display = None
+            ctrl_c.stop = ctrl_c.display = ctrl_c.release = None
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()  # a stream left midway stops its run (the next step's tasks are cancelled)
@@ -393,6 +406,20 @@ async def cmd_fork(args: argparse.Namespace, s: Session) -> int:
     )
     out.print(f"run it with: {_resume_hint(snap.thread_id)}", markup=False)
     return 0
+
+
+async def _confirmed(args: argparse.Namespace, question: str) -> bool:
+    """``--yes``, or a yes to ``question`` on a terminal (elsewhere: a usage error asking for ``--yes``)."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise UsageError(f"not going to {question} without confirmation: pass --yes (not a terminal)")
+    sys.stderr.write(f"{question}? [y/N] ")
+    sys.stderr.flush()
+    if (await asyncio.to_thread(sys.stdin.readline)).strip().lower() in ("y", "yes"):
+        return True
+    sys.stderr.write("graphckpt: not taken over\n")
+    return False
 
 
 async def cmd_delete(args: argparse.Namespace, s: Session) -> int:

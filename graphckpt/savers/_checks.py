@@ -171,9 +171,10 @@ def nul_free(value: Any) -> Any:
 # -- leases ----------------------------------------------------------------------------------------------------------
 
 
-def thread_status(stored: str, lease_until: float | None, now: float) -> Status:
-    """A thread's status as reads report it: ``crashed`` for a stored ``running`` whose lease expired."""
-    if stored == "running" and lease_until is not None and lease_until < now:
+def thread_status(stored: str, lease: Lease | None, now: float) -> Status:
+    """A thread's status as reads report it: ``crashed`` for a stored ``running`` whose lease expired or whose owner
+    is a dead process of this host (one ``/proc`` read for a local owner: :meth:`Owner.dead`)."""
+    if stored == "running" and lease is not None and not lease.live(now):
         return "crashed"
     return stored  # type: ignore[return-value]
 
@@ -182,8 +183,8 @@ def thread_busy(thread_id: str, lease: Lease, now: float) -> Exception:
     """The error refusing a claim of a thread whose lease is live."""
     return ThreadBusyError(
         f"thread {brief(thread_id)!r} is being run by {lease.describe(now)}; its lease runs "
-        f"{max(0.0, lease.lease_until - now):.1f} s more (wait for it to finish, or for the lease to expire if that "
-        "process is gone)",
+        f"{max(0.0, lease.lease_until - now):.1f} s more (wait for it to finish or for its lease to expire, or take "
+        "it over: `graphckpt resume --take-over`, resume(..., take_over=True); that process loses its next write)",
         thread_id=thread_id,
         lease=lease,
     )
@@ -195,7 +196,8 @@ def lease_from_columns(
     """A thread row's lease columns as a :class:`Lease` (``None`` when the thread holds none)."""
     if worker is None or until is None:
         return None
-    return Lease(Owner(worker, host or "", int(pid or 0)), int(epoch), float(heartbeat_at or 0.0), float(until))
+    owner = Owner.from_columns(worker, host or "", int(pid or 0))
+    return Lease(owner, int(epoch), float(heartbeat_at or 0.0), float(until))
 
 
 def claim_lost(thread_id: str, record: ThreadRecord, now: float) -> Exception:

@@ -47,8 +47,19 @@ SQL: dict[str, LiteralString] = {
             heartbeat_at = CASE WHEN %(until)s::float8 IS NULL THEN NULL ELSE %(now)s END,
             lease_until = %(until)s::float8
         WHERE thread_id = %(tid)s AND head_checkpoint_id = %(expected)s AND run_id = %(old_run)s AND NOT deleted
-            AND (status <> 'running' OR lease_until IS NULL OR lease_until < %(now)s)
+            AND (status <> 'running' OR lease_until IS NULL OR lease_until < %(now)s
+                OR lease_epoch = %(take)s::bigint)
         RETURNING lease_epoch""",
+    # End the lease of a dead owner now (compare-and-set on its epoch), and its running run's (a worker's): reads,
+    # claims and the sweeper see the thread crashed.
+    "expire": """WITH t AS (
+            UPDATE {threads} SET lease_until = %(now)s WHERE thread_id = %(tid)s AND lease_epoch = %(epoch)s
+                AND status = 'running' AND lease_worker IS NOT NULL AND NOT deleted RETURNING thread_id
+        ), r AS (
+            UPDATE {runs} SET lease_until = %(now)s
+            WHERE thread_id IN (SELECT thread_id FROM t) AND status = 'running'
+        )
+        SELECT 1 FROM t""",
     # Renew a run's lease; no row: it was taken over (the fence moved), or released by its own run.
     # The running run's lease follows its thread's.
     "heartbeat": """WITH r AS (
@@ -102,12 +113,13 @@ SQL: dict[str, LiteralString] = {
     "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
     "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
-    # crashed and running are told apart by the lease: running with an expired lease is crashed.
+    # crashed and running are told apart by the lease: running with an expired lease (or a dead owner on this host,
+    # which only the reader can tell) is crashed; thread_status filters the rows read.
     "list_threads": "SELECT "
     + THREAD_COLS
     + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL
-            OR (%(status)s = 'crashed' AND status = 'running' AND lease_until < %(now)s)
-            OR (%(status)s = 'running' AND status = 'running' AND (lease_until IS NULL OR lease_until >= %(now)s))
+            OR (%(status)s = 'crashed' AND status = 'running' AND lease_until IS NOT NULL)
+            OR (%(status)s = 'running' AND status = 'running')
             OR (%(status)s NOT IN ('crashed', 'running') AND status = %(status)s))
         ORDER BY updated_at DESC, thread_id DESC""",
     "thread_cp_by_id": "SELECT "
@@ -151,11 +163,12 @@ SQL.update(RUN_SQL)
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
     tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row[:11]
+    lease = lease_from_columns(*row[11:17])
     return ThreadRecord(
         thread_id=tid,
         head_checkpoint_id=head,
         head_step=step,
-        status=thread_status(status, row[16], now),
+        status=thread_status(status, lease, now),
         run_id=run_id,
         created_at=created,
         updated_at=updated,
@@ -163,7 +176,7 @@ def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
         parent_checkpoint_id=pcp,
         error=error,
         metadata=metadata,
-        lease=lease_from_columns(*row[11:17]),
+        lease=lease,
         epoch=row[14],
     )
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from graphckpt.savers._owners import local_dead
+
 __all__ = [
     "TERMINAL_EVENTS",
     "Blob",
@@ -143,9 +145,29 @@ class Owner:
     """Random, new at each process start (see :func:`graphckpt.lease.owner`)."""
     host: str
     pid: int
+    identity: str = ""
+    """What tells this process apart from a later one with the same pid (see :mod:`graphckpt.savers._owners`);
+    ``""`` when unknown. Stored with the worker id (:attr:`stored_worker`), so it needs no column of its own."""
 
     def __str__(self) -> str:
         return f"worker {self.worker_id} (host {self.host}, pid {self.pid})"
+
+    @property
+    def stored_worker(self) -> str:
+        """The worker id as the lease's worker column stores it: ``worker_id/identity`` (the id alone without one)."""
+        return f"{self.worker_id}/{self.identity}" if self.identity else self.worker_id
+
+    @classmethod
+    def from_columns(cls, worker: str, host: str, pid: int) -> Owner:
+        """The owner a lease's columns describe (a worker column without ``/``, as older versions wrote it, has no
+        identity)."""
+        worker_id, _, identity = worker.partition("/")
+        return cls(worker_id, host, pid, identity)
+
+    def dead(self) -> bool:
+        """A process of this host that is gone (see :func:`graphckpt.savers._owners.local_dead`): its lease holds
+        nothing, whatever its expiry says. One ``/proc`` read for a local owner, none for another host's."""
+        return local_dead(self.host, self.pid, self.identity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +183,8 @@ class Lease:
     """When it expires unless renewed; after that the thread is ``crashed``."""
 
     def live(self, now: float) -> bool:
-        return now <= self.lease_until
+        """Not expired and not held by a dead process of this host."""
+        return now <= self.lease_until and not self.owner.dead()
 
     def describe(self, now: float) -> str:
         """One line naming the owner and how fresh its heartbeat is."""

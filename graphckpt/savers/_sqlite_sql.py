@@ -26,10 +26,12 @@ THREAD_COLUMNS = (
 )
 THREAD_SELECT = f"SELECT {THREAD_COLUMNS} FROM threads WHERE deleted = 0"
 STATUS_CLAUSE = {
-    "crashed": " AND status = 'running' AND lease_until < ?",
-    "running": " AND status = 'running' AND (lease_until IS NULL OR lease_until >= ?)",
+    "crashed": " AND status = 'running' AND lease_until IS NOT NULL",
+    "running": " AND status = 'running'",
 }
-"""``list_threads(status=...)`` for the statuses derived from the lease (bound: now); others compare ``status``."""
+"""``list_threads(status=...)`` for the statuses derived from the lease: the stored ``running`` threads that may be
+reported so, filtered by :func:`thread_status` when read (a dead owner on this host has a lease that has not expired
+yet); others compare ``status``."""
 BLOB_SELECT = "SELECT thread_id, channel, step, kind, data FROM blobs"
 MAX_RANGES_PER_QUERY = 8000  # 4 bound parameters each, under SQLite's default limit of 32766
 
@@ -150,8 +152,8 @@ def checkpoint_from_row(row: Row) -> StoredCheckpoint:
 
 
 def thread_from_row(row: Row, now: float) -> ThreadRecord:
-    status = thread_status(row[3], row[16], now)
     metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*row[11:17])
+    status = thread_status(row[3], lease, now)
     # positional, in THREAD_SELECT's column order
     return ThreadRecord(
         row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]

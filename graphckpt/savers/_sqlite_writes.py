@@ -21,11 +21,19 @@ CLAIM = (
     "UPDATE threads SET run_id = ?, status = 'running', updated_at = ?, lease_epoch = lease_epoch + 1,"
     " lease_worker = ?, lease_host = ?, lease_pid = ?, heartbeat_at = ?, lease_until = ?"
     " WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0"
-    " AND (status <> 'running' OR lease_until IS NULL OR lease_until < ?)"
+    " AND (status <> 'running' OR lease_until IS NULL OR lease_until < ? OR lease_epoch = ?)"
     " RETURNING lease_epoch"
 )
 """Take a thread for a new run: compare-and-set on head and previous run (nobody claimed it since it was read) and
-on the lease (nobody live holds it: a second ``resume`` is refused). The new ``run_id`` fences the old owner."""
+on the lease (nobody live holds it: a second ``resume`` is refused, unless the claim takes the lease of the epoch it
+read: a dead owner of this host, or a confirmed take-over). The new ``run_id`` fences the old owner."""
+EXPIRE = (
+    "UPDATE threads SET lease_until = ? WHERE thread_id = ? AND lease_epoch = ? AND status = 'running'"
+    " AND lease_worker IS NOT NULL AND deleted = 0"
+)
+"""End the lease of a dead owner now (compare-and-set on its epoch): reads, claims and the sweeper see it crashed."""
+EXPIRE_RUN = "UPDATE runs SET lease_until = ? WHERE thread_id = ? AND status = 'running'"
+"""With :data:`EXPIRE`: the dead owner's running run (a worker's) is re-queued by the next sweep."""
 HEARTBEAT = (
     "UPDATE threads SET heartbeat_at = ?, lease_until = ?"
     " WHERE thread_id = ? AND run_id = ? AND lease_worker IS NOT NULL AND deleted = 0"
@@ -150,7 +158,7 @@ def commit(
                     fork_of,
                     cp.parent_checkpoint_id,
                     meta,
-                    who and who.worker_id,
+                    who and who.stored_worker,
                     who and who.host,
                     who and who.pid,
                     who and now,
@@ -233,16 +241,17 @@ def claim(
     run_id: str,
     now: float,
     lease: Lease = None,
+    take_epoch: int | None = None,
 ) -> int:
-    """Hand the thread to ``run_id`` if its head and owner are still the expected ones and no live lease holds it;
-    returns the new epoch."""
+    """Hand the thread to ``run_id`` if its head and owner are still the expected ones and no live lease holds it
+    (but the one of ``take_epoch``); returns the new epoch."""
     who, until = lease if lease is not None else (None, None)
     claimed = conn.execute(
         CLAIM,
         (
             run_id,
             now,
-            who and who.worker_id,
+            who and who.stored_worker,
             who and who.host,
             who and who.pid,
             who and now,
@@ -251,6 +260,7 @@ def claim(
             expected_head,
             expected_run_id,
             now,
+            take_epoch,
         ),
     ).fetchone()
     if claimed is None:
@@ -259,6 +269,14 @@ def claim(
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         raise claim_lost(thread_id, thread_from_row(row, now), now)
     return int(claimed[0])
+
+
+def expire(conn: sqlite3.Connection, thread_id: str, *, epoch: int, now: float) -> bool:
+    """End the lease of ``epoch`` now (and its running run's); ``False`` when the thread moved on since."""
+    if conn.execute(EXPIRE, (now, thread_id, epoch)).rowcount != 1:
+        return False
+    conn.execute(EXPIRE_RUN, (now, thread_id))
+    return True
 
 
 def heartbeat(conn: sqlite3.Connection, thread_id: str, *, run_id: str, lease_until: float, now: float) -> None:

@@ -206,17 +206,28 @@ class Saver(abc.ABC):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        take_epoch: int | None = None,
     ) -> int:
         """Take ownership of a thread for a new run: set its ``run_id`` to ``run_id``, its status to ``running``,
         its epoch one higher, and its lease to ``owner`` until ``lease_until`` (no lease when ``owner`` is
         ``None``: a claim that commits at once, like an import). Returns the new epoch.
 
         Compare-and-set on the head, the previous owner and the lease, in one statement: raises
-        :class:`ThreadBusyError` (naming the owner and its heartbeat's age) when the thread's lease is live,
+        :class:`ThreadBusyError` (naming the owner and its heartbeat's age) when the thread's lease is live and its
+        epoch is not ``take_epoch`` (a caller passes the epoch it read to take a lease whose owner it knows is dead
+        on this host, or a take-over a person confirmed; two such claims of one epoch: exactly one wins),
         :class:`ThreadConflictError` naming the winner when the head is not ``expected_head`` or the owner is not
         ``expected_run_id`` (somebody else claimed it since we read it), and :class:`ThreadNotFoundError` if the
         thread does not exist.
         """
+
+    @abc.abstractmethod
+    async def expire_lease(self, thread_id: str, *, epoch: int) -> bool:
+        """End the lease of ``epoch`` now, in one statement (a compare-and-set on the epoch): its owner is known
+        dead (a process of this host that is gone). The thread, still ``running``, reads as ``crashed`` from then on
+        everywhere (SQL filters included), and its running run (a worker's) has its lease ended too, so the next
+        sweep re-queues it. Returns ``False`` (nothing written) when the thread's epoch moved on, it holds no lease,
+        it is not ``running`` or it is gone."""
 
     @abc.abstractmethod
     async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:

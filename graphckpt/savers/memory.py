@@ -160,12 +160,14 @@ class MemorySaver(MemoryRuns, Saver):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        take_epoch: int | None = None,
     ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         thread = self._require(thread_id)
         now = ids.now()
         record = thread.record
-        if record.lease is not None and record.lease.live(now) and record.status == "running":
+        held = record.lease is not None and now <= record.lease.lease_until and record.lease.epoch != take_epoch
+        if held and record.lease is not None and record.status == "running":
             raise thread_busy(thread_id, record.lease, now)
         if record.head_checkpoint_id != expected_head or record.run_id != expected_run_id:
             raise claim_lost(thread_id, record, now)
@@ -177,6 +179,19 @@ class MemorySaver(MemoryRuns, Saver):
         if record.run_id != run_id:
             self._event(thread_id, record.head_step + 1, "run.started", {"run_id": run_id})
         return epoch
+
+    async def expire_lease(self, thread_id: str, *, epoch: int) -> bool:
+        check_storable(thread_id=thread_id)
+        thread = self._live(thread_id)
+        if thread is None or thread.record.lease is None or thread.record.status != "running":
+            return False
+        record = thread.record
+        if record.epoch != epoch or record.lease is None:
+            return False
+        now = ids.now() - 0.001  # strictly past for every later read
+        thread.record = dataclasses.replace(record, lease=dataclasses.replace(record.lease, lease_until=now))
+        self.renew_run(thread_id, record.run_id, now)
+        return True
 
     async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
         check_storable(thread_id=thread_id, run_id=run_id)
@@ -391,7 +406,7 @@ class MemorySaver(MemoryRuns, Saver):
 
 
 def _reported(record: ThreadRecord, now: float) -> ThreadRecord:
-    """The record as reads report it: ``crashed`` for a ``running`` thread whose lease expired."""
-    lease_until = record.lease.lease_until if record.lease is not None else None
-    status = thread_status(record.status, lease_until, now)
+    """The record as reads report it: ``crashed`` for a ``running`` thread whose lease expired (or whose owner is a
+    dead process of this host)."""
+    status = thread_status(record.status, record.lease, now)
     return record if status == record.status else dataclasses.replace(record, status=status)

@@ -212,7 +212,7 @@ class PostgresSaver(PostgresRuns, Saver):
             Int8Array(array(20, [ELEM_I8.pack(8, b.step) for b in blobs])),
             Int2Array(array(21, [ELEM_I2.pack(2, k) for k in kinds])),
             ByteaArray(array(17, bytes_elements(datas))),
-            owner.worker_id if owner is not None else None,
+            owner.stored_worker if owner is not None else None,
             owner.host if owner is not None else None,
             owner.pid if owner is not None else None,
             lease_until if owner is not None else None,
@@ -260,6 +260,7 @@ class PostgresSaver(PostgresRuns, Saver):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        take_epoch: int | None = None,
     ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
@@ -269,10 +270,11 @@ class PostgresSaver(PostgresRuns, Saver):
             "old_run": expected_run_id,
             "run": run_id,
             "now": now,
-            "worker": owner.worker_id if owner else None,
+            "worker": owner.stored_worker if owner else None,
             "host": owner.host if owner else None,
             "pid": owner.pid if owner else None,
             "until": lease_until if owner else None,
+            "take": take_epoch,
         }
         rows = await self._fetch(f"claim of thread {brief(thread_id)!r}", "claim", params)
         if rows:
@@ -281,6 +283,11 @@ class PostgresSaver(PostgresRuns, Saver):
         if record is None:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         raise claim_lost(thread_id, record, now)
+
+    async def expire_lease(self, thread_id: str, *, epoch: int) -> bool:
+        check_storable(thread_id=thread_id)
+        params = {"tid": thread_id, "epoch": epoch, "now": ids.now() - 0.001}  # strictly past for later reads
+        return bool(await self._fetch(f"expiry of the lease of thread {brief(thread_id)!r}", "expire", params))
 
     async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
         check_storable(thread_id=thread_id, run_id=run_id)
@@ -364,7 +371,8 @@ class PostgresSaver(PostgresRuns, Saver):
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
         now = ids.now()
         rows = await self._fetch("list_threads", "list_threads", {"status": status, "now": now})
-        return [thread_from_row(row, now) for row in rows]
+        records = [thread_from_row(row, now) for row in rows]
+        return [r for r in records if r.status == status] if status in ("crashed", "running") else records
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

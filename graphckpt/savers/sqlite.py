@@ -253,6 +253,7 @@ class SqliteSaver(SqliteRuns, Saver):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        take_epoch: int | None = None,
     ) -> int:
         check_storable(thread_id=thread_id, expected_head=expected_head, expected_run_id=expected_run_id, run_id=run_id)
         now = ids.now()
@@ -266,8 +267,15 @@ class SqliteSaver(SqliteRuns, Saver):
                 run_id=run_id,
                 now=now,
                 lease=lease,
+                take_epoch=take_epoch,
             )
         )
+
+    async def expire_lease(self, thread_id: str, *, epoch: int) -> bool:
+        check_storable(thread_id=thread_id)
+        now = ids.now() - 0.001  # strictly past for every later read
+        expired: bool = await self._write(lambda conn: tx.expire(conn, thread_id, epoch=epoch, now=now))
+        return expired
 
     async def heartbeat(self, thread_id: str, *, run_id: str, lease_until: float) -> None:
         check_storable(thread_id=thread_id, run_id=run_id)
@@ -318,11 +326,12 @@ class SqliteSaver(SqliteRuns, Saver):
         now = ids.now()
         sql, params = THREAD_SELECT, list[Any]()
         if status in STATUS_CLAUSE:
-            sql, params = sql + STATUS_CLAUSE[status], [now]
+            sql += STATUS_CLAUSE[status]
         elif status is not None:
             sql, params = f"{sql} AND status = ?", [status]
         rows = await self._fetch(f"{sql} ORDER BY updated_at DESC, thread_id DESC", params)
-        return [thread_from_row(row, now) for row in rows]
+        records = [thread_from_row(row, now) for row in rows]
+        return [r for r in records if r.status == status] if status in STATUS_CLAUSE else records
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

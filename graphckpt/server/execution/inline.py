@@ -174,7 +174,7 @@ class InProcessRuns:
                     request.thread_id,
                     request.answer,
                     recursion_limit=request.recursion_limit,
-                    **({"tags": dict(tags)} if tags is not None else {}),
+                    tags=dict(tags) if tags is not None else None,
                 )
             else:
                 tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
