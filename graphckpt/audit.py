@@ -207,7 +207,7 @@ def lost_marks(recorded: Recorded, previous: ThreadRecord, now: float) -> list[t
     if lease is None:
         end["reason"] = "stopped"
     else:
-        gone = not lease.live(now) or _gone_here(lease.owner.host, lease.owner.pid)
+        gone = not lease.live(now) or lease.owner.dead()
         end["reason"] = "owner gone" if gone else "lease taken over"
         end["owner"] = {
             "host": lease.owner.host,
@@ -217,21 +217,6 @@ def lost_marks(recorded: Recorded, previous: ThreadRecord, now: float) -> list[t
             "epoch": lease.epoch,
         }
     return [(task_id, seq, dict(end)) for task_id, seq in open_calls]
-
-
-def _gone_here(host: str, pid: int) -> bool:
-    """Whether ``pid`` on ``host`` is certainly not running (only this host's processes can be asked)."""
-    import socket  # here: only a takeover needs it
-
-    if host != socket.gethostname() or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _answers(recorded: Recorded, by_id: Mapping[str, Task]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from support.openai_server import FakeOpenAIServer, Reply, completion, error, sl
 from graphckpt import END, START, NodeError, Saver, StateGraph
 from graphckpt.audit import lost_marks
 from graphckpt.records import Recorded
+from graphckpt.savers._owners import identity
 from graphckpt.savers.base import Lease, Owner, ThreadRecord
 from nodes import LLMRetry, chat_node
 
@@ -120,7 +121,8 @@ def test_a_lost_call_names_why_from_the_lease_its_takeover_found() -> None:
     assert expired["reason"] == "owner gone"
     assert expired["owner"] == {"host": "another-host", "pid": 4242, "worker": "w1", "heartbeat_at": 960.0, "epoch": 3}
     assert why(Lease(elsewhere, 3, heartbeat_at=now - 1, lease_until=now + 20))["reason"] == "lease taken over"
-    dead_here = Owner("w2", socket.gethostname(), _dead_pid())
+    dead_pid = _dead_pid()  # its identity as a lease of this host records it, with a start time no process has
+    dead_here = Owner("w2", socket.gethostname(), dead_pid, identity().rpartition(":")[0] + ":1")
     assert why(Lease(dead_here, 4, heartbeat_at=now - 1, lease_until=now + 20))["reason"] == "owner gone"
     assert why(None) == {"status": "lost", "finished_at": now, "reason": "stopped"}
     recorded.finishes[("task", 1)] = {"status": "failed"}
