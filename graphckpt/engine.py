@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from graphckpt import _hook, ids
 from graphckpt.audit import failed_attempt, step_audit
@@ -72,7 +72,10 @@ class Step:
     results: list[TaskResult]
 
 
-@runtime_checkable
+_UNTRACED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+"""The span of a step or task while telemetry is off: enters and exits for free (reusable)."""
+
+
 class RunsInParent(Protocol):
     """A node function that runs inside its parent's run (a subgraph node, see :mod:`graphckpt.subgraph`): the
     engine calls :meth:`run_in` with the parent run and the task instead of calling the function with the state."""
@@ -310,8 +313,9 @@ class Run:
 
     async def _call(self, spec: NodeSpec, state: Any, ctx: Context, *, alone: bool, span: list[float]) -> Any:
         args = (state, ctx) if spec.takes_ctx else (state,)
-        if isinstance(spec.fn, RunsInParent):  # a subgraph: it runs inside this run
-            pending = spec.fn.run_in(self, ctx.task, state, ctx)
+        run_in = getattr(spec.fn, "run_in", None)  # a subgraph (RunsInParent): it runs inside this run
+        if run_in is not None:
+            pending = run_in(self, ctx.task, state, ctx)
         elif spec.is_async:
             pending = spec.fn(*args)
         else:
@@ -459,13 +463,12 @@ class Run:
             raise
         tracing.end(self._span)
 
+    def _step_span_of(self) -> contextlib.AbstractContextManager[None]:
+        """With telemetry on, the step's span around running its frontier and committing it (off: nothing, cheaply)."""
+        return _UNTRACED if self._tracing is None else self._step_span_traced(self._tracing)
+
     @contextlib.contextmanager
-    def _step_span_of(self) -> Iterator[None]:
-        """With telemetry on, the step's span around running its frontier and committing it."""
-        tracing = self._tracing
-        if tracing is None:
-            yield
-            return
+    def _step_span_traced(self, tracing: _hook.Tracing) -> Iterator[None]:
         self._step_span = tracing.step_span(self._span, self.thread_id, self.step)
         try:
             yield
@@ -474,14 +477,13 @@ class Run:
             raise
         tracing.end(self._step_span)
 
-    @contextlib.contextmanager
-    def _task_span_of(self, ctx: Context) -> Iterator[None]:
+    def _task_span_of(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
         """With telemetry on, the task's span around the node call (the current span meanwhile, so the node's calls
         nest in it); an interrupt ends it without error."""
-        tracing = self._tracing
-        if tracing is None:
-            yield
-            return
+        return _UNTRACED if self._tracing is None else self._task_span_traced(self._tracing, ctx)
+
+    @contextlib.contextmanager
+    def _task_span_traced(self, tracing: _hook.Tracing, ctx: Context) -> Iterator[None]:
         task_span = tracing.task_span(self._step_span, ctx.task, ctx.attempt, self.thread_id, self.step)
         token = tracing.activate(task_span)
         try:
