@@ -6,14 +6,19 @@ recovers the tagged ones after it, exiting 1 only at the end; a thread another p
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 from support import store_fault_graph
 from support.lease_cli import Cli
+from support.postgres import PG_DSN, require_postgres
 from support.waiting import wait_for
 
 from graphckpt.errors import SaverError
+from graphckpt.savers.postgres import PostgresSaver
 from graphckpt.savers.sqlite import SqliteSaver
 
 pytestmark = pytest.mark.slow
@@ -77,6 +82,33 @@ def test_a_plain_run_dying_of_a_store_error_shows_crashed_and_recover_goes_past_
     finally:
         app.close()
     assert {t: cli.thread(t)["status"] for t in ("a", "b", "plain")} == dict.fromkeys(("a", "b", "plain"), "done")
+
+
+def test_a_plain_run_whose_postgres_connection_drops_keeps_its_lease_and_recover_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit fails on a terminated connection, and the very next statement would succeed: the run must still
+    not release its lease (that left the thread ``running`` with no owner, invisible to recovery, for ever)."""
+    require_postgres()
+    schema, name = f"gc_plain_{uuid.uuid4().hex[:12]}", f"gc-plain-{uuid.uuid4().hex[:12]}"
+    env = {"STORE_FAULT_FLAG": str(tmp_path / "dropped"), "STORE_FAULT_PG_APP": name, "STORE_FAULT_PG_DSN": PG_DSN}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    saver = PostgresSaver(f"{PG_DSN}?application_name={name}", schema=schema)
+    app = store_fault_graph.graph.compile(saver=saver, lease_seconds=LEASE)
+    try:
+        with pytest.raises(SaverError, match=r"terminat|connection"):
+            app.invoke({}, thread_id="plain")
+        held = app.thread("plain")
+        assert held.status in ("running", "crashed") and held.lease is not None, held  # not released
+        wait_for(lambda: app.thread("plain").status == "crashed", 30, what="the plain thread to show crashed")
+        [result] = app.recover(["plain"])
+        assert result.snapshot is not None and result.snapshot.status == "done", result
+        assert app.get_state("plain").values.done == ["lock", "count after 1"]
+    finally:
+        app.close()
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_recover_reports_a_thread_another_process_took_as_skipped_and_exits_0(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 time ``lock`` runs (the file ``$STORE_FAULT_FLAG`` absent) it creates that file and starts a child process that holds
 the SQLite file ``$STORE_FAULT_DB``'s write lock (``BEGIN IMMEDIATE``) for ``$STORE_FAULT_HOLD`` seconds (default 2),
 and returns once the lock is held: the step's commit then waits past a short ``busy_timeout`` and fails with
-:class:`~graphckpt.errors.SaverError`. Every later run goes through."""
+:class:`~graphckpt.errors.SaverError`. With ``$STORE_FAULT_PG_APP`` set it terminates instead every PostgreSQL
+connection of that ``application_name`` (on the server of ``$STORE_FAULT_PG_DSN``): the step's commit fails on its
+dropped connection, and the next statement (a release) would go through on a new one. Every later run goes
+through."""
 
 from __future__ import annotations
 
@@ -36,6 +39,15 @@ def lock(state: FaultState) -> dict[str, list[str]]:
     flag = os.environ["STORE_FAULT_FLAG"]
     if not os.path.exists(flag):
         open(flag, "w").close()
+        name = os.environ.get("STORE_FAULT_PG_APP")
+        if name:
+            import psycopg
+
+            with psycopg.connect(os.environ["STORE_FAULT_PG_DSN"], autocommit=True) as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                )
+            return {"done": ["lock"]}
         hold = os.environ.get("STORE_FAULT_HOLD", "2")
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLDER, os.environ["STORE_FAULT_DB"], hold], stdout=subprocess.PIPE, text=True
