@@ -27,7 +27,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -51,6 +51,7 @@ from graphckpt.errors import (
 from graphckpt.journal import Journal
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
 from graphckpt.runner import NodeRunner, ThreadRunner
+from graphckpt.runspans import RunSpans
 from graphckpt.savers.base import Status, StoredWrite
 from graphckpt.state import ReducerError, StateSchema
 from graphckpt.store import NO_RESULT, ThreadStore
@@ -70,10 +71,6 @@ class Step:
 
     head: Head
     results: list[TaskResult]
-
-
-_UNTRACED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-"""The span of a step or task while telemetry is off: enters and exits for free (reusable)."""
 
 
 class RunsInParent(Protocol):
@@ -102,7 +99,7 @@ class _Interrupted:
 Outcome = TaskResult | _Failed | _Interrupted
 
 
-class Run:
+class Run(RunSpans):
     """Drives one thread from ``head`` until it is done, interrupted, failed, or out of steps.
 
     ``initial`` is a step the run's start already committed (an input): it is yielded first, and an ``interrupted``
@@ -182,16 +179,22 @@ class Run:
         """The loop. Yields each committed step; ends when the thread is done or paused; raises
         :class:`NodeError` (and :class:`RecursionLimitError`) on the fail path. It never runs ahead of its
         consumer: the next step starts when the next item is asked for. With telemetry on, inside the run's span.
-        The run holds its lease meanwhile (heartbeats on a timer); a stop that leaves the thread running releases it."""
+        The run holds its lease meanwhile (heartbeats on a timer); a stop that leaves the thread running releases it,
+        but a :class:`SaverError`: the thread is not known safe then, so its lease expires and it shows ``crashed``
+        (recovery continues it; a worker re-queues its run and releases the lease itself)."""
         with self._run_span():
             if self.lease is not None:
                 self.lease.start()
+            release = True
             try:
                 async for step in self._steps():
                     yield step
+            except SaverError:
+                release = False
+                raise
             finally:
                 if self.lease is not None:  # a stop that leaves the thread running (signal, limit, error) releases it
-                    await self.lease.stop(release=self.status not in ("done", "interrupted", "failed"))
+                    await self.lease.stop(release=release and self.status not in ("done", "interrupted", "failed"))
 
     async def _steps(self) -> AsyncGenerator[Step, None]:
         if self.initial is not None:
@@ -440,63 +443,6 @@ class Run:
                 checkpoint_id,
                 [t.node for t in tasks] or "END",
             )
-
-    # -- telemetry: spans around the run, each step and each task ----------------------------------------------------
-
-    @contextlib.contextmanager
-    def _run_span(self) -> Iterator[None]:
-        """With telemetry on, the run's span around the loop (a consumer that stops early ends it without error)."""
-        tracing = _hook.TRACING
-        if tracing is None:
-            yield
-            return
-        graph = str((self.tags or {}).get("graph") or getattr(self.codec.state.schema, "__name__", "graph"))
-        self._tracing = tracing
-        self._span = tracing.run_span(graph, self.thread_id, self.head.cp.metadata.get("trace"))
-        try:
-            yield
-        except GeneratorExit:
-            tracing.end(self._span)
-            raise
-        except BaseException as exc:
-            tracing.end(self._span, exc)
-            raise
-        tracing.end(self._span)
-
-    def _step_span_of(self) -> contextlib.AbstractContextManager[None]:
-        """With telemetry on, the step's span around running its frontier and committing it (off: nothing, cheaply)."""
-        return _UNTRACED if self._tracing is None else self._step_span_traced(self._tracing)
-
-    @contextlib.contextmanager
-    def _step_span_traced(self, tracing: _hook.Tracing) -> Iterator[None]:
-        self._step_span = tracing.step_span(self._span, self.thread_id, self.step)
-        try:
-            yield
-        except BaseException as exc:
-            tracing.end(self._step_span, exc)
-            raise
-        tracing.end(self._step_span)
-
-    def _task_span_of(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
-        """With telemetry on, the task's span around the node call (the current span meanwhile, so the node's calls
-        nest in it); an interrupt ends it without error."""
-        return _UNTRACED if self._tracing is None else self._task_span_traced(self._tracing, ctx)
-
-    @contextlib.contextmanager
-    def _task_span_traced(self, tracing: _hook.Tracing, ctx: Context) -> Iterator[None]:
-        task_span = tracing.task_span(self._step_span, ctx.task, ctx.attempt, self.thread_id, self.step)
-        token = tracing.activate(task_span)
-        try:
-            yield
-        except NodeInterrupt:
-            tracing.end(task_span)
-            raise
-        except BaseException as exc:
-            tracing.end(task_span, exc)
-            raise
-        finally:
-            tracing.deactivate(token)
-        tracing.end(task_span)
 
 
 def _normalized(

@@ -161,3 +161,5 @@ class RecoveryResult:
     """The head after the recovered run, or ``None`` when it was not run."""
     error: str | None = None
     """Why it was not run (another process took it first), or how the run failed."""
+    skipped: bool = False
+    """Not run because another process holds it now (``error`` says "taken by <owner>"): nothing failed."""

@@ -23,16 +23,18 @@ from graphckpt.subgraph import link_of
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import Snapshot
+    from graphckpt.savers.base import ThreadRecord
     from graphckpt.store import ThreadStore
 
 __all__ = ["CrashedThread", "RecoveryResult", "crashed", "recover"]
 
 
-async def crashed(store: ThreadStore) -> list[CrashedThread]:
-    """Every crashed thread of ``store``'s saver, most recently updated first."""
+async def crashed(store: ThreadStore, records: Sequence[ThreadRecord] | None = None) -> list[CrashedThread]:
+    """Every crashed thread of ``store``'s saver, most recently updated first; or those of ``records`` (thread rows
+    read as crashed), each described from its own lineage only (one read of it per thread)."""
     found = []
     now = ids.now()
-    for record in await store.saver.list_threads(status="crashed"):
+    for record in await store.saver.list_threads(status="crashed") if records is None else records:
         if record.lease is None:  # pragma: no cover - crashed implies an expired lease
             continue
         if link_of(record.metadata) is not None:  # a subgraph's child thread: its parent's recovery continues it
@@ -53,15 +55,16 @@ async def crashed(store: ThreadStore) -> list[CrashedThread]:
 
 async def recover(resume: Callable[[str], Awaitable[Snapshot]], thread_ids: Sequence[str]) -> list[RecoveryResult]:
     """Continue each of ``thread_ids`` from its last checkpoint (``resume(thread_id)``, one after the other; an
-    app's ``aresume``). A thread taken
-    by another process first is reported with its reason and not run; a run that fails is reported with its error
-    (the thread is ``failed``, as after any ``resume``)."""
+    app's ``aresume``). A thread another process holds now is ``skipped`` ("taken by <owner>") and not run; a run
+    that fails is reported with its error (the thread is ``failed``, as after any ``resume``)."""
     results = []
     for thread_id in thread_ids:
         try:
             results.append(RecoveryResult(thread_id, await resume(thread_id)))
-        except ThreadConflictError as exc:
-            results.append(RecoveryResult(thread_id, None, str(exc)))
+        except ThreadConflictError as exc:  # another process holds it now: it goes on there, nothing failed
+            owner = getattr(getattr(exc, "lease", None), "owner", None)
+            why = f"taken by {owner}" if owner is not None else f"taken by another process ({exc})"
+            results.append(RecoveryResult(thread_id, None, why, skipped=True))
         except GraphckptError as exc:
             results.append(RecoveryResult(thread_id, None, f"{type(exc).__name__}: {exc}"))
     return results

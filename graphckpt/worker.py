@@ -12,6 +12,10 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   run after its current step: its lease is released (the thread stays ``running`` with no owner, which recovery
   leaves alone) and the run ends ``cancelled``. A cancel in this process does not wait for a step that does not end:
   after :data:`CANCEL_GRACE` seconds the task running the run is cancelled (its current step is lost, as in a crash).
+- **Store errors**: a run that fails on the store goes back to the queue after a backoff (its thread's lease
+  released, so the next attempt claims it at once) and ends ``failed`` after ``store_attempts`` such attempts; a
+  store error in the loop itself (sweep, claim) is logged and retried after a bounded exponential backoff: the
+  worker outlives a database restart or a stalled writer.
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued that has a ``graph`` tag (one
   run outside the queue has none: it stays ``crashed`` for ``graphckpt recover``). It never executes anything
@@ -28,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
-from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, ThreadBusyError
+from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, SaverError, ThreadBusyError
 from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -48,6 +52,16 @@ CANCEL_CHECK = 0.25
 """A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
 this often (seconds): one cheap read, never on every step of a fast run."""
 
+STORE_ATTEMPTS = 3
+"""A run whose attempts all ended in a store error (a :class:`~graphckpt.errors.SaverError`: a dropped PostgreSQL
+connection, a SQLite write lock held past ``busy_timeout``) this many times ends ``failed``, naming the error."""
+
+STORE_BACKOFF = 0.5
+"""After a store error the worker waits this long (seconds) before it re-queues the run or tries its own loop's next
+statement again, doubling each time, up to :data:`STORE_BACKOFF_MAX`."""
+
+STORE_BACKOFF_MAX = 10.0
+
 CANCEL_GRACE = 0.5
 """A run this process cancels (:meth:`Worker.cancel`) that has not stopped after its step within this many seconds
 (a node that blocks, waits for a model, sleeps) has the task running it cancelled: its nodes stop, the step is not
@@ -57,13 +71,27 @@ committed, the lease is released and the run ends ``cancelled``."""
 class Worker:
     """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
     database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
-    it; the sweeper runs every :data:`SWEEP_EVERY` seconds."""
+    it; the sweeper runs every :data:`SWEEP_EVERY` seconds. A run is tried ``store_attempts`` times when the store
+    fails it, each time after a backoff starting at ``store_backoff`` seconds (see :data:`STORE_ATTEMPTS`)."""
 
-    def __init__(self, apps: Mapping[str, App], *, concurrency: int = 1, poll: float = 1.0) -> None:
+    def __init__(
+        self,
+        apps: Mapping[str, App],
+        *,
+        concurrency: int = 1,
+        poll: float = 1.0,
+        store_attempts: int = STORE_ATTEMPTS,
+        store_backoff: float = STORE_BACKOFF,
+    ) -> None:
         if not apps:
             raise ValueError("a Worker needs at least one graph")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be a positive number of runs, not {concurrency!r}")
+        if type(store_attempts) is not int or store_attempts < 1:
+            raise ValueError(f"store_attempts must be a positive number of attempts, not {store_attempts!r}")
+        if isinstance(store_backoff, bool) or not isinstance(store_backoff, int | float) or not store_backoff >= 0:
+            raise ValueError(f"store_backoff must be a number of seconds >= 0, not {store_backoff!r}")
+        self.store_attempts, self.store_backoff = store_attempts, float(store_backoff)
         self.apps = dict(apps)
         for ref, app in self.apps.items():
             app.graph_ref = app.graph_ref or ref
@@ -120,22 +148,31 @@ class Worker:
         """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
         listener = asyncio.ensure_future(self._listen())
         next_sweep = 0.0
+        failures = 0  # store errors in a row in this loop (sweep, claim): each backs off longer
         try:
             while not self.stopping:
-                if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
-                    await lease.expire_dead(self.apps[next(iter(self.apps))].saver)  # dead on this host: at once
-                    await self.queue.requeue_expired(ids.now())
-                    next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
-                if len(self._running) >= self.concurrency:
-                    await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
+                        await lease.expire_dead(self.apps[next(iter(self.apps))].saver)  # dead on this host: at once
+                        await self.queue.requeue_expired(ids.now())
+                        next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
+                    if len(self._running) >= self.concurrency:
+                        await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                        continue
+                    fence = ids.new_id()  # 2. claim
+                    run = await self.queue.claim_run(
+                        lease.owner(),
+                        graphs=list(self.apps),
+                        fence=fence,
+                        lease_until=ids.now() + self.lease_seconds,
+                    )
+                except SaverError as exc:  # the database restarts, a writer holds the lock: wait and try again
+                    failures += 1
+                    pause = self._backoff(failures)
+                    logger.warning("worker: store error (%s); trying again in %.1f s", exc, pause)
+                    await self._idle(pause)
                     continue
-                fence = ids.new_id()  # 2. claim
-                run = await self.queue.claim_run(
-                    lease.owner(),
-                    graphs=list(self.apps),
-                    fence=fence,
-                    lease_until=ids.now() + self.lease_seconds,
-                )
+                failures = 0
                 if run is None:
                     await self._idle()
                     continue
@@ -168,8 +205,9 @@ class Worker:
                 async for _ in steps:
                     if ids.now() >= next_check:  # a cancel asked through the queue (by another process)
                         next_check = ids.now() + CANCEL_CHECK
-                        if await self.queue.cancel_requested(run.run_id):
-                            self._cancelled.add(run.run_id)
+                        with contextlib.suppress(SaverError):  # the store is down: the next commit says so
+                            if await self.queue.cancel_requested(run.run_id):
+                                self._cancelled.add(run.run_id)
                     if self.stopping or run.run_id in self._cancelled:
                         break
             end = _ended(engine.status)
@@ -186,6 +224,8 @@ class Worker:
             end, error = "failed", str(exc)
         except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
             end, error = "failed", str(exc)
+        except SaverError as exc:  # the store failed the run: the thread is left to this claim; retry it later
+            end, error = await self._store_failed(app, run, fence, exc)
         except GraphckptError as exc:
             end, error = "failed", f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # the store failed: back to the queue (or its lease expires and the sweeper does it)
@@ -217,11 +257,46 @@ class Worker:
             old = own
         return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
-    async def _idle(self) -> None:
+    async def _store_failed(self, app: App, run: RunRecord, fence: str, exc: SaverError) -> tuple[RunStatus, str]:
+        """A run that failed on the store (the engine kept the thread's lease: it is not known safe). Before the
+        last attempt: release the lease (so the next attempt claims the thread at once; if the store is still down
+        it expires instead, and the thread shows ``crashed`` meanwhile), wait a backoff, and go back to the queue.
+        At the last: end the thread and the run ``failed``, naming the error (if the store takes that write; else
+        the lease expires and recovery queues a resume later)."""
+        if run.attempt >= self.store_attempts:
+            error = f"store error on {run.attempt} attempt{'s' if run.attempt != 1 else ''}: {exc}"
+            logger.warning("run %s of thread %r: %s; failed", run.run_id, run.thread_id, error)
+            with contextlib.suppress(GraphckptError):  # the stop's commit ends the thread and the run together
+                record = await app.saver.get_thread(run.thread_id)
+                if record is not None and record.run_id == fence and record.status == "running":
+                    await app.saver.put_writes(
+                        run.thread_id, record.head_checkpoint_id, [], run_id=fence, status="failed", error=error
+                    )
+            return "failed", error
+        pause = self._backoff(run.attempt)
+        logger.warning(
+            "run %s of thread %r: store error on attempt %d (%s); re-queued in %.1f s",
+            run.run_id,
+            run.thread_id,
+            run.attempt,
+            exc,
+            pause,
+        )
+        with contextlib.suppress(Exception):  # unreachable store: the lease expires by itself
+            await app.saver.release(run.thread_id, run_id=fence)
+        if not self.stopping:
+            await asyncio.sleep(pause)
+        return "queued", f"store error on attempt {run.attempt}: {exc}"
+
+    def _backoff(self, failures: int) -> float:
+        """The wait after the ``failures``-th store error in a row: exponential, at most :data:`STORE_BACKOFF_MAX`."""
+        return float(min(self.store_backoff * 2 ** min(failures - 1, 30), STORE_BACKOFF_MAX))
+
+    async def _idle(self, wait: float | None = None) -> None:
         """Nothing to claim: wait for a wake-up (a NOTIFY, a finished run, stop) or the poll interval."""
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), self.poll)
+            await asyncio.wait_for(self._wake.wait(), self.poll if wait is None else wait)
 
     async def _listen(self) -> None:
         """PostgreSQL: ``LISTEN`` on the queue's channel and wake the loop on each ``NOTIFY`` (else nothing)."""

@@ -1,6 +1,8 @@
 """``graphckpt recover``: continue crashed threads (``running`` with an expired lease: their process died).
 
-``--yes`` continues every one (the automatic strategy, once). Without it, on a terminal, each crashed thread is
+``--yes`` continues every one (the automatic strategy, once): one it cannot continue (no graph recorded, a run that
+fails) is reported and the others still run, and the exit status is 1 at the end; one another process holds by then
+is reported "skipped: taken by <owner>", which is no failure. Without it, on a terminal, each crashed thread is
 described (graph, last step, what it was running, tokens spent so far, how long ago its process was last heard
 from) and continued only after a ``y``; any other answer leaves it untouched. Elsewhere (a script) it needs
 ``--yes``. Each thread runs with the graph recorded in it (or ``--graph``), through ``resume``, which takes it over.
@@ -28,11 +30,17 @@ async def cmd_recover(args: argparse.Namespace, s: Session) -> int:
         print(f"no crashed threads in {s.db.display}")
         return 0
     failed = 0
-    for record in records:
-        app, _ = await s.app_for(record.thread_id, args.graph, action="recover")
-        info = next((c for c in await crashed(app.store) if c.thread_id == record.thread_id), None)
-        if info is None:
-            continue  # recovered by another process meanwhile
+    for record in records:  # each one on its own: a thread that cannot be recovered does not stop the others
+        try:
+            app, _ = await s.app_for(record.thread_id, args.graph, action="recover")
+        except CliError as exc:
+            failed += 1
+            print(f"thread {record.thread_id}: not recovered: {exc}")
+            continue
+        described = await crashed(app.store, [record])
+        if not described:
+            continue  # a subgraph's child thread: its parent's recovery continues it
+        info = described[0]
         line = (
             f"thread {info.thread_id}: graph {info.graph or '?'}, crashed at step {info.step} running "
             f"{', '.join(info.running) or 'nothing'}; {info.tokens:,} tokens so far; last heard from "
@@ -48,7 +56,9 @@ async def cmd_recover(args: argparse.Namespace, s: Session) -> int:
         else:
             print(line)
         [result] = await recover(app.aresume, [info.thread_id])
-        if result.snapshot is None:
+        if result.skipped:  # another process holds it now (recovered it first, or came back): not a failure
+            print(f"thread {info.thread_id}: skipped: {result.error}")
+        elif result.snapshot is None:
             failed += 1
             print(f"thread {info.thread_id}: not recovered: {result.error}")
         else:
