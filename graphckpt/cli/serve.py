@@ -38,6 +38,13 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         default="GRAPHCKPT_TOKENS",
         help="environment variable with TOKEN=NAMESPACE pairs (default GRAPHCKPT_TOKENS)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (loopback names always are; repeatable)",
+    )
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
@@ -95,6 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         saver,
         tokens=tokens,
         cors_origins=args.cors_origin,
+        allowed_hosts=args.allow_host,
         max_body=args.max_body,
         recover=args.recover,
         workers=args.workers,
