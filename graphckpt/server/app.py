@@ -54,6 +54,8 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     max_body: int = 1 << 20,
     keepalive: float = 15.0,
+    stall_timeout: float = 30.0,
+    queue_limit: int = 100,
     poll_interval: float = 0.01,
     recover: bool = True,
     workers: int = 1,
@@ -68,12 +70,16 @@ def create_app(
     ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker`` processes on the
     same database; see :mod:`graphckpt.server.execution.queued`). ``recover`` only matters for a saver without a
     run queue (see :class:`~graphckpt.server.execution.inline.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
-    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
+    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces. ``stall_timeout``: a
+    stream client that has not read for that long is dropped; ``queue_limit``: runs one namespace may have queued or
+    running at once (429 beyond)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
     service = build_service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
-    config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
+    config = Config(
+        tokens or Tokens(), max_body=max_body, keepalive=keepalive, stall_timeout=stall_timeout, queue_limit=queue_limit
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

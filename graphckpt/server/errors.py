@@ -79,5 +79,5 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
 async def handle_http(request: Request, exc: Any) -> JSONResponse:
     """Starlette's own refusals (unknown route 404, wrong method 405) in the same body shape."""
     assert isinstance(exc, HTTPException)
-    names = {404: "NotFound", 405: "MethodNotAllowed"}
+    names = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}
     return error_response(exc.status_code, names.get(exc.status_code, "HTTPError"), str(exc.detail))

@@ -399,9 +399,11 @@ def test_cors_is_off_unless_configured() -> None:
     from graphckpt.savers.memory import MemorySaver
 
     origin = {"Origin": "http://ui.example"}
-    with TestClient(create_app(counter(), MemorySaver())) as client:
+    with TestClient(create_app(counter(), MemorySaver()), base_url="http://localhost") as client:
         assert "access-control-allow-origin" not in client.get("/ok", headers=origin).headers
-    with TestClient(create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"])) as client:
+    with TestClient(
+        create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"]), base_url="http://localhost"
+    ) as client:
         assert client.get("/ok", headers=origin).headers["access-control-allow-origin"] == "http://ui.example"
         assert "access-control-allow-origin" not in client.get("/ok", headers={"Origin": "http://evil"}).headers
 

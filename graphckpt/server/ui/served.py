@@ -288,13 +288,13 @@ async def _logout(request: Any) -> Any:
 
 
 def _events(tokens: Tokens) -> Any:
-    from sse_starlette import EventSourceResponse, ServerSentEvent
+    from sse_starlette import ServerSentEvent
     from starlette.requests import Request
 
-    from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, event_source
+    from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, StreamResponse, event_source
     from graphckpt.server.routes.streams import open_stream
 
-    async def events(request: Request) -> EventSourceResponse:
+    async def events(request: Request) -> StreamResponse:
         ns = namespace_of(tokens, request)
         service = request.app.state.service
         thread_id = request.path_params["thread_id"]
@@ -317,6 +317,9 @@ def _events(tokens: Tokens) -> Any:
             service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS), preamble=first
         )
         keepalive = request.app.state.config.keepalive
-        return EventSourceResponse(source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE)
+        stall = request.app.state.config.stall_timeout
+        return StreamResponse(
+            source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE, send_timeout=stall
+        )
 
     return events
