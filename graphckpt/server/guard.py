@@ -8,8 +8,10 @@ page on a domain that rebinds to 127.0.0.1 can even read the answers. So, before
   protection) and whenever names were allowed; a refused host is 400 (a rebinding page never reads an answer);
 - a state-changing request (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that sends an ``Origin`` must send this
   server's own origin (or a configured CORS origin): 403 otherwise;
-- a state-changing request to the JSON API with a body must say ``Content-Type: application/json`` (415 otherwise):
-  a page can post ``text/plain`` or a form without a CORS preflight, never JSON. The UI's form posts carry a CSRF
+- a state-changing request to the JSON API with a body must say ``Content-Type: application/json`` (JSON lines,
+  ``application/x-ndjson``, for an import; 415 otherwise): a page can post ``text/plain`` or a form without a CORS
+  preflight, never JSON. A write without a body (a cancel, a delete) needs no type: a browser sends ``Origin``
+  with it, checked above. The UI's form posts carry a CSRF
   token instead (:mod:`~graphckpt.server.ui.csrf`);
 - an id in the path holds no control character (422 naming the field) and, for the JSON API's thread ids, obeys
   the rules a body's ``thread_id`` does (at most 512 characters, no whitespace).
@@ -33,6 +35,9 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 MAX_ID = 512
 """Longest id a path may carry (as a body's ``thread_id``)."""
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+JSON_TYPES = frozenset({"application/json", "application/x-ndjson", "application/jsonl"})
+"""What a write's body may say it is (JSON lines for ``POST /threads/import``): none is a type a page can post
+without a CORS preflight."""
 
 
 def host_name(host: str) -> str:
@@ -132,7 +137,7 @@ class Guard:
         kind = headers.get("content-type")
         has_body = headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
         media = (kind or "").partition(";")[0].strip().lower()
-        if (kind is not None or has_body) and media != "application/json":
+        if (kind is not None or has_body) and media not in JSON_TYPES:
             return (
                 415,
                 "UnsupportedMediaType",
