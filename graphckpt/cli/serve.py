@@ -51,9 +51,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument(
         "--max-connections",
         type=int,
-        default=1000,
+        default=2000,
         metavar="N",
-        help="connections served at once (default 1000; beyond, 503)",
+        help="connections served at once (default 2000; beyond, 503)",
     )
     p.add_argument(
         "--head-timeout",

@@ -18,7 +18,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = ["HEAD_TIMEOUT", "KEEP_ALIVE", "MAX_CONNECTIONS", "MAX_HEAD", "HeadTimeoutProtocol", "uvicorn_config"]
 
-MAX_CONNECTIONS = 1000
+MAX_CONNECTIONS = 2000
 HEAD_TIMEOUT = 10.0
 KEEP_ALIVE = 5
 MAX_HEAD = 64 << 10
