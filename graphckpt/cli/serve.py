@@ -1,8 +1,9 @@
 """``graphckpt serve MODULE:ATTR [NAME=MODULE:ATTR ...]``: the HTTP API of :mod:`graphckpt.server` under uvicorn.
 
 It binds 127.0.0.1 by default and refuses any other address unless bearer tokens are configured (``--tokens-file``
-or ``$GRAPHCKPT_TOKENS``); on SIGTERM or Ctrl-C it stops accepting connections, ends the open streams, and exits
-within ``--graceful-timeout`` seconds.
+or ``$GRAPHCKPT_TOKENS``); without tokens it answers only loopback ``Host`` names and those of ``--allow-host``
+(see :mod:`graphckpt.server.guard`). Its connection bounds are :mod:`graphckpt.server.limits`'s. On SIGTERM or
+Ctrl-C it stops accepting connections, ends the open streams, and exits within ``--graceful-timeout`` seconds.
 """
 
 from __future__ import annotations
