@@ -71,9 +71,9 @@ def test_a_stalled_reader_is_dropped_and_resumes_by_last_event_id_without_loss(s
     server = serve(COUNTER, args=["--stall-timeout", str(STALL)])
     path = "/threads/big/stream?stream_mode=values"
     with httpx.Client(base_url=server.url, timeout=120) as client:
-        client.post("/threads/big/runs/wait", json={"input": {"limit": 1200}}).raise_for_status()
+        client.post("/threads/big/runs/wait", json={"input": {"limit": 2000}}).raise_for_status()
         reference = [e for e in read_events(client, path) if e[0]]
-    assert len(reference) == 1201  # the input's checkpoint and one per step, each with the whole log so far
+    assert len(reference) == 2001  # the input's checkpoint and one per step, each with the whole log so far
     assert server.proc is not None
     base = _rss_mb(server.proc.pid)
     stalled = [_stalled(server, path) for _ in range(20)]
