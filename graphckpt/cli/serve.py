@@ -1,8 +1,9 @@
 """``graphckpt serve MODULE:ATTR [NAME=MODULE:ATTR ...]``: the HTTP API of :mod:`graphckpt.server` under uvicorn.
 
 It binds 127.0.0.1 by default and refuses any other address unless bearer tokens are configured (``--tokens-file``
-or ``$GRAPHCKPT_TOKENS``); on SIGTERM or Ctrl-C it stops accepting connections, ends the open streams, and exits
-within ``--graceful-timeout`` seconds.
+or ``$GRAPHCKPT_TOKENS``); without tokens it answers only loopback ``Host`` names and those of ``--allow-host``
+(see :mod:`graphckpt.server.guard`). Its connection bounds are :mod:`graphckpt.server.limits`'s. On SIGTERM or
+Ctrl-C it stops accepting connections, ends the open streams, and exits within ``--graceful-timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -38,9 +39,44 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         default="GRAPHCKPT_TOKENS",
         help="environment variable with TOKEN=NAMESPACE pairs (default GRAPHCKPT_TOKENS)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (loopback names always are; repeatable)",
+    )
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="connections served at once (default 2000; beyond, 503)",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="close a connection whose request has not arrived within S seconds (default 10)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="drop a stream client that has not read for S seconds (default 30; it reconnects by Last-Event-ID)",
+    )
+    p.add_argument(
+        "--queue-limit",
+        type=int,
+        default=100,
+        metavar="N",
+        help="runs one namespace may have queued or running at once (default 100; beyond, 429)",
+    )
     p.add_argument(
         "--no-recover",
         dest="recover",
@@ -68,6 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from graphckpt.server import Tokens, create_app
+        from graphckpt.server.limits import uvicorn_config
     except ImportError:
         sys.stderr.write("graphckpt: error: serve needs: pip install 'graphckpt[server]'\n")
         return 1
@@ -95,18 +132,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         saver,
         tokens=tokens,
         cors_origins=args.cors_origin,
+        allowed_hosts=args.allow_host,
         max_body=args.max_body,
+        stall_timeout=args.stall_timeout,
+        queue_limit=args.queue_limit,
         recover=args.recover,
         workers=args.workers,
     )
-    config = uvicorn.Config(
+    config = uvicorn_config(
         app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=args.graceful_timeout,
+        args.host,
+        args.port,
+        graceful_timeout=args.graceful_timeout,
+        max_connections=args.max_connections,
+        head_timeout=args.head_timeout,
     )
     hub = app.state.service.hub
 

@@ -33,6 +33,7 @@ from graphckpt.server.execution.base import RunExecutor
 from graphckpt.server.execution.inline import InProcessRuns
 from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
+from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
 from graphckpt.server.routes import assistants, runs, threads
 from graphckpt.server.service import Service
@@ -50,8 +51,11 @@ def create_app(
     db: str | None = None,
     tokens: Tokens | None = None,
     cors_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
     max_body: int = 1 << 20,
     keepalive: float = 15.0,
+    stall_timeout: float = 30.0,
+    queue_limit: int = 100,
     poll_interval: float = 0.01,
     recover: bool = True,
     workers: int = 1,
@@ -59,16 +63,23 @@ def create_app(
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
-    no authentication). CORS is off unless ``cors_origins`` lists origins. Runs are queued and executed by
+    no authentication). CORS is off unless ``cors_origins`` lists origins. Every request passes the
+    :class:`~graphckpt.server.guard.Guard` first: without tokens (or when ``allowed_hosts`` names any) a ``Host``
+    other than a loopback name or one of ``allowed_hosts`` is refused; a write needs JSON and a same-origin
+    ``Origin``. Runs are queued and executed by
     ``workers`` in-process :class:`~graphckpt.Worker` s (``0``: by separate ``graphckpt worker`` processes on the
     same database; see :mod:`graphckpt.server.execution.queued`). ``recover`` only matters for a saver without a
     run queue (see :class:`~graphckpt.server.execution.inline.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
-    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces."""
+    (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces. ``stall_timeout``: a
+    stream client that has not read for that long is dropped; ``queue_limit``: runs one namespace may have queued or
+    running at once (429 beyond)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
     service = build_service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
-    config = Config(tokens or Tokens(), max_body=max_body, keepalive=keepalive)
+    config = Config(
+        tokens or Tokens(), max_body=max_body, keepalive=keepalive, stall_timeout=stall_timeout, queue_limit=queue_limit
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -81,7 +92,9 @@ def create_app(
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document(bool(config.tokens)))
 
-    middleware = []
+    check_host = not config.tokens or bool(allowed_hosts)
+    guard = Middleware(Guard, check_host=check_host, allowed_hosts=allowed_hosts, cors_origins=cors_origins)
+    middleware = [guard]
     if cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 
 from graphckpt import errors as e
 
-__all__ = ["STATUS", "ApiError", "error_response", "handle_error", "handle_http", "status_of"]
+__all__ = ["STATUS", "ApiError", "as_api", "error_response", "handle_error", "handle_http", "status_of"]
 
 logger = logging.getLogger("graphckpt.server")
 
@@ -69,15 +69,31 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
     """The exception handler of the app: known errors to their status, anything else to a logged 500."""
     if isinstance(exc, ApiError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return error_response(exc.status, exc.error, str(exc), headers)
+        return error_response(exc.status, exc.error, as_api(request, str(exc)), headers)
     if isinstance(exc, e.GraphckptError):
-        return error_response(status_of(exc), type(exc).__name__, str(exc))
+        return error_response(status_of(exc), type(exc).__name__, as_api(request, str(exc)))
     logger.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "InternalError", "the server failed; its log has the details")
+
+
+def as_api(request: Request, message: str) -> str:
+    """``message`` with the caller's thread ids as the API names them (``'mine'``, not the stored
+    ``'alice/mine'``)."""
+    config = getattr(request.app.state, "config", None)
+    namespaces = getattr(getattr(config, "tokens", None), "namespaces", None)
+    if not namespaces:
+        return message
+    try:
+        ns = config.tokens.namespace(request)  # type: ignore[union-attr]
+    except ApiError:
+        return message
+    for quote in ("'", '"'):
+        message = message.replace(f"{quote}{ns}/", quote)
+    return message
 
 
 async def handle_http(request: Request, exc: Any) -> JSONResponse:
     """Starlette's own refusals (unknown route 404, wrong method 405) in the same body shape."""
     assert isinstance(exc, HTTPException)
-    names = {404: "NotFound", 405: "MethodNotAllowed"}
+    names = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}
     return error_response(exc.status_code, names.get(exc.status_code, "HTTPError"), str(exc.detail))

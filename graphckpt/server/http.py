@@ -21,6 +21,10 @@ class Config:
     """Largest request body accepted, in bytes (413 beyond)."""
     keepalive: float = 15.0
     """Seconds between SSE keep-alive comments."""
+    stall_timeout: float = 30.0
+    """Seconds a stream's write may wait for a client that stopped reading before the client is dropped."""
+    queue_limit: int = 100
+    """Most runs one namespace may have queued or running at once (429 beyond)."""
 
 
 def scope_of(conn: HTTPConnection) -> tuple[Service, str, Config]:

@@ -9,6 +9,9 @@ query parameters. Field names follow the LangGraph Agent Server API where it has
 from __future__ import annotations
 
 import json
+import math
+import re
+from itertools import accumulate
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,6 +34,13 @@ __all__ = [
 ]
 
 _M = TypeVar("_M", bound=BaseModel)
+
+MAX_DEPTH = 100
+"""Deepest nesting of arrays and objects a request body may have (checked on the bytes, before parsing)."""
+MAX_INT = 2**63 - 1
+"""Largest step, sequence number or limit the server takes (what SQLite's integers hold)."""
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 ThreadStatusName = Literal["idle", "busy", "interrupted", "error", "running", "done", "failed", "crashed", "partial"]
 """Both vocabularies: LangGraph's (``idle``, ``busy``, ``interrupted``, ``error``) and graphckpt's."""
@@ -80,7 +90,7 @@ class HistoryBody(_Body):
 
 class ForkBody(_Body):
     checkpoint_id: str | None = None
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_INT)
     values: dict[str, Any] | None = None
     """The update applied through the reducers (LangGraph's ``update_state`` calls it ``values``)."""
     as_node: str | None = None
@@ -104,7 +114,7 @@ class RunBody(_Body):
     multitask_strategy: Literal["reject", "enqueue"] = "reject"
     if_not_exists: Literal["reject", "create"] = "create"
     on_disconnect: Literal["cancel", "continue"] = "continue"
-    recursion_limit: int | None = Field(default=None, ge=1)
+    recursion_limit: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
 
 class AnswerBody(_Body):
@@ -123,15 +133,46 @@ async def body(request: Request, model: type[_M], max_body: int) -> _M:
         data += chunk
         if len(data) > max_body:
             raise ApiError(413, "PayloadTooLarge", f"the request body is larger than {max_body} bytes")
+    depth = nesting(bytes(data))
+    if depth > MAX_DEPTH:
+        raise ApiError(422, "ValidationError", f"the request body nests {depth} deep: at most {MAX_DEPTH} levels")
     try:
         parsed = json.loads(data) if data.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "BadRequest", f"the request body is not JSON ({exc})") from None
+    where = non_finite(parsed, "body")
+    if where is not None:
+        raise ApiError(422, "ValidationError", f"{where}: NaN and Infinity are not JSON numbers")
     try:  # a \ud800 escape decodes to a lone surrogate, which has no UTF-8 form: nothing could store or echo it
         json.dumps(parsed, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise ApiError(422, "ValidationError", "the request body holds text with a lone surrogate") from None
     return validated(model, parsed, "body")
+
+
+def nesting(data: bytes) -> int:
+    """How deep the arrays and objects of the JSON text ``data`` nest (brackets inside strings do not count)."""
+    brackets = _STRINGS.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    return max(accumulate(1 if b in b"[{" else -1 for b in brackets))
+
+
+def non_finite(value: Any, where: str) -> str | None:
+    """The path of the first non-finite number in ``value`` (parsed JSON, its depth bounded), or ``None``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = non_finite(item, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def query(request: Request, model: type[_M], *, lists: tuple[str, ...] = ()) -> _M:

@@ -256,6 +256,15 @@ class Service:
 
     # -- events -------------------------------------------------------------------------------------------------------
 
+    async def unfinished_runs(self, ns: str) -> int | None:
+        """How many runs of namespace ``ns`` are queued or running in the saver's run queue (``None``: the saver
+        has none, so runs are not counted)."""
+        if not isinstance(self.saver, RunQueue):
+            return None
+        prefix = ns + "/" if ns else ""
+        runs = [*await self.saver.list_runs(status="queued"), *await self.saver.list_runs(status="running")]
+        return sum(1 for run in runs if run.thread_id.startswith(prefix))
+
     async def segments(self, ns: str, thread_id: str) -> list[tuple[str, int, int]]:
         """The lineage of ``thread_id`` as event segments (a fork sees its source's events up to the fork point);
         a pending thread is its own only segment."""

@@ -70,7 +70,7 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def served(checks: list[Any]) -> Iterator[tuple[TestClient, CountingSaver]]:
     saver = CountingSaver(checks)
     graph = StateGraph(S).add_node("inc", lambda s: {"n": s.n + 1}).add_edge(START, "inc").add_edge("inc", END)
-    with TestClient(create_app({"g": graph.compile(saver)}, saver, ui=False)) as client:
+    with TestClient(create_app({"g": graph.compile(saver)}, saver, ui=False), base_url="http://localhost") as client:
         yield client, saver
 
 

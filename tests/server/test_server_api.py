@@ -26,6 +26,7 @@ from graphckpt.server.app import create_app
 from graphckpt.server.errors import STATUS, status_of
 
 TOKENS = "token-a  alpha\ntoken-b beta  # a comment\n"
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 def _status(client: httpx.Client, thread: str, want: str, timeout: float = 20) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def test_threads_state_history_fork_diff_tree(serve: Callable[..., Served]) -> N
         assert exported.status_code == 200 and exported.text.count("\n") > 3
         assert c.delete("/threads/b").status_code == 204
         assert c.get("/threads/b").status_code == 404
-        imported = c.post("/threads/import", content=exported.content)
+        imported = c.post("/threads/import", content=exported.content, headers=NDJSON)
         assert imported.status_code == 201, imported.text
         assert c.get("/threads/b/state").json()["values"]["n"] == 3
 
@@ -130,8 +131,14 @@ def test_validation_limits_and_error_bodies(serve: Callable[..., Served]) -> Non
         assert wrong.status_code == 422 and "limit" in wrong.json()["message"], wrong.text
         unknown = c.post("/threads/v/runs", json={"input": {"nope": 1}})
         assert unknown.status_code == 422 and "nope" in unknown.json()["message"]
-        assert c.post("/threads/search", content=b"{not json").status_code == 400
-        assert c.post("/threads/search", content=b"[1, 2]").status_code == 422
+        assert (
+            c.post("/threads/search", content=b"{not json", headers={"Content-Type": "application/json"}).status_code
+            == 400
+        )
+        assert (
+            c.post("/threads/search", content=b"[1, 2]", headers={"Content-Type": "application/json"}).status_code
+            == 422
+        )
         big = c.post("/threads", json={"metadata": {"x": "y" * 5000}})
         assert big.status_code == 413 and big.json()["error"] == "PayloadTooLarge"
         assert c.get("/threads/nope/state").json() == {"error": "ThreadNotFoundError", "message": "no thread 'nope'"}
@@ -252,7 +259,7 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
             if line["kind"] == "checkpoint" and line["thread_id"] == "y" and line["parent_thread_id"] == "x"
         ]
         assert fork_point["metadata"]["forked_from"]["thread_id"] == "x"
-        imported = b.post("/threads/import", content=exported.content)
+        imported = b.post("/threads/import", content=exported.content, headers=NDJSON)
         assert imported.status_code == 201, imported.text
         assert imported.json()["thread_id"] == "y"
         assert b.get("/threads/y/state").json()["values"] == a.get("/threads/y/state").json()["values"]
@@ -263,9 +270,11 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
         assert a.get("/threads/y/state").json()["values"]["n"] == 3  # alpha's y untouched
         reexported = b.get("/threads/y/export").text
         assert "beta" not in reexported and json.loads(reexported.splitlines()[0])["thread_id"] == "y"
-        assert a.post("/threads/import", content=exported.content).status_code == 201  # its own file: a no-op
+        assert (
+            a.post("/threads/import", content=exported.content, headers=NDJSON).status_code == 201
+        )  # its own file: a no-op
         hostile = exported.text.replace('"thread_id":"x"', '"thread_id":"alpha/x"')
-        refused = b.post("/threads/import", content=hostile.encode())
+        refused = b.post("/threads/import", content=hostile.encode(), headers=NDJSON)
         assert refused.status_code == 422 and "alpha/x" in refused.json()["message"]
         assert a.get("/threads/x/state").json()["values"]["n"] == 4
 
@@ -283,7 +292,7 @@ def test_an_export_names_threads_as_its_token_sees_them_and_imports_into_another
         assert done.returncode == 0, done.stderr
         out = subprocess.run([*run, "export", "c"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert b.post("/threads/import", content=out.stdout).status_code == 201
+        assert b.post("/threads/import", content=out.stdout, headers=NDJSON).status_code == 201
         assert b.get("/threads/c/state").json()["values"]["n"] == 2
         assert a.get("/threads/c").status_code == 404
 
@@ -399,9 +408,11 @@ def test_cors_is_off_unless_configured() -> None:
     from graphckpt.savers.memory import MemorySaver
 
     origin = {"Origin": "http://ui.example"}
-    with TestClient(create_app(counter(), MemorySaver())) as client:
+    with TestClient(create_app(counter(), MemorySaver()), base_url="http://localhost") as client:
         assert "access-control-allow-origin" not in client.get("/ok", headers=origin).headers
-    with TestClient(create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"])) as client:
+    with TestClient(
+        create_app(counter(), MemorySaver(), cors_origins=["http://ui.example"]), base_url="http://localhost"
+    ) as client:
         assert client.get("/ok", headers=origin).headers["access-control-allow-origin"] == "http://ui.example"
         assert "access-control-allow-origin" not in client.get("/ok", headers={"Origin": "http://evil"}).headers
 

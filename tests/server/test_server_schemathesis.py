@@ -8,13 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.serving import Served
 
 CLI = "from schemathesis.cli import schemathesis; schemathesis()"
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Path) -> None:
-    server = Served(tmp_path, ["support.server_graphs:counter"]).start()
+@pytest.mark.parametrize("token", [None, "tok-s"], ids=["no-tokens", "with-a-token"])
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Path, token: str | None) -> None:
+    env = {"GRAPHCKPT_TOKENS": f"{token}=schema"} if token else None
+    server = Served(tmp_path, ["support.server_graphs:counter"], env=env).start()
+    auth = ["-H", f"Authorization: Bearer {token}"] if token else []
     try:
         result = subprocess.run(
             [
@@ -36,6 +40,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
                 "--no-color",
                 "--phases",
                 "examples,coverage,fuzzing",
+                *auth,
             ],
             capture_output=True,
             text=True,

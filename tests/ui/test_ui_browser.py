@@ -536,6 +536,8 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         assert not [c for c in context.cookies() if c["name"] == "graphckpt_session"]
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1")  # no session: redirected to the login form
         assert status == 401 and "Sign in" in html and "alpha/a1" not in html
+        status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", None, session)  # the old cookie, replayed
+        assert status == 401 and "alpha/a1" not in html  # signing out ended the session, not just the cookie
         status, html, _ = http(s.base + "/ui/threads/alpha%2Fa1", headers={"Authorization": "Bearer tok-alpha"})
         assert status == 200 and "alpha/a1" in html  # a bearer header works too
         context.close()

@@ -51,6 +51,10 @@ another process.
   that has no run going here. Either way the last thing sent is ``event: end`` (no id), which the langgraph-sdk
   client understands. Server shutdown ends every stream cleanly.
 - Keep-alive comments every 15 s; ``Cache-Control: no-store``, ``X-Accel-Buffering: no``; never compressed.
+- Memory per client is bounded: a stream holds its cursor and at most one chunk of :data:`CHUNK` bytes it is
+  sending (the events it reads are the read shared by the thread's streams). A client that stops reading is
+  dropped once a write has waited ``stall_timeout`` seconds (:class:`StreamResponse`); it reconnects with its
+  ``Last-Event-ID`` and misses nothing durable.
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
 
 from graphckpt.savers.base import TERMINAL_EVENTS
 from graphckpt.server.auth import api_id, store_id
@@ -76,10 +81,12 @@ __all__ = [
     "HEADERS",
     "MODES",
     "SHUTDOWN_GRACE",
+    "CHUNK",
     "START",
     "EventId",
     "Start",
     "StreamQuery",
+    "StreamResponse",
     "event_source",
     "parse_event_id",
     "parse_modes",
@@ -88,6 +95,9 @@ __all__ = [
 
 START = (-1, -1)
 """The cursor before a thread's first event."""
+
+CHUNK = 64 << 10
+"""A stream sends what it has once this many bytes are ready (so a stalled client pins at most about this much)."""
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Content-Encoding": "identity"}
 
@@ -140,6 +150,8 @@ def parse_event_id(text: str) -> EventId:
             "BadRequest",
             f"event id {text[:200]!r} is not THREAD_ID:STEP:SEQ (or an ephemeral THREAD_ID:STEP:SEQ~EPOCH.N)",
         )
+    if max(parsed.step, parsed.seq, parsed.n or 0) > 2**63 - 1:
+        raise ApiError(422, "ValidationError", f"Last-Event-ID: event id {text[:200]!r} has a number past 2**63-1")
     return parsed
 
 
@@ -266,6 +278,9 @@ async def event_source(
                     chunk += stream.before((event.step, event.seq))
                 cursor, last_kind = (event.step, event.seq), event.kind
                 chunk += await render_event(feed, ns, thread_id, event, modes, kinds if raw else set())
+                if len(chunk) >= CHUNK and not (run_stream and event.kind in TERMINAL_EVENTS):
+                    yield bytes(chunk)
+                    chunk.clear()
                 if run_stream and event.kind in TERMINAL_EVENTS:
                     yield bytes(chunk) + END
                     return
@@ -354,3 +369,18 @@ def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
 
 END = ServerSentEvent(event="end", data="{}").encode()
 """The last thing a stream sends (no id): its run or thread has finished."""
+
+
+class StreamResponse(EventSourceResponse):
+    """An SSE response whose client is dropped when one write waits longer than ``send_timeout`` (a client that
+    stopped reading): the connection closes, the stream's memory is freed, and no error is logged for it."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            stalled = isinstance(exc, SendTimeoutError) or (
+                isinstance(exc, BaseExceptionGroup) and exc.subgroup(SendTimeoutError) is not None
+            )
+            if not stalled:
+                raise

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from graphckpt.server import models, queries
+from graphckpt.server.errors import ApiError
 from graphckpt.server.http import json_response, scope_of
 
 __all__ = ["routes"]
@@ -25,9 +26,16 @@ async def ok(request: Request) -> Response:
 
 
 async def info(request: Request) -> Response:
+    """The server's flags, and its version for a caller with a token (or when there are no tokens): an anonymous
+    caller learns nothing it could match against known bugs."""
     from graphckpt import __version__
 
-    return json_response({"version": __version__, "flags": {"assistants": True, "crons": False}})
+    flags = {"flags": {"assistants": True, "crons": False}}
+    try:
+        scope_of(request)
+    except ApiError:
+        return json_response(flags)
+    return json_response({"version": __version__, **flags})
 
 
 async def search_assistants(request: Request) -> Response:

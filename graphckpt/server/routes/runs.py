@@ -6,7 +6,7 @@ goes to the executor, and its lineage to the stream."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
 from sse_starlette import ServerSentEvent
@@ -36,8 +36,16 @@ async def _submit(
     request: Request, b: models.RunBody, *, resume: bool = False, answer: object = NO_ANSWER
 ) -> tuple[RunInfo, list[tuple[str, int, int]]]:
     """Submit the run ``b`` asks for; returns it with the thread's lineage (its stream's segments)."""
-    service, ns, _ = scope_of(request)
+    service, ns, config = scope_of(request)
     thread_id = request.path_params["thread_id"]
+    unfinished = await service.unfinished_runs(ns)
+    if unfinished is not None and unfinished >= config.queue_limit:
+        raise ApiError(
+            429,
+            "TooManyRuns",
+            f"this namespace has {unfinished} runs queued or running: at most {config.queue_limit} (--queue-limit)",
+        )
+    parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
     try:
         found = await service.find(ns, thread_id)
     except ThreadNotFoundError:
@@ -130,7 +138,8 @@ async def _final(request: Request, run: RunInfo) -> Response:
 
 
 def _locations(request: Request, run: RunInfo) -> dict[str, str]:
-    base = f"/threads/{request.path_params['thread_id']}/runs/{run.run_id}"
+    """Where the run is (its ids percent-encoded: a header holds ASCII only)."""
+    base = f"/threads/{quote(request.path_params['thread_id'], safe='')}/runs/{quote(run.run_id, safe='')}"
     return {"Content-Location": base, "Location": f"{base}/stream"}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 
 from graphckpt.server import models
@@ -19,6 +19,7 @@ from graphckpt.server.events.streams import (
     START,
     Start,
     StreamQuery,
+    StreamResponse,
     event_source,
     parse_modes,
     start_at,
@@ -74,7 +75,7 @@ async def sse_response(
     stream_subgraphs: bool = False,
     run_id: str | None = None,
     segments: Segments | None = None,
-) -> EventSourceResponse:
+) -> StreamResponse:
     """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
     the query's ``stream_mode`` wins over ``modes``, a run body's); ``segments``: its lineage, when the caller has
     read it already."""
@@ -103,10 +104,14 @@ async def sse_response(
         preamble=first,
         run_id=run_id,
     )
-    return EventSourceResponse(
-        source, headers={**HEADERS, **(headers or {})}, ping=config.keepalive, shutdown_grace_period=SHUTDOWN_GRACE
+    return StreamResponse(
+        source,
+        headers={**HEADERS, **(headers or {})},
+        ping=config.keepalive,
+        shutdown_grace_period=SHUTDOWN_GRACE,
+        send_timeout=config.stall_timeout,
     )
 
 
-async def thread_stream(request: Request) -> EventSourceResponse:
+async def thread_stream(request: Request) -> StreamResponse:
     return await sse_response(request, request.path_params["thread_id"])

@@ -19,7 +19,7 @@ __all__ = ["routes"]
 
 
 class StateQuery(BaseModel):
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=models.MAX_INT)
 
 
 class HistoryQuery(BaseModel):

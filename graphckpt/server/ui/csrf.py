@@ -1,13 +1,15 @@
 """CSRF protection for the UI's forms: a double-submit cookie.
 
-Every page response carries the cookie ``graphckpt_csrf`` (random, ``HttpOnly``, ``SameSite=Strict``, set once per
+Every page response carries the cookie ``graphckpt_csrf`` (``HttpOnly``, ``SameSite=Strict``, set once per
 browser); every form the UI renders carries the same value in a hidden ``csrf`` field. A POST is accepted only when
-the field equals the cookie (compared in constant time): another site can make a browser send the cookie, never read
-it to fill in the field.
+the field equals the cookie (compared in constant time) and the value is one this process issued: a random nonce and
+its HMAC under a key made at start (so a value planted in the cookie by anyone else is refused; a restart expires
+the forms). Another site can make a browser send the cookie, never read it to fill in the field.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -21,11 +23,25 @@ COOKIE = "graphckpt_csrf"
 FIELD = "csrf"
 
 
+_KEY = secrets.token_bytes(32)
+
+
+def _sign(nonce: str) -> str:
+    return hmac.new(_KEY, nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def issued(value: str) -> bool:
+    """True when ``value`` is a token this process made (``NONCE.MAC``)."""
+    nonce, _, mac = value.partition(".")
+    return bool(nonce) and len(value) < 200 and hmac.compare_digest(_sign(nonce).encode(), mac.encode())
+
+
 def token_of(request: Request) -> str:
     """The request's CSRF token: its cookie's, or a new one (:func:`ensure` then sets it on the response)."""
     token = request.cookies.get(COOKIE)
-    if not token or len(token) < 20:
-        token = request.state.__dict__.setdefault("new_csrf", secrets.token_urlsafe(32))
+    if not token or not issued(token):
+        nonce = secrets.token_urlsafe(24)
+        token = request.state.__dict__.setdefault("new_csrf", f"{nonce}.{_sign(nonce)}")
     return token
 
 
@@ -39,7 +55,7 @@ def ensure(request: Request, response: Response) -> Response:
 
 
 def check(request: Request, form: Mapping[str, str]) -> bool:
-    """True when the form's token is present and equals the cookie's."""
+    """True when the form's token is present, equals the cookie's, and was issued here."""
     cookie = request.cookies.get(COOKIE, "")
     sent = form.get(FIELD, "")
-    return bool(cookie) and bool(sent) and hmac.compare_digest(cookie.encode(), sent.encode())
+    return bool(cookie) and bool(sent) and hmac.compare_digest(cookie.encode(), sent.encode()) and issued(cookie)

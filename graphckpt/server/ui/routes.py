@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -96,10 +97,16 @@ def _redirect(request: Request, where: str) -> Response:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """The request's form fields (a form over :data:`MAX_FORM` bytes is refused)."""
-    body = await request.body()
-    if len(body) > MAX_FORM:
-        raise UIError(f"the form is larger than {MAX_FORM} bytes")
+    """The request's form fields; a form over :data:`MAX_FORM` bytes is refused (413) before more of it is read."""
+    too_large = HTTPException(413, f"the form is larger than {MAX_FORM} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise too_large
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 

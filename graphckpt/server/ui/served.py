@@ -11,16 +11,16 @@ API. The UI shows stored thread ids (``NAMESPACE/ID`` for a token's namespace; p
 
 Session. A browser cannot send a bearer header with a link, so with tokens configured the UI has a login form: the
 token is checked, and the browser gets the cookie ``graphckpt_session`` (``HttpOnly``, ``SameSite=Strict``) holding
-a digest of the token, never the token itself; the digest is valid only for the UI's pages and only while the token
-is configured (a server restart keeps sessions; removing a token ends its sessions). An ``Authorization: Bearer``
-header works too.
+a random session id that this process maps to the token (:class:`Sessions`), never the token nor anything derived
+from it; it is valid only for the UI's pages. Signing out forgets the id (a copy of the cookie is worthless after);
+a server restart ends every session. An ``Authorization: Bearer`` header works too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     from graphckpt.app import App
     from graphckpt.server.service import Service
 
-__all__ = ["SESSION", "LoginRequired", "ServiceBackend", "namespace_of", "session_value"]
+__all__ = ["SESSION", "LoginRequired", "ServiceBackend", "Sessions", "namespace_of"]
 
 SESSION = "graphckpt_session"
-"""The UI's session cookie (a digest of the caller's token)."""
+"""The UI's session cookie (a random id this process maps to the caller's token)."""
 
 RUN_WAIT = 60.0
 """How long a fork's run or an answer is awaited (at most) before the page is shown anyway (it then grows live)."""
@@ -52,13 +52,40 @@ class LoginRequired(Exception):
     """The request has no valid session or bearer token (the UI answers with its login form)."""
 
 
-def session_value(token: str) -> str:
-    """What the session cookie holds for ``token``: a digest that names no token."""
-    return hashlib.sha256(b"graphckpt-ui-session\0" + token.encode()).hexdigest()
+class Sessions:
+    """Session id -> token, for the signed-in browsers of this process (at most :attr:`LIMIT`: the oldest sign-in is
+    forgotten first)."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {}
+
+    def open(self, token: str) -> str:
+        session = secrets.token_urlsafe(32)
+        self.tokens[session] = token
+        while len(self.tokens) > self.LIMIT:
+            del self.tokens[next(iter(self.tokens))]
+        return session
+
+    def token(self, session: str) -> str | None:
+        return self.tokens.get(session) if session else None
+
+    def close(self, session: str) -> None:
+        self.tokens.pop(session, None)
+
+
+def sessions_of(conn: HTTPConnection) -> Sessions:
+    """The sessions of the app serving ``conn`` (made at its first sign-in)."""
+    state = conn.app.state
+    if not hasattr(state, "ui_sessions"):
+        state.ui_sessions = Sessions()
+    found: Sessions = state.ui_sessions
+    return found
 
 
 def namespace_of(tokens: Tokens, conn: HTTPConnection) -> str:
-    """The caller's namespace: ``""`` without tokens; else its bearer header's or its session cookie's."""
+    """The caller's namespace: ``""`` without tokens; else its bearer header's or its session's."""
     if not tokens:
         return ""
     if conn.headers.get("authorization"):
@@ -66,12 +93,11 @@ def namespace_of(tokens: Tokens, conn: HTTPConnection) -> str:
             return tokens.namespace(conn)
         except ApiError:
             raise LoginRequired from None
-    cookie = conn.cookies.get(SESSION, "")
-    if cookie:
-        for token, namespace in tokens.namespaces.items():
-            if hmac.compare_digest(session_value(token).encode(), cookie.encode()):
-                return namespace
-    raise LoginRequired
+    token = sessions_of(conn).token(conn.cookies.get(SESSION, ""))
+    namespace = token_namespace(tokens, token) if token is not None else None
+    if namespace is None:
+        raise LoginRequired
+    return namespace
 
 
 def token_namespace(tokens: Tokens, token: str) -> str | None:
@@ -266,7 +292,8 @@ def _login(tokens: Tokens) -> Any:
         if token_namespace(tokens, token) is None:
             return render_page(request, "login.html", {"next": target, "error": "that token is not valid"}, 401)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(SESSION, session_value(token), httponly=True, samesite="strict", path=base or "/")
+        session = sessions_of(request).open(token)
+        response.set_cookie(SESSION, session, httponly=True, samesite="strict", path=base or "/")
         return response
 
     return login
@@ -281,6 +308,7 @@ async def _logout(request: Any) -> Any:
 
     if not csrf.check(request, await read_form(request)):
         return forbidden(request)
+    sessions_of(request).close(request.cookies.get(SESSION, ""))
     base = request.scope.get("root_path", "")
     response = RedirectResponse(base + "/login", status_code=303)
     response.delete_cookie(SESSION, path=base or "/", httponly=True, samesite="strict")
@@ -288,13 +316,13 @@ async def _logout(request: Any) -> Any:
 
 
 def _events(tokens: Tokens) -> Any:
-    from sse_starlette import EventSourceResponse, ServerSentEvent
+    from sse_starlette import ServerSentEvent
     from starlette.requests import Request
 
-    from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, event_source
+    from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, StreamResponse, event_source
     from graphckpt.server.routes.streams import open_stream
 
-    async def events(request: Request) -> EventSourceResponse:
+    async def events(request: Request) -> StreamResponse:
         ns = namespace_of(tokens, request)
         service = request.app.state.service
         thread_id = request.path_params["thread_id"]
@@ -317,6 +345,9 @@ def _events(tokens: Tokens) -> Any:
             service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS), preamble=first
         )
         keepalive = request.app.state.config.keepalive
-        return EventSourceResponse(source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE)
+        stall = request.app.state.config.stall_timeout
+        return StreamResponse(
+            source, headers=HEADERS, ping=keepalive, shutdown_grace_period=SHUTDOWN_GRACE, send_timeout=stall
+        )
 
     return events
