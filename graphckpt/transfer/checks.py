@@ -13,7 +13,7 @@ can read, or refuses the file with one line and writes nothing. The rules:
 - **Every stored byte is decoded once**, schema-free (:func:`decode`): first by a msgpack reader whose every limit is
   the length of the bytes themselves (a header announcing 4 billion items in 5 bytes is refused before anything is
   allocated; nesting is bounded), then by the same schema-free loader the reading commands use. Extension types are
-  checked by code; a model or enum is only ever a *name* (never looked up, never imported), and that name must look
+  checked by code; a model or enum is only ever a *name* (never imported, never called), and that name must look
   like the ``module.QualName`` graphckpt writes, of a class that can be one (:func:`_names_a_class`). Pickle, zstd
   frames, trailing bytes and unknown extension codes are refused.
 
