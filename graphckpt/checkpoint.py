@@ -178,7 +178,18 @@ class Snapshot:
 
     @property
     def created_at(self) -> dt.datetime:
-        return dt.datetime.fromtimestamp(self._cp.created_at, dt.UTC)
+        """When the checkpoint was committed; a tampered row's time that is no date (``1e300``, NaN, an infinity,
+        not a number) is :class:`~graphckpt.errors.CorruptCheckpointError` naming thread and checkpoint."""
+        cp = self._cp
+        try:
+            return dt.datetime.fromtimestamp(cp.created_at, dt.UTC)
+        except (OverflowError, OSError, ValueError, TypeError):
+            raise CorruptCheckpointError(
+                f"checkpoint {cp.checkpoint_id[:80]!r} of thread {cp.thread_id[:80]!r} has a stored created_at that "
+                f"is not a date ({str(cp.created_at)[:40]})",
+                thread_id=cp.thread_id,
+                checkpoint_id=cp.checkpoint_id,
+            ) from None
 
     @property
     def namespace(self) -> tuple[str, ...]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, LiteralString
 
 from graphckpt.savers._checks import lease_from_columns, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
 from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
+from graphckpt.savers.lazyjson import LazyJsonMapping
 
 THREAD_COLS: LiteralString = (
     "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
@@ -175,7 +178,7 @@ def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
         parent_thread_id=ptid,
         parent_checkpoint_id=pcp,
         error=error,
-        metadata=metadata,
+        metadata=_mapping(metadata),
         lease=lease,
         epoch=row[14],
     )
@@ -191,6 +194,15 @@ def checkpoint_from_row(row: tuple[Any, ...]) -> StoredCheckpoint:
         step=step,
         created_at=created,
         status=status,
-        metadata=metadata,
+        metadata=_mapping(metadata),
         body=bytes(body),
     )
+
+
+def _mapping(metadata: Any) -> Mapping[str, Any]:
+    """A row's metadata as read (a dict); an edited row's JSON that is not an object (an array, a string, a number)
+    becomes a mapping that raises :class:`~graphckpt.errors.CorruptCheckpointError` when looked into, as SQLite's
+    :class:`~graphckpt.savers.lazyjson.LazyJsonMapping` does."""
+    if isinstance(metadata, LazyJsonMapping | dict):
+        return metadata
+    return LazyJsonMapping(json.dumps(metadata, allow_nan=True))

@@ -417,7 +417,8 @@ class PostgresSaver(PostgresRuns, Saver):
             "filter": Jsonb(nul_free(dict(filter))) if filter else None,
         }
         rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
-        return [StoredCheckpoint(*row) for row in rows]  # columns in field order; bytea arrives as bytes
+        # columns in field order; bytea arrives as bytes; metadata that is not an object is corrupt when read
+        return [StoredCheckpoint(*row) if isinstance(row[7], Mapping) else checkpoint_from_row(row) for row in rows]
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
         if not ranges:

@@ -13,22 +13,27 @@ can read, or refuses the file with one line and writes nothing. The rules:
 - **Every stored byte is decoded once**, schema-free (:func:`decode`): first by a msgpack reader whose every limit is
   the length of the bytes themselves (a header announcing 4 billion items in 5 bytes is refused before anything is
   allocated; nesting is bounded), then by the same schema-free loader the reading commands use. Extension types are
-  checked by code; a model or enum is only ever a *name* (never looked up, never imported), and that name must look
-  like the ``module.QualName`` graphckpt writes. Pickle, zstd frames, trailing bytes and unknown extension codes are
-  refused.
+  checked by code; a model or enum is only ever a *name* (never imported, never called), and that name must look
+  like the ``module.QualName`` graphckpt writes, of a class that can be one (:func:`_names_a_class`). Pickle, zstd
+  frames, trailing bytes and unknown extension codes are refused.
 
 Every check raises ``ValueError`` with a message naming the field; the caller adds the export line.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import enum
+import importlib.machinery
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import pydantic
 
 from graphckpt.errors import CorruptCheckpointError
 
@@ -238,3 +243,79 @@ def _ext(code: int, payload: bytes, depth: int) -> None:
             raise ValueError(f"extension {code} does not name a type as graphckpt writes it ({cut(inner[:1])})")
         if code == _MODEL and not isinstance(inner[1], dict):
             raise ValueError("a stored model's fields are not a map")
+        _names_a_class(inner[0], pydantic.BaseModel if code == _MODEL else enum.Enum)
+
+
+_SOURCE_MAX = 4 << 20  # a module's source read to find a class statement in it (bytes)
+
+
+def _names_a_class(name: str, kind: type) -> None:
+    """Refuse a stored type name that graphckpt cannot have written: one naming anything but a ``kind`` class.
+
+    Nothing is imported or called. A name in a module this process already loaded is looked up in the modules'
+    ``vars`` (no ``__getattr__``); a name in the standard library (loaded or not) must be such a class there (the
+    standard library has no pydantic model); a name in a module that is not loaded is looked for as ``class``
+    statements in the module's source, found on ``sys.path`` (the current directory included) without running it.
+    A module this machine does not have (or ``__main__``: the exporting script) is only a name (the reader never looks
+    it up): accepted."""
+    parts = name.split(".")
+    if parts[0] == "__main__":
+        return  # the exporting program's script, not this process's
+    for cut_at in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut_at]))
+        if module is not None:
+            value: Any = module
+            for part in parts[cut_at:]:
+                value = vars(value).get(part) if hasattr(value, "__dict__") else None
+            if isinstance(value, type) and issubclass(value, kind):
+                return
+            raise ValueError(f"{cut(name)} names no {kind.__name__} class (graphckpt never stores such a name)")
+    top = parts[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise ValueError(f"{cut(name)} names no {kind.__name__} class (graphckpt never stores such a name)")
+    source = _module_source(parts)
+    if source is not None and not _class_statement(source[0], source[1]):
+        raise ValueError(f"{cut(name)} names no class of its module's source (graphckpt never stores such a name)")
+
+
+def _module_source(parts: list[str]) -> tuple[str, list[str]] | None:
+    """The source of the longest module prefix of ``parts`` found on ``sys.path`` (statically: nothing runs), and the
+    rest of ``parts`` (the qualified name inside it); ``None`` when no prefix is found."""
+    found: tuple[str, list[str]] | None = None
+    search: list[str] | None = None
+    for at in range(1, len(parts)):
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:at]), search)
+        except (ImportError, ValueError, OSError):
+            break
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            break
+        found = (spec.origin, parts[at:])
+        if spec.submodule_search_locations is None:
+            break
+        search = list(spec.submodule_search_locations)
+    if found is None:
+        return None
+    try:
+        with open(found[0], "rb") as handle:
+            return handle.read(_SOURCE_MAX).decode("utf-8", "replace"), found[1]
+    except OSError:
+        return None
+
+
+def _class_statement(source: str, qualname: list[str]) -> bool:
+    """``qualname`` is a chain of ``class`` statements in ``source`` (a class defined in a function, whose name
+    holds ``<locals>``, is accepted when the source has a class of its last name anywhere)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True  # not Python we can read: no evidence either way, the name stays a name
+    if "<locals>" in qualname:
+        return any(isinstance(n, ast.ClassDef) and n.name == qualname[-1] for n in ast.walk(tree))
+    nodes: list[ast.AST] = list(ast.walk(tree))  # the outermost class may sit in an ``if`` or ``try``
+    for part in qualname:
+        match = next((n for n in nodes if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if match is None:
+            return False
+        nodes = list(match.body)
+    return True

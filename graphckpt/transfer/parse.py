@@ -262,9 +262,16 @@ def _writes_from(item: dict[str, Any], codec: Codec) -> WritesLine:
         keys.add((task_id, kind, index))
         what = f"pending write ({cut(task_id)}, {kind}, {index})"
         data = _unb64(entry[3], what)
-        if data or kind != "result":  # an empty result: a withdrawn one (a reducer refused it; the task runs again)
+        if data or kind != "result":
             check.decode(data, what, codec.serde.loads)
         stored.append(StoredWrite(task_id, kind, index, data))
+    failed = {w.task_id for w in stored if w.kind == "error"}
+    for w in stored:  # an empty result withdraws a failed task's early one (it runs again): nothing else is empty
+        if not w.data and (w.index != 0 or w.task_id not in failed):
+            raise ValueError(
+                f"pending write ({cut(w.task_id)}, result, {w.index}) is empty, and only the result 0 of a task that "
+                "failed (an error write) may be"
+            )
     return WritesLine(check.text(item["checkpoint_id"], "checkpoint_id"), stored, status, error)
 
 

@@ -226,6 +226,13 @@ def writes_error(value: Any) -> Callable[[Lines], Lines]:
     return change
 
 
+def empty_result_without_error(lines: Lines) -> Lines:
+    """The failed task's own empty result (index 0) is legitimate; another task's is not."""
+    writes = next(item for item in lines if item["kind"] == "writes")
+    writes["writes"].append(["another-task", "result", 0, ""])
+    return lines
+
+
 def deep_metadata(lines: Lines) -> Lines:
     value: Any = 1
     for _ in range(200):
@@ -297,6 +304,16 @@ CASES: list[tuple[str, Callable[[Lines], Lines], str]] = [
     ("write-unknown-kind", write_field(1, "exec"), "unknown pending write kind 'exec'"),
     ("error-with-nul", writes_error("boom\x00"), "error contains a NUL"),
     ("unknown-field", with_field("graph", f"{CANARY_MODULE}:app"), "unknown field 'graph'"),
+    ("empty-write", write_field(3, ""), "does not decode (no bytes)"),
+    ("empty-result-of-a-task-that-did-not-fail", empty_result_without_error, "is empty"),
+    ("model-naming-os-system", with_blob(ext(12, msgpack.packb(["os.system", {}]))), "names no BaseModel class"),
+    ("enum-naming-os-system", with_blob(ext(11, msgpack.packb(["os.system", "id"]))), "names no Enum class"),
+    ("model-naming-subprocess", with_blob(ext(12, msgpack.packb(["subprocess.Popen", {}]))), "names no BaseModel"),
+    ("model-naming-builtins", with_blob(ext(12, msgpack.packb(["builtins.eval", {}]))), "names no BaseModel"),
+    ("model-naming-canary-function", with_blob(ext(12, msgpack.packb(["gc_canary.boom", {}]))), "names no class"),
+    ("enum-naming-canary-class", with_blob(ext(11, msgpack.packb(["gc_canary.Boom", 1]))), "names no class"),
+    ("write-naming-os-system", with_write(ext(12, msgpack.packb(["os.system", {}]))), "names no BaseModel class"),
+    ("write-naming-canary", with_write(ext(11, msgpack.packb(["gc_canary.app", 1]))), "names no class"),
 ]
 
 

@@ -351,3 +351,98 @@ async def test_sqlite_metadata_that_is_not_json_is_corrupt(tmp_path: Path) -> No
         [cp, _] = await saver.list_checkpoints("t")
         with pytest.raises(CorruptCheckpointError, match="stored metadata is not JSON"):
             dict(cp.metadata)
+
+
+def _cli(db: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "graphckpt.cli", "--db", db, *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def _tampered(kind: str, tmp_path: Path, request: pytest.FixtureRequest, sqlite_sql: str, pg_sql: str) -> Any:
+    """A thread ``t`` of two checkpoints, its rows edited; returns ``(a fresh saver factory, the CLI's --db)``."""
+    path = tmp_path / "c.db"
+    schema = request.getfixturevalue("schema") if kind == "postgres" else ""
+
+    def fresh() -> Any:
+        return SqliteSaver(path) if kind == "sqlite" else PostgresSaver(PG_DSN, schema=schema)
+
+    app = doc_app(fresh())
+    try:
+        await app.ainvoke({}, thread_id="t")
+    finally:
+        await app.aclose()
+    if kind == "sqlite":
+        sqlite_rows(path, sqlite_sql)
+    else:
+        pg(schema, pg_sql)
+    return fresh, str(path) if kind == "sqlite" else f"{PG_DSN}?schema={schema}"
+
+
+READING_COMMANDS = (["show", "t"], ["show", "t", "--json"], ["history", "t"], ["history", "t", "--json"], ["threads"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "created"),
+    [(k, c) for k in ("sqlite", "postgres") for c in ("1e300", "'Infinity'", "'-Infinity'")] + [("postgres", "'NaN'")],
+)  # SQLite keeps NaN as NULL, which its NOT NULL column refuses
+async def test_a_stored_time_that_is_no_date_is_corrupt_naming_thread_and_checkpoint(
+    kind: str, created: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A ``created_at`` edited to 1e300, an infinity or NaN: ``get_state`` and ``history`` raise
+    ``CorruptCheckpointError`` naming the thread and the checkpoint (never ``OverflowError`` or ``ValueError``), and
+    every reading command ends without a traceback."""
+    sqlite_value = {"'Infinity'": "9e999", "'-Infinity'": "-9e999"}.get(created, created)
+    fresh, db = await _tampered(
+        kind,
+        tmp_path,
+        request,
+        f"UPDATE checkpoints SET created_at = {sqlite_value}",
+        f"UPDATE checkpoints SET created_at = {created}",
+    )
+    app = doc_app(fresh())
+    try:
+        head = (await app.aget_state("t")).checkpoint_id
+        with pytest.raises(CorruptCheckpointError, match=rf"checkpoint '{head}' of thread 't' .*not a date"):
+            (await app.aget_state("t")).created_at  # noqa: B018
+        with pytest.raises(CorruptCheckpointError, match="of thread 't'"):
+            [snap.created_at for snap in await app.ahistory("t")]
+    finally:
+        await app.aclose()
+    for args in READING_COMMANDS:
+        result = _cli(db, *args)
+        assert "Traceback" not in result.stderr and "Error:" not in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.parametrize("metadata", ["[1, 2]", '"text"', "7", "null"])
+async def test_pg_metadata_that_is_not_an_object_is_corrupt(
+    metadata: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On PostgreSQL, checkpoint and thread metadata edited to a JSON array, string, number or null: reading it is
+    ``CorruptCheckpointError`` (as on SQLite), never ``AttributeError`` or ``TypeError``, in the API and the CLI."""
+    fresh, db = await _tampered(
+        "postgres",
+        tmp_path,
+        request,
+        "",
+        f"UPDATE checkpoints SET metadata = '{metadata}'::json; UPDATE threads SET metadata = '{metadata}'::json",
+    )
+    app = doc_app(fresh())
+    try:
+        with pytest.raises(CorruptCheckpointError, match="not a JSON object"):
+            dict((await app.aget_state("t")).metadata)
+        with pytest.raises(CorruptCheckpointError, match="not a JSON object"):
+            [dict(snap.metadata) for snap in await app.ahistory("t")]
+        with pytest.raises(CorruptCheckpointError, match="not a JSON object"):
+            [dict(info.metadata) for info in await app.athreads()]
+    finally:
+        await app.aclose()
+    for args in (*READING_COMMANDS, ["diff", "t", "t"], ["export", "t"]):
+        result = _cli(db, *args)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        assert result.returncode in (0, 1), (args, result.returncode, result.stderr)
