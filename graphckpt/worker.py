@@ -52,9 +52,11 @@ CANCEL_CHECK = 0.25
 """A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
 this often (seconds): one cheap read, never on every step of a fast run."""
 
-STORE_ATTEMPTS = 3
+STORE_ATTEMPTS = 5
 """A run whose attempts all ended in a store error (a :class:`~graphckpt.errors.SaverError`: a dropped PostgreSQL
-connection, a SQLite write lock held past ``busy_timeout``) this many times ends ``failed``, naming the error."""
+connection, a SQLite write lock held past ``busy_timeout``) this many times ends ``failed``, naming the error. An
+attempt that committed a step before its store error does not end the run: it made progress, so the store is not
+(only) failing, and it is re-queued whatever its number."""
 
 STORE_BACKOFF = 0.5
 """After a store error the worker waits this long (seconds) before it re-queues the run or tries its own loop's next
@@ -195,9 +197,12 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         self._executing[run.run_id] = task
+        first_step: int | None = None  # the step this attempt began at: did it commit any before a store error?
+        engine: Run | None = None
         try:
             tags = await self._tags(app, run)
             engine = await begin_queued(app.run_options, app.runner, run, fence, tags)
+            first_step = engine.step
             for hook in self.on_begin:
                 hook(run, engine)
             next_check = ids.now() + CANCEL_CHECK
@@ -225,7 +230,8 @@ class Worker:
         except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
             end, error = "failed", str(exc)
         except SaverError as exc:  # the store failed the run: the thread is left to this claim; retry it later
-            end, error = await self._store_failed(app, run, fence, exc)
+            progressed = engine is not None and first_step is not None and engine.step > first_step
+            end, error = await self._store_failed(app, run, fence, exc, progressed=progressed)
         except GraphckptError as exc:
             end, error = "failed", f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # the store failed: back to the queue (or its lease expires and the sweeper does it)
@@ -257,13 +263,15 @@ class Worker:
             old = own
         return {**(old if isinstance(old, Mapping) else {}), "graph": run.graph, "run": run.run_id}
 
-    async def _store_failed(self, app: App, run: RunRecord, fence: str, exc: SaverError) -> tuple[RunStatus, str]:
+    async def _store_failed(
+        self, app: App, run: RunRecord, fence: str, exc: SaverError, *, progressed: bool
+    ) -> tuple[RunStatus, str]:
         """A run that failed on the store (the engine kept the thread's lease: it is not known safe). Before the
         last attempt: release the lease (so the next attempt claims the thread at once; if the store is still down
         it expires instead, and the thread shows ``crashed`` meanwhile), wait a backoff, and go back to the queue.
         At the last: end the thread and the run ``failed``, naming the error (if the store takes that write; else
         the lease expires and recovery queues a resume later)."""
-        if run.attempt >= self.store_attempts:
+        if run.attempt >= self.store_attempts and not progressed:
             error = f"store error on {run.attempt} attempt{'s' if run.attempt != 1 else ''}: {exc}"
             logger.warning("run %s of thread %r: %s; failed", run.run_id, run.thread_id, error)
             with contextlib.suppress(GraphckptError):  # the stop's commit ends the thread and the run together

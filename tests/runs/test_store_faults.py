@@ -133,7 +133,7 @@ def test_a_worker_whose_postgres_connections_are_terminated_mid_run_stays_up_and
     terminated = []
     try:
         fleet.start_worker()
-        for at in (3, 12):  # twice, mid-run (calls are 0.1 s apart): each costs the run in flight one of 3 attempts
+        for at in (3, 12):  # twice, mid-run (calls are 0.1 s apart): each costs the run in flight one attempt
             wait_for(lambda a=at: fleet.calls().total() >= a, 60, what=f"{at} calls")  # type: ignore[misc]
             with psycopg.connect(PG_DSN, autocommit=True) as conn:
                 rows = conn.execute(
