@@ -98,25 +98,6 @@ RUN_SQL: dict[str, LiteralString] = {
 }
 
 
-def run_from_row(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        thread_id=row[1],
-        kind=row[2],
-        status=row[3],
-        graph=row[4],
-        payload=bytes(row[5]) if row[5] is not None else None,
-        attempt=row[6],
-        worker=row[7],
-        fence=row[8],
-        lease_until=row[9],
-        created_at=row[10],
-        started_at=row[11],
-        ended_at=row[12],
-        error=row[13],
-    )
-
-
 class PostgresRuns(RunQueue):
     """Mixed into :class:`~graphckpt.savers.postgres.PostgresSaver`."""
 
@@ -174,7 +155,7 @@ class PostgresRuns(RunQueue):
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 return None  # another worker claimed a run of the same thread at the same time: try again
             raise
-        return run_from_row(rows[0]) if rows else None
+        return RunRecord.from_row(rows[0]) if rows else None
 
     async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
         params = {"run": run_id, "fence": fence, "status": status, "error": error, "now": ids.now()}
@@ -194,11 +175,11 @@ class PostgresRuns(RunQueue):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})
-        return run_from_row(rows[0]) if rows else None
+        return RunRecord.from_row(rows[0]) if rows else None
 
     async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         rows = await self._fetch("list_runs", "list_runs", {"tid": thread_id, "status": status})
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     async def requeue_expired(self, now: float) -> int:
         params = {"now": now, "salt": ids.new_id(), "channel": self.channel, "graphless": GRAPHLESS}

@@ -73,25 +73,6 @@ GET_CREATED = "SELECT tags, created_at FROM created_threads WHERE thread_id = ?"
 DELETE_CREATED = "DELETE FROM created_threads WHERE thread_id = ?"
 
 
-def run_from_row(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        thread_id=row[1],
-        kind=row[2],
-        status=row[3],
-        graph=row[4],
-        payload=bytes(row[5]) if row[5] is not None else None,
-        attempt=row[6],
-        worker=row[7],
-        fence=row[8],
-        lease_until=row[9],
-        created_at=row[10],
-        started_at=row[11],
-        ended_at=row[12],
-        error=row[13],
-    )
-
-
 class SqliteRuns(RunQueue):
     """Mixed into :class:`~graphckpt.savers.sqlite.SqliteSaver`."""
 
@@ -119,7 +100,7 @@ class SqliteRuns(RunQueue):
 
         def body(conn: sqlite3.Connection) -> RunRecord | None:
             row = conn.execute(CLAIM_RUN, params).fetchone()
-            return run_from_row(row) if row is not None else None
+            return RunRecord.from_row(row) if row is not None else None
 
         result: RunRecord | None = await self._write(body)
         return result
@@ -144,7 +125,7 @@ class SqliteRuns(RunQueue):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-        return run_from_row(rows[0]) if rows else None
+        return RunRecord.from_row(rows[0]) if rows else None
 
     async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         sql = (
@@ -152,7 +133,7 @@ class SqliteRuns(RunQueue):
             " ORDER BY created_at, run_id"
         )
         rows = await self._fetch(sql, (thread_id, thread_id, status, status))
-        return [run_from_row(r) for r in rows]
+        return [RunRecord.from_row(r) for r in rows]
 
     async def requeue_expired(self, now: float) -> int:
         def body(conn: sqlite3.Connection) -> int:

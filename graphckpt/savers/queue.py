@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from graphckpt.savers.base import Owner
 
@@ -60,6 +60,27 @@ class RunRecord:
     started_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RunRecord:
+        """A run from a database row whose columns are this record's fields, in order (both SQL savers read them
+        so)."""
+        return cls(
+            run_id=row[0],
+            thread_id=row[1],
+            kind=row[2],
+            status=row[3],
+            graph=row[4],
+            payload=bytes(row[5]) if row[5] is not None else None,
+            attempt=row[6],
+            worker=row[7],
+            fence=row[8],
+            lease_until=row[9],
+            created_at=row[10],
+            started_at=row[11],
+            ended_at=row[12],
+            error=row[13],
+        )
 
 
 class RunQueue:
