@@ -129,6 +129,12 @@ def main(db: str, thread: str) -> int:
     if os.environ.get("AUDIT_OTEL"):
         enable_file_telemetry(os.environ["AUDIT_OTEL"])
     graph = build_agent_graph() if os.environ.get("AUDIT_GRAPH") == "agent" else build_graph()
+    return run_or_resume(graph, db, thread)
+
+
+def run_or_resume(graph: Any, db: str, thread: str) -> int:
+    """Start ``thread`` on the SQLite file ``db``, or resume it (once a killed owner's lease is gone), saying each
+    commit and the end on stdout for the parent test to read."""
     app = graph.compile(saver=SqliteSaver(db))
     try:
         try:

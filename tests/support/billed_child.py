@@ -13,10 +13,9 @@ import sys
 
 from pydantic import BaseModel
 
-from graphckpt import END, START, StateGraph, ThreadNotFoundError
-from graphckpt.savers.sqlite import SqliteSaver
+from graphckpt import END, START, StateGraph
 from nodes import LLMRetry, chat_node
-from support.leasing import wait_unleased
+from support.audit_child import run_or_resume
 
 TIMEOUT = 1.0
 """The client's timeout per request (seconds): a reply held longer times out and is retried."""
@@ -41,27 +40,9 @@ def build_graph() -> StateGraph:
     return g
 
 
-def say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
 def main(db: str, thread: str) -> int:
     os.environ.setdefault("GRAPHCKPT_LEASE_SECONDS", "0.5")  # a killed child's thread is crashed that soon
-    app = build_graph().compile(saver=SqliteSaver(db))
-    try:
-        try:
-            app.get_state(thread)
-            wait_unleased(app, thread)
-            stream = app.stream(None, thread_id=thread, mode="checkpoints", resume=True)
-        except ThreadNotFoundError:
-            stream = app.stream({}, thread_id=thread, mode="checkpoints")
-        for snap in stream:
-            say(f"commit {snap.step}")
-        say(f"done {app.get_state(thread).status}")
-    finally:
-        app.close()
-    return 0
+    return run_or_resume(build_graph(), db, thread)
 
 
 if __name__ == "__main__":
