@@ -80,7 +80,8 @@ SQL: dict[str, LiteralString] = {
     # same statement.
     "put_writes": """WITH o AS (
         SELECT 1 FROM {threads}
-        WHERE thread_id = %(tid)s AND head_checkpoint_id = %(cp)s AND run_id = %(run)s AND NOT deleted
+        WHERE thread_id = %(tid)s AND (head_checkpoint_id = %(cp)s OR %(anywhere)s::boolean) AND run_id = %(run)s
+            AND NOT deleted
         FOR UPDATE
     ), w AS (
         INSERT INTO {writes} (thread_id, checkpoint_id, task_id, kind, idx, data)
@@ -115,6 +116,11 @@ SQL: dict[str, LiteralString] = {
     DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id IN (SELECT checkpoint_id FROM c)""",
     "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
+    # a family's members (graphckpt.savers.base.FAMILY_SEP): a range scan of the primary key (COLLATE "C")
+    "list_family": "SELECT "
+    + THREAD_COLS
+    + """ FROM {threads} WHERE NOT deleted AND (thread_id = %(tid)s OR (thread_id >= %(lo)s AND thread_id < %(hi)s))
+        ORDER BY thread_id""",
     "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
     # crashed and running are told apart by the lease: running with an expired lease (or a dead owner on this host,
     # which only the reader can tell) is crashed; thread_status filters the rows read.

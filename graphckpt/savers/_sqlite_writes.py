@@ -302,12 +302,14 @@ def put_writes(
     status: Status | None,
     error: str | None,
     now: float,
+    anywhere: bool = False,
 ) -> None:
-    """Store the pending write ``rows`` of the head ``checkpoint_id`` owned by ``run_id``, then set the status (so the
-    writes' events come before the stop's); a stop other than ``running`` releases the lease in that statement."""
+    """Store the pending write ``rows`` of the head ``checkpoint_id`` (any checkpoint id when ``anywhere``) owned by
+    ``run_id``, then set the status (so the writes' events come before the stop's); a stop other than ``running``
+    releases the lease in that statement."""
     owned = conn.execute(
-        "SELECT 1 FROM threads WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0",
-        (thread_id, checkpoint_id, run_id),
+        "SELECT 1 FROM threads WHERE thread_id = ? AND (head_checkpoint_id = ? OR ?) AND run_id = ? AND deleted = 0",
+        (thread_id, checkpoint_id, anywhere, run_id),
     ).fetchall()
     if len(owned) != 1:
         raise cas_failed(conn, thread_id, run_id, checkpoint_id, now)

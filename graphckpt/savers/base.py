@@ -102,6 +102,7 @@ __all__ = [
     "BlobKind",
     "BlobRange",
     "EventKind",
+    "FAMILY_SEP",
     "FinishedTask",
     "Lease",
     "Owner",
@@ -117,6 +118,7 @@ __all__ = [
     "claim_lost",
     "filter_can_match",
     "json_equal",
+    "kept_key",
     "lease_from_columns",
     "lease_lost",
     "metadata_matches",
@@ -125,6 +127,20 @@ __all__ = [
     "thread_status",
     "utf8_safe",
 ]
+
+
+FAMILY_SEP = "~"
+"""Separates a family's id from the rest of a member thread's id: the threads ``F`` and ``F~...`` form the family
+``F`` (:meth:`Saver.list_family`). A family is the set of graphckpt threads that one logical thread of another engine
+maps to (LangGraph: one thread id, all its checkpoint namespaces and all its branches): each member is an ordinary
+thread, and a branch is a fork of the member it branched from. ``~`` sorts after every other printable ASCII
+character but ``DEL``, so the members are one key range: ``F~`` up to ``F\x7f``."""
+
+
+def kept_key(checkpoint_id: str) -> str:
+    """The key kept writes of ``checkpoint_id`` are stored under (see :meth:`Saver.put_kept_writes`): no checkpoint
+    has it, so no commit clears them."""
+    return checkpoint_id + "#kept"
 
 
 class Saver(abc.ABC):
@@ -251,6 +267,7 @@ class Saver(abc.ABC):
         run_id: str,
         status: Status | None = None,
         error: str | None = None,
+        anywhere: bool = False,
     ) -> None:
         """Record pending writes against the checkpoint ``checkpoint_id`` (the thread's head), durably, in one
         transaction; when ``status`` is given the thread's status (and ``error``) change in the same transaction.
@@ -259,7 +276,36 @@ class Saver(abc.ABC):
         ``running`` releases the lease in the same transaction. Raises :class:`LeaseLostError` naming the new owner
         if the thread's owner is not ``run_id`` and :class:`ThreadConflictError` if the head is no longer
         ``checkpoint_id``; nothing is written then.
+
+        ``anywhere=True`` (never used by the engine; see :meth:`put_kept_writes`) drops the head check: the writes
+        are recorded against ``checkpoint_id`` whatever the head is, even a checkpoint not committed yet. The owner
+        check stays, and :class:`ThreadNotFoundError` is raised when the thread does not exist.
         """
+
+    async def put_kept_writes(
+        self, thread_id: str, checkpoint_id: str, writes: Sequence[StoredWrite], *, run_id: str
+    ) -> None:
+        """Record writes against any checkpoint of the thread and keep them after the next commit (what LangGraph's
+        checkpointer contract needs: every checkpoint keeps the writes its tasks made; graphckpt's engine never
+        calls it). ``checkpoint_id`` may be any stored checkpoint of the thread, or one not committed yet: writes
+        that arrive before their checkpoint are kept and read back once it is committed. The writes go under
+        :func:`kept_key` of the checkpoint, a key no commit clears; read them with :meth:`get_kept_writes`. Same
+        replacement, owner check and errors as :meth:`put_writes` (no head check)."""
+        await self.put_writes(thread_id, kept_key(checkpoint_id), writes, run_id=run_id, anywhere=True)
+
+    async def get_kept_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
+        """The writes :meth:`put_kept_writes` recorded against a checkpoint, ordered by ``(task_id, kind, index)``."""
+        return await self.get_writes(thread_id, kept_key(checkpoint_id))
+
+    async def list_family(self, family: str) -> list[ThreadRecord]:
+        """The threads of one family, in one indexed query: ``family`` itself and every thread whose id starts with
+        ``family + FAMILY_SEP`` (the branches of one logical thread; see :data:`FAMILY_SEP`), not deleted, ordered by
+        thread id. This default filters :meth:`list_threads`; SQL backends answer with a range scan of the threads'
+        primary key."""
+        prefix = family + FAMILY_SEP
+        records = await self.list_threads()
+        found = [r for r in records if r.thread_id == family or r.thread_id.startswith(prefix)]
+        return sorted(found, key=lambda r: r.thread_id)
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> None:

@@ -221,6 +221,7 @@ class MemorySaver(MemoryRuns, Saver):
         run_id: str,
         status: Status | None = None,
         error: str | None = None,
+        anywhere: bool = False,
     ) -> None:
         check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
         error = utf8_safe(error)
@@ -229,7 +230,7 @@ class MemorySaver(MemoryRuns, Saver):
         thread = self._require(thread_id)
         if thread.record.run_id != run_id:
             raise lease_lost(thread_id, thread.record.lease, run_id, ids.now())
-        if thread.record.head_checkpoint_id != checkpoint_id:
+        if not anywhere and thread.record.head_checkpoint_id != checkpoint_id:
             raise ThreadConflictError(
                 f"thread {brief(thread_id)!r} moved: head is {brief(thread.record.head_checkpoint_id)!r}, "
                 f"expected {brief(checkpoint_id)!r}"

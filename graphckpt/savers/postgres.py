@@ -96,6 +96,7 @@ from graphckpt.savers._pg_wire import (
     bytes_elements,
 )
 from graphckpt.savers.base import (
+    FAMILY_SEP,
     Blob,
     BlobRange,
     Owner,
@@ -312,6 +313,7 @@ class PostgresSaver(PostgresRuns, Saver):
         run_id: str,
         status: Status | None = None,
         error: str | None = None,
+        anywhere: bool = False,
     ) -> None:
         check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
         error = utf8_safe(error)
@@ -323,6 +325,7 @@ class PostgresSaver(PostgresRuns, Saver):
         params = {
             "tid": thread_id,
             "cp": checkpoint_id,
+            "anywhere": anywhere,
             "run": run_id,
             "status": status,
             "error": error,
@@ -373,6 +376,11 @@ class PostgresSaver(PostgresRuns, Saver):
         rows = await self._fetch("list_threads", "list_threads", {"status": status, "now": now})
         records = [thread_from_row(row, now) for row in rows]
         return [r for r in records if r.status == status] if status in ("crashed", "running") else records
+
+    async def list_family(self, family: str) -> list[ThreadRecord]:
+        params = {"tid": family, "lo": family + FAMILY_SEP, "hi": family + "\x7f"}
+        now, rows = ids.now(), await self._fetch("list_family", "list_family", params)
+        return [thread_from_row(row, now) for row in rows]
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

@@ -83,6 +83,7 @@ match its header, which zeros never do. Pass ``preallocate_wal=0`` to turn it of
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sqlite3
@@ -111,6 +112,7 @@ from graphckpt.savers._sqlite_sql import (
     thread_from_row,
 )
 from graphckpt.savers.base import (
+    FAMILY_SEP,
     Blob,
     BlobRange,
     Owner,
@@ -295,6 +297,7 @@ class SqliteSaver(SqliteRuns, Saver):
         run_id: str,
         status: Status | None = None,
         error: str | None = None,
+        anywhere: bool = False,
     ) -> None:
         check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
         error = utf8_safe(error)
@@ -303,10 +306,9 @@ class SqliteSaver(SqliteRuns, Saver):
         now = ids.now()
         rows = [(thread_id, checkpoint_id, w.task_id, w.kind, w.index, w.data) for w in writes]
 
+        put = functools.partial(tx.put_writes, run_id=run_id, status=status, error=error, now=now, anywhere=anywhere)
         await self._write(
-            lambda conn: tx.put_writes(
-                conn, thread_id, checkpoint_id, rows, run_id=run_id, status=status, error=error, now=now
-            ),
+            lambda conn: put(conn, thread_id, checkpoint_id, rows),
             relaxed=status is None and bool(writes) and all(w.kind == "started" for w in writes),
         )
 
@@ -332,6 +334,11 @@ class SqliteSaver(SqliteRuns, Saver):
         rows = await self._fetch(f"{sql} ORDER BY updated_at DESC, thread_id DESC", params)
         records = [thread_from_row(row, now) for row in rows]
         return [r for r in records if r.status == status] if status in STATUS_CLAUSE else records
+
+    async def list_family(self, family: str) -> list[ThreadRecord]:
+        now, sql = ids.now(), f"{THREAD_SELECT} AND (thread_id = ? OR (thread_id >= ? AND thread_id < ?))"
+        rows = await self._fetch(f"{sql} ORDER BY thread_id", (family, family + FAMILY_SEP, family + "\x7f"))
+        return [thread_from_row(row, now) for row in rows]
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

@@ -19,6 +19,7 @@ from graphckpt.testing._commits import CommitCases
 from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
+from graphckpt.testing._kept import KeptWriteAndFamilyCases
 from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
@@ -35,6 +36,7 @@ class SaverConformance(
     CommitCases,
     ForkAndDeleteCases,
     HostileValueCases,
+    KeptWriteAndFamilyCases,
     LeaseCases,
     QueueCases,
 ):
