@@ -13,6 +13,7 @@ never imported. Bytes that do not decode raise :class:`CorruptCheckpointError` (
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import enum
@@ -36,6 +37,7 @@ __all__ = ["Serializer", "types_in"]
 # extension codes: part of the stored format, never renumber
 _TUPLE, _SET, _FROZENSET, _DATETIME, _DATE, _TIME, _TIMEDELTA, _UUID, _DECIMAL, _PATH, _ENUM, _MODEL = range(1, 13)
 _ZONED_DATETIME = 13  # a datetime in a named zone: [isoformat (with its offset), zone key]
+_CUSTOM = 14  # a registered dataclass or a class with a registered codec: [registry name, its encoded form]
 
 _MAX_DEPTH = 256  # extension values (tuple, set, model, ...) nested in each other, when reading
 _MAX_WRITE_DEPTH = 128  # and when writing: anything written stays readable, with room to spare
@@ -71,13 +73,30 @@ class Serializer:
         self._hooks: dict[int, Callable[[int, bytes], Any]] = {}  # ext_hook per nesting depth, made once
         self._defaults: dict[int, Callable[[Any], msgpack.ExtType]] = {}  # default per nesting depth, made once
         self._names: dict[type, str] = {}
+        self._codecs: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
         for tp in registered:
             self.register(tp)
 
     def register(self, tp: type) -> None:
-        """Allow a pydantic model or Enum class to be stored. Its registry name is its qualified name."""
+        """Allow a pydantic model, Enum class or dataclass to be stored. Its registry name is its qualified name.
+        A dataclass is stored as its ``init`` fields by name and built again by calling the class with them."""
+        if dataclasses.is_dataclass(tp) and not issubclass(tp, (pydantic.BaseModel, enum.Enum)):
+            names = [f.name for f in dataclasses.fields(tp) if f.init]
+            self.register_codec(tp, lambda obj: {n: getattr(obj, n) for n in names}, lambda fields: tp(**fields))
+            return
         if not (issubclass(tp, pydantic.BaseModel) or issubclass(tp, enum.Enum)):
-            raise TypeError(f"only pydantic models and Enum classes can be registered, not {tp!r}")
+            raise TypeError(f"only pydantic models, Enum classes and dataclasses can be registered, not {tp!r}")
+        self._add_name(tp)
+
+    def register_codec(self, tp: type, encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> None:
+        """Allow instances of exactly ``tp`` to be stored as ``encode(obj)`` (any storable value) and loaded as
+        ``decode(that value)``. Its registry name is its qualified name; loading finds it by that name only."""
+        if tp in self._codecs:
+            return
+        self._add_name(tp)
+        self._codecs[tp] = (encode, decode)
+
+    def _add_name(self, tp: type) -> None:
         if tp in self._names:
             return
         name = f"{tp.__module__}.{tp.__qualname__}"
@@ -133,6 +152,9 @@ class Serializer:
         if isinstance(obj, pathlib.PurePath):
             return msgpack.ExtType(_PATH, str(obj).encode())
         name = self._names.get(tp)
+        codec = self._codecs.get(tp) if name is not None else None
+        if codec is not None:
+            return msgpack.ExtType(_CUSTOM, pack([name, codec[0](obj)]))
         if name is not None:
             if isinstance(obj, enum.Enum):
                 return msgpack.ExtType(_ENUM, pack([name, obj.value]))
@@ -211,6 +233,22 @@ class Serializer:
             return decimal.Decimal(payload.decode())
         if code == _PATH:
             return pathlib.Path(payload.decode())
+        if code == _CUSTOM:
+            name, inner = self._seq(payload, depth)
+            if self.raw:
+                return inner
+            tp = self._by_name.get(name) if isinstance(name, str) else None
+            codec = self._codecs.get(tp) if tp is not None else None
+            if codec is None:
+                raise CorruptCheckpointError(f"stored value names an unregistered type {name!r}; it was not loaded")
+            try:
+                return codec[1](inner)
+            except CorruptCheckpointError:
+                raise
+            except Exception as exc:
+                raise CorruptCheckpointError(
+                    f"stored value for {name!r} does not load ({type(exc).__name__})"
+                ) from None
         if code in (_ENUM, _MODEL):
             name, inner = self._seq(payload, depth)
             if self.raw:

@@ -1,0 +1,215 @@
+"""How a LangGraph checkpoint is laid out in graphckpt rows: member thread names, the body, and channel blobs.
+
+Names. A LangGraph thread ``T`` is the graphckpt thread family ``F = q(T)`` (``q`` escapes ``%`` and ``~``, so no
+thread id is a prefix-with-separator of another; see :data:`graphckpt.savers.base.FAMILY_SEP`). Each branch of each
+checkpoint namespace is one member thread: ``F`` for the first root of the root namespace, ``F~q(ns)`` for the first
+root of namespace ``ns``, and ``F~q(ns)~SUFFIX`` for every other branch (``SUFFIX`` is the id of the branch's first
+checkpoint, made unique if needed). A branch that starts from a stored checkpoint (``update_state`` on a past
+checkpoint, a second run from an earlier point) is a graphckpt fork of the member holding that checkpoint; another
+root (a checkpoint put with no parent) is a member with no parent.
+
+Steps. graphckpt's ``step`` counts along a member's lineage (parent's step + 1, 0 at a root); LangGraph's own
+``metadata["step"]`` (from -1, repeating across branches) is kept as it is in the metadata.
+
+Channels. Each channel value a checkpoint stores is one blob at ``(member, channel, step)``. A list that extends the
+previous version of the same channel (``add_messages``, ``operator.add``: the usual LangGraph state) is stored as a
+``delta`` holding only the new items; anything else as a ``snapshot``. Items are encoded one by one, so the check
+"extends the previous version" compares bytes and is right even if a node mutated an old item in place. Along one
+lineage every version of a channel between its last snapshot and a delta belongs to that delta's chain, so a value is
+read with one :meth:`~graphckpt.savers.base.Saver.get_blobs` call covering that span.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphckpt.errors import CorruptCheckpointError
+from graphckpt.savers.base import FAMILY_SEP, Blob, BlobRange
+from graphckpt.serde import Serializer
+
+__all__ = ["Body", "ValueCache", "decode_body", "encode_body", "family_of", "member_name", "parse_member"]
+
+FORMAT = "langgraph/1"
+"""Marks a body written by the compat saver (an engine body has no such key)."""
+
+
+def _q(text: str) -> str:
+    return text.replace("%", "%25").replace(FAMILY_SEP, "%7E")
+
+
+def family_of(thread_id: str) -> str:
+    """The graphckpt family of a LangGraph thread id."""
+    return _q(thread_id)
+
+
+def member_name(family: str, ns: str, suffix: str = "") -> str:
+    """The member thread of ``family`` for namespace ``ns``: its first root without ``suffix``, a branch with it."""
+    if not ns and not suffix:
+        return family
+    return f"{family}{FAMILY_SEP}{_q(ns)}" + (f"{FAMILY_SEP}{suffix}" if suffix else "")
+
+
+def parse_member(family: str, member: str) -> str | None:
+    """The namespace of member thread ``member`` of ``family`` (``None`` when it is not one)."""
+    if member == family:
+        return ""
+    prefix = family + FAMILY_SEP
+    if not member.startswith(prefix):
+        return None
+    quoted = member[len(prefix) :].split(FAMILY_SEP, 1)[0]
+    return quoted.replace("%7E", FAMILY_SEP).replace("%25", "%")
+
+
+@dataclass(slots=True)
+class Body:
+    """The decoded body of a compat checkpoint."""
+
+    checkpoint: dict[str, Any]
+    """LangGraph's checkpoint without ``id`` and ``channel_values``: ``v``, ``ts``, ``channel_versions``,
+    ``versions_seen``, ``updated_channels`` and any key a newer LangGraph adds."""
+    parent_id: str | None
+    """LangGraph's parent checkpoint id (kept even when that checkpoint was pruned)."""
+    pointers: dict[str, tuple[str, int, Any]]
+    """channel -> (member thread, step) of the blob holding its value at this checkpoint, and its version."""
+    lineage: list[tuple[str, int]]
+    """Newest first: (member thread, first step of the lineage stored under it)."""
+
+
+def encode_body(plain: Serializer, body: Body) -> bytes:
+    return plain.dumps(
+        {
+            "f": FORMAT,
+            "c": body.checkpoint,
+            "p": body.parent_id,
+            "ch": {k: list(v) for k, v in body.pointers.items()},
+            "lin": [list(seg) for seg in body.lineage],
+        }
+    )
+
+
+def decode_body(plain: Serializer, data: bytes) -> Body | None:
+    """The body, or ``None`` when ``data`` is not a compat body (a thread the engine wrote)."""
+    try:
+        raw = plain.loads(data)
+    except CorruptCheckpointError:
+        return None
+    if not isinstance(raw, dict) or raw.get("f") != FORMAT:
+        return None
+    pointers = {k: (v[0], int(v[1]), v[2]) for k, v in raw["ch"].items()}
+    return Body(raw["c"], raw["p"], pointers, [(t, int(s)) for t, s in raw["lin"]])
+
+
+@dataclass(slots=True)
+class _Known:
+    items: list[bytes] | None  # a list's items encoded one by one; None for any other value
+    whole: bytes | None  # a non-list value, encoded
+    snap: tuple[str, int]  # where the chain of this version starts
+
+
+class ValueCache:
+    """The encoded form of recently written channel versions, by ``(member, channel, step)``: what a new version
+    is compared with to store only what it appends. Bounded (least recently used go first)."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._known: OrderedDict[tuple[str, str, int], _Known] = OrderedDict()
+
+    def get(self, key: tuple[str, str, int]) -> _Known | None:
+        found = self._known.get(key)
+        if found is not None:
+            self._known.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, str, int], known: _Known) -> None:
+        self._known[key] = known
+        self._known.move_to_end(key)
+        while len(self._known) > self._size:
+            self._known.popitem(last=False)
+
+    def forget(self, member: str) -> None:
+        for key in [k for k in self._known if k[0] == member]:
+            del self._known[key]
+
+
+def channel_blob(
+    ser: Serializer,
+    cache: ValueCache,
+    member: str,
+    step: int,
+    channel: str,
+    value: Any,
+    previous: tuple[str, int] | None,
+) -> Blob:
+    """The blob storing ``value`` of ``channel`` at ``(member, step)``: a delta when it is a list extending the
+    version at ``previous`` (as far as the cache knows it), else a snapshot."""
+    base = cache.get((previous[0], channel, previous[1])) if previous is not None else None
+    if type(value) is list:
+        items = [ser.dumps(item) for item in value]
+        old = base.items if base is not None else None
+        if old is not None and previous is not None and len(items) >= len(old) and items[: len(old)] == old:
+            assert base is not None
+            data = ser.dumps(["d", list(previous), list(base.snap), items[len(old) :]])
+            cache.put((member, channel, step), _Known(items, None, base.snap))
+            return Blob(member, channel, step, "delta", data)
+        cache.put((member, channel, step), _Known(items, None, (member, step)))
+        return Blob(member, channel, step, "snapshot", ser.dumps(["l", items]))
+    whole = ser.dumps(value)
+    cache.put((member, channel, step), _Known(None, whole, (member, step)))
+    return Blob(member, channel, step, "snapshot", ser.dumps(["v", whole]))
+
+
+def value_ranges(
+    ser: Serializer, body: Body, step: int, heads: Mapping[str, Blob]
+) -> tuple[dict[str, Any], list[BlobRange]]:
+    """From the blobs each pointer names (``heads``): the values that are whole (snapshots), and the ranges
+    holding the chains of the others."""
+    values: dict[str, Any] = {}
+    ranges: list[BlobRange] = []
+    for channel, (member, at, _version) in body.pointers.items():
+        blob = heads.get(channel)
+        if blob is None:
+            raise CorruptCheckpointError(f"channel {channel!r} has no stored value at step {at} of {member!r}")
+        raw = ser.loads(blob.data)
+        if raw[0] == "v":
+            values[channel] = ser.loads(raw[1])
+        elif raw[0] == "l":
+            values[channel] = [ser.loads(item) for item in raw[1]]
+        else:
+            snap_member, snap_step = raw[2]
+            ranges.extend(_chain_ranges(body, step, channel, (member, at), (snap_member, int(snap_step))))
+    return values, ranges
+
+
+def _chain_ranges(body: Body, step: int, channel: str, end: tuple[str, int], start: tuple[str, int]) -> list[BlobRange]:
+    ranges = []
+    upper = step + 1
+    for member, first in body.lineage:  # newest first
+        lo, hi = max(first, start[1]), min(upper - 1, end[1])
+        if lo <= hi:
+            ranges.append(BlobRange(member, channel, lo, hi))
+        upper = first
+    return ranges
+
+
+def fold_chains(ser: Serializer, blobs: Sequence[Blob]) -> dict[str, list[Any]]:
+    """The list values the chains in ``blobs`` (snapshot then deltas of each channel, in step order) add up to."""
+    by_channel: dict[str, list[Blob]] = {}
+    for blob in blobs:
+        by_channel.setdefault(blob.channel, []).append(blob)
+    out: dict[str, list[Any]] = {}
+    for channel, chain in by_channel.items():
+        chain.sort(key=lambda b: b.step)
+        items: list[bytes] = []
+        for blob in chain:
+            raw = ser.loads(blob.data)
+            if raw[0] == "l":
+                items = list(raw[1])
+            elif raw[0] == "d":
+                items.extend(raw[3])
+            else:
+                raise CorruptCheckpointError(f"channel {channel!r}: a chain holds a value that is not a list")
+        out[channel] = [ser.loads(item) for item in items]
+    return out
