@@ -78,7 +78,7 @@ class GraphckptSaver(BaseCheckpointSaver[int]):
     """
 
     def __init__(self, saver: Saver, *, types: Iterable[type] = ()) -> None:
-        self.serializer = langgraph_serializer(types)
+        self.serializer = langgraph_serializer(schema_types(*types))
         super().__init__(serde=SafeSerde(self.serializer))
         self.saver = saver
         self._store = Store(saver, self.serializer)
@@ -97,8 +97,8 @@ class GraphckptSaver(BaseCheckpointSaver[int]):
         return cls(Database(url).saver(create=True), types=types)
 
     def register(self, *types: type) -> None:
-        """Allow more pydantic models, enums or dataclasses to be stored."""
-        for tp in types:
+        """Allow more pydantic models, enums or dataclasses to be stored (and those their fields name)."""
+        for tp in schema_types(*types):
             self.serializer.register(tp)
 
     def register_graph(self, graph: Any) -> None:
