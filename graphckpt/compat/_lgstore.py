@@ -23,6 +23,7 @@ from graphckpt.compat._lgvalues import (
     parse_member,
     value_ranges,
 )
+from graphckpt.compat._lgwrites import Appended, encode_write, find_refs, read_writes
 from graphckpt.errors import SerializationError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.serde import Serializer
@@ -66,6 +67,8 @@ class Store:
         self.cache = ValueCache()
         self._where: dict[tuple[str, str], str] = {}  # (family, checkpoint id) -> member holding it
         self._early: dict[tuple[str, str, str], list[StoredWrite]] = {}  # writes before their checkpoint
+        self._appended: dict[tuple[str, str], list[Appended]] = {}  # (family, checkpoint id) -> its appending writes
+        self._new_items: list[tuple[Blob, list[bytes]]] = []  # the list blobs of the checkpoint being put
         self._lock = asyncio.Lock()
 
     # -- finding -----------------------------------------------------------------------------------------------------
@@ -139,6 +142,7 @@ class Store:
                         member = member_name(family, ns, f"{cid}.{ids.new_id()}")
                 expected, step = None, parent.cp.step + 1 if parent is not None else 0
                 lineage = [(member, step), *(parent.body.lineage if parent is not None else [])]
+            self._new_items = []
             stored = self._checkpoint(member, step, cid, parent, parent_id, checkpoint, meta, new_versions, lineage)
             try:
                 await self.saver.commit(stored, expected_head=expected, run_id=RUN_ID)
@@ -151,6 +155,11 @@ class Store:
         early = self._early.pop((family, ns, cid), None)
         if early:
             await self.saver.put_kept_writes(member, cid, early, run_id=RUN_ID)
+        appended = self._appended.pop((family, parent_id), None) if parent is not None and parent_id else None
+        if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
+            refs = [r for blob, items in self._new_items for r in find_refs(self.ser, appended, blob, items)]
+            if refs:
+                await self.saver.put_kept_writes(parent.member, parent.cp.checkpoint_id, refs, run_id=RUN_ID)
 
     def _checkpoint(
         self,
@@ -176,9 +185,12 @@ class Store:
                 continue
             previous = (old[0], old[1]) if old is not None else None
             try:
-                blobs.append(channel_blob(self.ser, self.cache, member, step, channel, value, previous))
+                blob, items = channel_blob(self.ser, self.cache, member, step, channel, value, previous)
             except SerializationError as exc:
                 raise SerializationError(f"channel {channel!r}: {exc}") from None
+            blobs.append(blob)
+            if items:
+                self._new_items.append((blob, items))
             pointers[channel] = (member, step, version)
         rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
         body = Body(rest, parent_id, pointers, lineage)
@@ -200,15 +212,18 @@ class Store:
     async def put_writes(
         self, thread_id: str, ns: str, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> None:
-        rows = []
+        rows, appended = [], []
         for index, (channel, value) in enumerate(writes):
-            try:
-                data = self.ser.dumps([channel, value, path])
-            except SerializationError as exc:
-                raise SerializationError(f"write to channel {channel!r} of task {task_id!r}: {exc}") from None
-            rows.append(StoredWrite(task_id, "result", _SPECIAL_INDEX.get(channel, index), data))
+            row, items = encode_write(self.ser, task_id, _SPECIAL_INDEX.get(channel, index), channel, value, path)
+            rows.append(row)
+            if items is not None:
+                appended.append(items)
         family = family_of(thread_id)
         async with self._lock:
+            if appended:
+                self._appended.setdefault((family, checkpoint_id), []).extend(appended)
+                while len(self._appended) > 256:  # only the latest checkpoints' writes can be referred to
+                    del self._appended[next(iter(self._appended))]
             member = self._where.get((family, checkpoint_id))
             if member is None:
                 found = await self._find(family, ns, checkpoint_id, await self._members(family, ns))
@@ -278,10 +293,8 @@ class Store:
         checkpoint = dict(body.checkpoint)
         checkpoint["id"] = found.cp.checkpoint_id
         checkpoint["channel_values"] = values
-        writes = []
-        for w in await self.saver.get_kept_writes(found.member, found.cp.checkpoint_id):
-            channel, value, _path = self.ser.loads(w.data)
-            writes.append((w.task_id, channel, value))
+        rows = await self.saver.get_kept_writes(found.member, found.cp.checkpoint_id)
+        writes = await read_writes(self.ser, self.saver, rows)
         return Loaded(thread_id, ns, checkpoint, dict(found.cp.metadata), body.parent_id, writes)
 
     # -- deleting and copying ----------------------------------------------------------------------------------------
@@ -331,7 +344,7 @@ class Store:
                 if item.writes:
                     member = self._where[(family_of(target), cp["id"])]
                     rows = [
-                        StoredWrite(task, "result", _SPECIAL_INDEX.get(ch, i), self.ser.dumps([ch, value, ""]))
+                        encode_write(self.ser, task, _SPECIAL_INDEX.get(ch, i), ch, value, "")[0]
                         for i, (task, ch, value) in enumerate(item.writes)
                     ]
                     await self.saver.put_kept_writes(member, cp["id"], rows, run_id=RUN_ID)

@@ -142,9 +142,10 @@ def channel_blob(
     channel: str,
     value: Any,
     previous: tuple[str, int] | None,
-) -> Blob:
+) -> tuple[Blob, list[bytes] | None]:
     """The blob storing ``value`` of ``channel`` at ``(member, step)``: a delta when it is a list extending the
-    version at ``previous`` (as far as the cache knows it), else a snapshot."""
+    version at ``previous`` (as far as the cache knows it), else a snapshot; and, for a list, the encoded items the
+    blob holds."""
     base = cache.get((previous[0], channel, previous[1])) if previous is not None else None
     if type(value) is list:
         items = [ser.dumps(item) for item in value]
@@ -153,12 +154,12 @@ def channel_blob(
             assert base is not None
             data = ser.dumps(["d", list(previous), list(base.snap), items[len(old) :]])
             cache.put((member, channel, step), _Known(items, None, base.snap))
-            return Blob(member, channel, step, "delta", data)
+            return Blob(member, channel, step, "delta", data), items[len(old) :]
         cache.put((member, channel, step), _Known(items, None, (member, step)))
-        return Blob(member, channel, step, "snapshot", ser.dumps(["l", items]))
+        return Blob(member, channel, step, "snapshot", ser.dumps(["l", items])), items
     whole = ser.dumps(value)
     cache.put((member, channel, step), _Known(None, whole, (member, step)))
-    return Blob(member, channel, step, "snapshot", ser.dumps(["v", whole]))
+    return Blob(member, channel, step, "snapshot", ser.dumps(["v", whole])), None
 
 
 def value_ranges(
