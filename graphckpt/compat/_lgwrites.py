@@ -7,7 +7,8 @@ replaced by a reference to that slice of the blob (``ref``); reading it back tak
 whose items do not appear there as they are (a reducer changed them) stays whole.
 
 Row data: ``["w", channel, value, task_path]``, ``["r", channel, member, step, start, end, single, task_path]``, or
-for an exception (a task's error) ``["e", channel, its type's qualified name, its message, task_path]``.
+for an exception (a task's error) ``["e", channel, its type's name, its message, task_path]``: never the class
+itself; it reads back as the text ``TypeName('message')``, as LangGraph's SqliteSaver returns it.
 """
 
 from __future__ import annotations
@@ -20,19 +21,7 @@ from graphckpt.errors import CorruptCheckpointError, SerializationError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredWrite
 from graphckpt.serde import Serializer
 
-__all__ = ["Appended", "StoredTaskError", "encode_write", "find_refs", "read_writes"]
-
-
-class StoredTaskError(Exception):
-    """A task's error as stored: LangGraph writes the exception a node raised; it is stored as its type's qualified
-    name and message, never as the class itself, and read back as this (``type_name`` names the original)."""
-
-    def __init__(self, type_name: str, message: str) -> None:
-        super().__init__(message)
-        self.type_name = type_name
-
-    def __repr__(self) -> str:
-        return f"{self.type_name.rsplit('.', 1)[-1]}({str(self)!r})"
+__all__ = ["Appended", "encode_write", "find_refs", "read_writes"]
 
 
 @dataclass(slots=True)
@@ -52,8 +41,7 @@ def encode_write(
 ) -> tuple[StoredWrite, Appended | None]:
     """The row of one write, and, for a list (or a lone LangChain message), its items encoded one by one."""
     if isinstance(value, BaseException):
-        name = value.type_name if isinstance(value, StoredTaskError) else type(value).__qualname__
-        data = ["e", channel, f"{type(value).__module__}.{name}", str(value), path]
+        data = ["e", channel, type(value).__qualname__, str(value), path]
         return StoredWrite(task_id, "result", index, ser.dumps(data)), None
     try:
         row = StoredWrite(task_id, "result", index, ser.dumps(["w", channel, value, path]))
@@ -110,8 +98,8 @@ async def read_writes(ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]
         if d[0] == "w":
             out.append((w.task_id, d[1], d[2]))
             continue
-        if d[0] == "e":
-            out.append((w.task_id, d[1], StoredTaskError(d[2], d[3])))
+        if d[0] == "e":  # as LangGraph's own savers read an error back: its repr, as text
+            out.append((w.task_id, d[1], f"{d[2]}({d[3]!r})"))
             continue
         _r, channel, member, step, start, end, single, _path = d
         items = blobs.get((member, channel, step))

@@ -76,7 +76,7 @@ def _history(graph: Any, config: dict[str, Any]) -> list[Any]:
     out = []
     for snap in graph.get_state_history(config):
         meta = snap.metadata or {}
-        tasks = [(t.name, _plain(t.result) if t.result is not None else None, t.error) for t in snap.tasks]
+        tasks = [(t.name, _plain(t.result) if t.result is not None else None, repr(t.error)) for t in snap.tasks]
         interrupts = [_plain(i.value) for i in snap.interrupts]
         out.append((_plain(snap.values), snap.next, meta.get("source"), meta.get("step"), tasks, interrupts))
     return out
@@ -298,3 +298,37 @@ def test_map_reduce_with_send(ours: GraphckptSaver, theirs: LangGraphSqliteSaver
 
     got = _same(scenario, ours, theirs)
     assert len(got[0]) == 4
+
+
+# -- a task that fails ---------------------------------------------------------------------------------------------
+
+
+def test_a_failed_task_is_shown_in_history_and_the_rerun_succeeds(
+    ours: GraphckptSaver, theirs: LangGraphSqliteSaver
+) -> None:
+    def scenario(checkpointer: Any) -> list[Any]:
+        attempts: list[int] = []
+
+        def flaky(state: Count) -> dict[str, Any]:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise ValueError("boom on the first attempt")
+            return {"steps": ["flaky"], "total": state["total"] + 1}
+
+        builder = StateGraph(Count)
+        builder.add_node("ok", lambda s: {"steps": ["ok"]})
+        builder.add_node("flaky", flaky)
+        builder.add_edge(START, "ok")
+        builder.add_edge(START, "flaky")
+        graph = builder.compile(checkpointer=checkpointer)
+        config = {"configurable": {"thread_id": "flaky"}}
+        with pytest.raises(ValueError, match="boom"):
+            graph.invoke({"steps": [], "total": 0}, config)
+        failed = graph.get_state(config)
+        seen = [failed.next, [(t.name, repr(t.error)) for t in failed.tasks]]
+        out = graph.invoke(None, config)
+        return [*seen, out, len(attempts), _history(graph, config)]
+
+    got = _same(scenario, ours, theirs)
+    assert ("flaky", repr("ValueError('boom on the first attempt')")) in got[1]  # the error, as text
+    assert got[3] == 2 and sorted(got[2]["steps"]) == ["flaky", "ok"]
