@@ -113,7 +113,8 @@ SQL: dict[str, LiteralString] = {
     "prune": """WITH c AS (
         DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
     ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s)
-    DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id IN (SELECT checkpoint_id FROM c)""",
+    DELETE FROM {writes} WHERE thread_id = %(tid)s
+        AND checkpoint_id IN (SELECT checkpoint_id FROM c UNION ALL SELECT checkpoint_id || '#kept' FROM c)""",
     "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
     # a family's members (graphckpt.savers.base.FAMILY_SEP): a range scan of the primary key (COLLATE "C")

@@ -108,8 +108,9 @@ def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | 
     above = -1 if needed is None else int(needed)
     conn.execute(
         "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id IN"
-        " (SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND step > ?)",
-        (thread_id, thread_id, above),
+        " (SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND step > ?"
+        " UNION ALL SELECT checkpoint_id || '#kept' FROM checkpoints WHERE thread_id = ? AND step > ?)",
+        (thread_id, thread_id, above, thread_id, above),
     )
     conn.execute("DELETE FROM blobs WHERE thread_id = ? AND step > ?", (thread_id, above))
     conn.execute("DELETE FROM checkpoints WHERE thread_id = ? AND step > ?", (thread_id, above))

@@ -32,6 +32,7 @@ from graphckpt.savers.base import (
     StoredEvent,
     StoredWrite,
     ThreadRecord,
+    kept_key,
 )
 from graphckpt.savers.events import checkpoint_events
 from graphckpt.savers.lazyjson import LazyJsonMapping
@@ -276,6 +277,7 @@ class MemorySaver(MemoryRuns, Saver):
             cp = thread.by_step.pop(step)
             del thread.by_id[cp.checkpoint_id]
             self._writes.pop((thread_id, cp.checkpoint_id), None)
+            self._writes.pop((thread_id, kept_key(cp.checkpoint_id)), None)
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
         for key, blobs in list(self._blobs.items()):
             if key[0] == thread_id:

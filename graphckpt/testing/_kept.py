@@ -54,6 +54,14 @@ class KeptWriteAndFamilyCases:
             await saver.put_writes(t, cps[0].checkpoint_id, [_w("a", 0, b"x")], run_id=run)
         assert await saver.get_kept_writes(t, cps[0].checkpoint_id) == []
 
+    async def test_kept_writes_go_with_their_thread(self, saver: Saver) -> None:
+        """Deleting a thread deletes its kept writes too (their key is not a checkpoint id)."""
+        t, run = new_thread_id("kept-gone"), new_id()
+        cps = await commit_chain(saver, t, 2, run_id=run)
+        await saver.put_kept_writes(t, cps[0].checkpoint_id, [_w("a", 0, b"x")], run_id=run)
+        await saver.delete_thread(t)
+        assert await saver.get_kept_writes(t, cps[0].checkpoint_id) == []
+
     async def test_list_family_finds_the_branches_of_one_logical_thread(self, saver: Saver) -> None:
         """The family ``F`` is ``F`` and every ``F~...`` thread (forks and other roots alike), by thread id; a
         thread whose id only shares a prefix (``F-x``, ``Fx``) is not in it, nor are deleted members."""
