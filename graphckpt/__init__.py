@@ -24,6 +24,7 @@ from graphckpt.diff import Diff, FieldChange
 from graphckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    EncryptionError,
     GraphckptError,
     GraphckptWarning,
     GraphSetupError,
@@ -43,6 +44,7 @@ from graphckpt.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
+from graphckpt.encryption import Keyring
 from graphckpt.graph import StateGraph
 from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
 from graphckpt.records import CrashedThread, RecoveryResult
@@ -66,6 +68,7 @@ __all__ = [
     "CrashedThread",
     "Diff",
     "END",
+    "EncryptionError",
     "FieldChange",
     "GraphSetupError",
     "GraphckptError",
@@ -73,6 +76,7 @@ __all__ = [
     "Interrupt",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
+    "Keyring",
     "Lease",
     "LeaseLostError",
     "MemorySaver",
