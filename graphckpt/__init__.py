@@ -21,6 +21,7 @@ from graphckpt.checkpoint import (
 from graphckpt.context import Context, current_context, get_stream_writer, interrupt
 from graphckpt.control import END, START, Command, Send
 from graphckpt.diff import Diff, FieldChange
+from graphckpt.encryption import Keyring
 from graphckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -44,7 +45,6 @@ from graphckpt.errors import (
     ThreadNotFoundError,
     ThreadStateError,
 )
-from graphckpt.encryption import Keyring
 from graphckpt.graph import StateGraph
 from graphckpt.messages import REMOVE_ALL_MESSAGES, MessagesState, RemoveMessage, add_messages
 from graphckpt.records import CrashedThread, RecoveryResult
