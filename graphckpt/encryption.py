@@ -27,7 +27,17 @@ from typing import Any, Final
 
 from graphckpt.errors import EncryptionError
 
-__all__ = ["ENV_KEYS", "ENV_REQUIRE", "MAGIC", "TEXT_PREFIX", "Keyring", "is_sealed", "sealed_key_id", "text_key_id"]
+__all__ = [
+    "ENV_KEYS",
+    "ENV_REQUIRE",
+    "MAGIC",
+    "TEXT_PREFIX",
+    "Keyring",
+    "encrypted",
+    "is_sealed",
+    "sealed_key_id",
+    "text_key_id",
+]
 
 ENV_KEYS: Final = "GRAPHCKPT_ENCRYPTION_KEYS"
 ENV_REQUIRE: Final = "GRAPHCKPT_REQUIRE_ENCRYPTION"
@@ -40,6 +50,12 @@ _COMPRESS_MIN: Final = 96
 _NONCE: Final = 12
 _KEY_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MAX_PLAIN: Final = 1 << 30
+
+
+def encrypted(saver: object) -> bool:
+    """Whether ``saver`` seals what it writes: its ``sealer`` (see :mod:`graphckpt.savers._sealing`) holds a
+    keyring. The memory saver, and savers of other projects, never do."""
+    return getattr(getattr(saver, "sealer", None), "keyring", None) is not None
 
 
 def is_sealed(data: bytes) -> bool:

@@ -41,7 +41,7 @@ from graphckpt.savers._checks import brief
 from graphckpt.savers._rows import Blob, FinishedTask, StoredCheckpoint, StoredEvent, StoredWrite, ThreadRecord
 from graphckpt.savers.events import encode_payload
 
-__all__ = ["PLAIN_METADATA", "SEALED_KEY", "Sealer", "context"]
+__all__ = ["PLAIN_METADATA", "SEALED_KEY", "Sealer", "context", "is_token"]
 
 PLAIN_METADATA: Final = frozenset(
     {"source", "step", "writes", "durations_ms", "usage", "replayed_ms", "forked_from", "subgraph", "trace"}
@@ -82,7 +82,7 @@ class Sealer:
         return dataclasses.replace(
             cp,
             body=ring.seal(cp.body, context("body", tid, cid)),
-            metadata=self._seal_metadata(ring, cp.metadata, tid, cid),
+            metadata=self.seal_metadata(ring, cp.metadata, tid, cid),
             blobs=[
                 dataclasses.replace(b, data=ring.seal(b.data, context("blob", b.thread_id, b.channel, b.step, b.kind)))
                 for b in cp.blobs
@@ -116,7 +116,7 @@ class Sealer:
             elif key not in PLAIN_METADATA and key != "tags":
                 raise EncryptionError(f"cannot filter on metadata key {brief(key)!r}: it is encrypted")
 
-    def _seal_metadata(self, ring: Keyring, meta: Mapping[str, Any], tid: str, cid: str) -> Mapping[str, Any]:
+    def seal_metadata(self, ring: Keyring, meta: Mapping[str, Any], tid: str, cid: str) -> Mapping[str, Any]:
         plain: dict[str, Any] = {}
         hidden: dict[str, Any] = {}
         for key, value in meta.items():
@@ -151,8 +151,8 @@ class Sealer:
         if cp is None:
             return None
         tid, cid = cp.thread_id, cp.checkpoint_id
-        body = self._open(cp.body, context("body", tid, cid), f"checkpoint {brief(cid)} of thread {brief(tid)!r}")
-        metadata = self._open_metadata(cp.metadata, tid, cid)
+        body = self.open_value(cp.body, context("body", tid, cid), f"checkpoint {brief(cid)} of thread {brief(tid)!r}")
+        metadata = self.open_metadata(cp.metadata, tid, cid)
         if body is cp.body and metadata is cp.metadata:
             return cp
         return dataclasses.replace(cp, body=body, metadata=metadata)
@@ -167,7 +167,7 @@ class Sealer:
     def open_thread(self, record: ThreadRecord | None) -> ThreadRecord | None:
         if record is None or self.keyring is None:
             return record
-        metadata = self._open_metadata(record.metadata, record.thread_id, record.head_checkpoint_id)
+        metadata = self.open_metadata(record.metadata, record.thread_id, record.head_checkpoint_id)
         return record if metadata is record.metadata else dataclasses.replace(record, metadata=metadata)
 
     def open_threads(self, records: list[ThreadRecord]) -> list[ThreadRecord]:
@@ -178,7 +178,7 @@ class Sealer:
     def open_blobs(self, blobs: list[Blob]) -> list[Blob]:
         out = blobs
         for i, b in enumerate(blobs):
-            data = self._open(
+            data = self.open_value(
                 b.data,
                 context("blob", b.thread_id, b.channel, b.step, b.kind),
                 f"the {b.kind} of channel {brief(b.channel)!r} at step {b.step} of thread {brief(b.thread_id)!r}",
@@ -192,7 +192,7 @@ class Sealer:
     def open_writes(self, thread_id: str, checkpoint_id: str, writes: list[StoredWrite]) -> list[StoredWrite]:
         out = writes
         for i, w in enumerate(writes):
-            data = self._open(
+            data = self.open_value(
                 w.data,
                 context("write", thread_id, checkpoint_id, w.task_id, w.kind, w.index),
                 f"the {w.kind} write {w.index} of task {brief(w.task_id)!r} in thread {brief(thread_id)!r}",
@@ -209,12 +209,12 @@ class Sealer:
             if e.kind != "task.finished":
                 continue
             update = e.payload.get("update")
-            if not isinstance(update, Mapping) or not any(_is_token(v) for v in update.values()):
+            if not isinstance(update, Mapping) or not any(is_token(v) for v in update.values()):
                 continue
             task_id = e.payload.get("task_id")
             opened = {
-                k: self._open_token(v, context("event", e.thread_id, e.step, str(task_id), k), f"event {e.id}")
-                if _is_token(v)
+                k: self.open_token(v, context("event", e.thread_id, e.step, str(task_id), k), f"event {e.id}")
+                if is_token(v)
                 else v
                 for k, v in update.items()
             }
@@ -223,7 +223,8 @@ class Sealer:
             out[i] = dataclasses.replace(e, payload={**e.payload, "update": opened})
         return out
 
-    def _open(self, data: bytes, ctx: bytes, what: str) -> bytes:
+    def open_value(self, data: bytes, ctx: bytes, what: str) -> bytes:
+        """The plaintext of stored bytes bound to ``ctx`` (plaintext stays as it is unless ``require``)."""
         if not is_sealed(data):
             if self.require:
                 raise EncryptionError(f"{what} is stored in plaintext, and encryption is required")
@@ -238,7 +239,7 @@ class Sealer:
             )
         return ring.open(data, ctx, what)
 
-    def _open_token(self, token: str, ctx: bytes, what: str) -> Any:
+    def open_token(self, token: str, ctx: bytes, what: str) -> Any:
         ring = self.keyring
         if ring is None:
             from graphckpt.encryption import text_key_id
@@ -250,7 +251,7 @@ class Sealer:
             )
         return json.loads(ring.open_text(token, ctx, what))["v"]
 
-    def _open_metadata(self, meta: Mapping[str, Any], tid: str, cid: str) -> Mapping[str, Any]:
+    def open_metadata(self, meta: Mapping[str, Any], tid: str, cid: str) -> Mapping[str, Any]:
         if self.keyring is None:
             return meta
         token = meta.get(SEALED_KEY)
@@ -266,5 +267,5 @@ class Sealer:
         return out
 
 
-def _is_token(value: Any) -> bool:
+def is_token(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(TEXT_PREFIX)

@@ -61,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
-from graphckpt.encryption import Keyring
+from graphckpt.encryption import Keyring, is_sealed
 from graphckpt.errors import (
     CorruptCheckpointError,
     LeaseLostError,
@@ -201,7 +201,8 @@ class PostgresSaver(PostgresRuns, Saver):
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, KIND_CODE[b.kind]
-            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED:  # larger: refused by the server (its limit per value)
+            # larger: refused by the server (its limit per value); sealed: compressed before it was (see encryption)
+            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED and not is_sealed(data):
                 packed = self._zstd.compress(data)
                 if len(packed) <= len(data) - (len(data) >> 3):
                     data, kind = packed, kind | COMPRESSED

@@ -145,3 +145,26 @@ async def test_filtering_on_encrypted_metadata_is_refused(tmp_path: Path) -> Non
             await app.ahistory("a", filter={"tags": {"customer": MARKER}})
         assert (await app.aget_state("a")).metadata["tags"] == {"team": "x", "customer": MARKER}
     assert MARKER.encode() not in sqlite_bytes(tmp_path / "f.db")
+
+
+def export(db: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    import base64
+    import sys
+
+    keys = f"k1:{base64.b64encode(K1).decode()}"
+    env = {**os.environ, "GRAPHCKPT_ENCRYPTION_KEYS": keys, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "graphckpt", "export", "t1", "--db", str(db), *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+async def test_an_export_of_an_encrypted_database_needs_decrypt(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    async with SqliteSaver(path, encryption=Keyring({"k1": K1})) as saver:
+        await scenario(build(saver))
+    refused = export(path)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "stored encrypted, and an export writes its values decrypted: confirm with --decrypt" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    decrypted = export(path, "--decrypt")
+    assert decrypted.returncode == 0, decrypted.stderr
+    assert '"kind":"header"' in decrypted.stdout.replace(" ", "")
