@@ -102,6 +102,14 @@ def _write(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if fixed is None else {"data": fixed}
 
 
+def _run(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
+    if row["payload"] is None:
+        return None
+    ctx = context("run", row["run_id"], row["thread_id"], row["kind"])
+    fixed = _bytes_fix(sealer, bytes(row["payload"]), ctx, f"the payload of run {row['run_id']!r}")
+    return None if fixed is None else {"payload": fixed}
+
+
 def _event(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
     if row["kind"] != "task.finished":
         return None
@@ -121,24 +129,23 @@ def _event(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"payload": encode_payload({**payload, "update": sealed})}
 
 
-_JSON = frozenset({"metadata", "payload"})
-"""Columns of JSON text (``json`` on PostgreSQL: read as text, written back cast)."""
-
-
 @dataclass(frozen=True)
 class _Table:
     name: str
     keys: tuple[str, ...]
     values: tuple[str, ...]
     fix: Fix
+    json: tuple[str, ...] = ()
+    """Columns of JSON text (``json`` on PostgreSQL: read as text, written back cast)."""
 
 
 TABLES = (
-    _Table("checkpoints", ("thread_id", "step"), ("checkpoint_id", "metadata", "body"), _checkpoint),
-    _Table("threads", ("thread_id",), ("head_checkpoint_id", "metadata"), _thread),
+    _Table("checkpoints", ("thread_id", "step"), ("checkpoint_id", "metadata", "body"), _checkpoint, ("metadata",)),
+    _Table("threads", ("thread_id",), ("head_checkpoint_id", "metadata"), _thread, ("metadata",)),
     _Table("blobs", ("thread_id", "channel", "step"), ("kind", "data"), _blob),
     _Table("writes", ("thread_id", "checkpoint_id", "task_id", "kind", "idx"), ("data",), _write),
-    _Table("events", ("id",), ("thread_id", "step", "seq", "kind", "payload"), _event),
+    _Table("events", ("id",), ("thread_id", "step", "seq", "kind", "payload"), _event, ("payload",)),
+    _Table("runs", ("run_id",), ("thread_id", "kind", "payload"), _run),
 )
 
 
@@ -197,7 +204,7 @@ def rekey_postgres(dsn: str, schema: str | None, keyring: Keyring, *, batch: int
                         new = table.fix(sealer, row)
                         if new is None:
                             continue
-                        json_cols = {c for c in new if c in _JSON}
+                        json_cols = {c for c in new if c in table.json}
                         sets = ", ".join(f"{c} = %s::json" if c in json_cols else f"{c} = %s" for c in new)
                         where = " AND ".join(f"{k} = %s" for k in table.keys)
                         guard = " AND ".join(f"{c}::text = %s" if c in json_cols else f"{c} = %s" for c in new)
@@ -214,7 +221,7 @@ def rekey_postgres(dsn: str, schema: str | None, keyring: Keyring, *, batch: int
 def _select(
     conn: Any, table: _Table, after: tuple[Any, ...] | None, batch: int, mark: str, as_text: str
 ) -> list[dict[str, Any]]:
-    columns = [*table.keys, *(f"{c}{as_text}" if c in _JSON else c for c in table.values)]
+    columns = [*table.keys, *(f"{c}{as_text}" if c in table.json else c for c in table.values)]
     names = [*table.keys, *table.values]
     where = ""
     params: list[Any] = []

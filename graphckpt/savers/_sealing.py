@@ -40,6 +40,7 @@ from graphckpt.errors import EncryptionError
 from graphckpt.savers._checks import brief
 from graphckpt.savers._rows import Blob, FinishedTask, StoredCheckpoint, StoredEvent, StoredWrite, ThreadRecord
 from graphckpt.savers.events import encode_payload
+from graphckpt.savers.queue import RunRecord
 
 __all__ = ["PLAIN_METADATA", "SEALED_KEY", "Sealer", "context", "is_token"]
 
@@ -100,6 +101,25 @@ class Sealer:
             )
             for w in writes
         ]
+
+    def seal_run(self, run: RunRecord) -> RunRecord:
+        """A queued run with its payload (the input, or the answer) sealed, bound to ``(run, thread, kind)``."""
+        ring = self.keyring
+        if ring is None or run.payload is None:
+            return run
+        return dataclasses.replace(
+            run, payload=ring.seal(run.payload, context("run", run.run_id, run.thread_id, run.kind))
+        )
+
+    def open_run(self, run: RunRecord | None) -> RunRecord | None:
+        if run is None or run.payload is None:
+            return run
+        ctx = context("run", run.run_id, run.thread_id, run.kind)
+        payload = self.open_value(run.payload, ctx, f"the payload of run {brief(run.run_id)!r}")
+        return run if payload is run.payload else dataclasses.replace(run, payload=payload)
+
+    def open_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
+        return [r for run in runs if (r := self.open_run(run)) is not None]
 
     def check_filter(self, filter: Mapping[str, Any] | None) -> None:
         """Refuse a metadata filter on a key this sealer hides (it could never match)."""

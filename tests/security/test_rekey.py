@@ -38,12 +38,13 @@ async def fill(saver: Saver, worlds: int) -> None:
     for i in range(worlds):
         await scenario(app, f"w{i}")
         await app.ainvoke({}, thread_id=f"i{i}")  # left interrupted: its effect result and interrupt are pending
+        await app.asubmit({"doc": MARKER}, thread_id=f"q{i}", graph="support.sealed_world:graph")  # a run row
 
 
 async def reading(saver: Saver) -> dict[str, Any]:
     """Everything a user reads of every thread."""
     app = build(saver)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"runs": sorted((r.run_id, r.status, r.payload) for r in await app.aruns())}
     for info in await app.athreads():
         tid = info.thread_id
         state = await app.aget_state(tid)
@@ -92,7 +93,7 @@ def assert_all_under(rows: dict[str, list[tuple[Any, ...]]], key_id: str) -> Non
         assert is_sealed(bytes(body)) and sealed_key_id(bytes(body)) == key_id
         token = json.loads(meta).get("$sealed")
         assert token is None or text_key_id(token) == key_id
-    for (data,) in rows["blobs"] + rows["writes"]:
+    for (data,) in rows["blobs"] + rows["writes"] + rows["runs"]:
         assert is_sealed(bytes(data)) and sealed_key_id(bytes(data)) == key_id
     updates = [json.loads(p).get("update") for (p,) in rows["events"]]
     values = [v for u in updates if isinstance(u, dict) for v in u.values()]
@@ -106,6 +107,7 @@ def sqlite_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
             "blobs": conn.execute("SELECT data FROM blobs").fetchall(),
             "writes": conn.execute("SELECT data FROM writes").fetchall(),
             "events": conn.execute("SELECT payload FROM events WHERE kind = 'task.finished'").fetchall(),
+            "runs": conn.execute("SELECT payload FROM runs WHERE payload IS NOT NULL").fetchall(),
         }
 
 
@@ -156,6 +158,7 @@ async def test_rekey_on_postgres_killed_and_restarted(pg_schema: str) -> None:
             "blobs": conn.execute("SELECT data FROM blobs").fetchall(),
             "writes": conn.execute("SELECT data FROM writes").fetchall(),
             "events": conn.execute("SELECT payload::text FROM events WHERE kind = 'task.finished'").fetchall(),
+            "runs": conn.execute("SELECT payload FROM runs WHERE payload IS NOT NULL").fetchall(),
         }
     assert_all_under(rows, "k2")
     async with PostgresSaver(PG_DSN, schema=pg_schema, encryption=Keyring({"k2": NEW})) as saver:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from graphckpt import END, START, App, Context, StateGraph
 from graphckpt.savers.base import Saver
 
-__all__ = ["MARKER", "build", "scenario"]
+__all__ = ["MARKER", "build", "graph", "scenario"]
 
 MARKER = "ZQX-secret-marker-7311"
 
@@ -47,6 +47,11 @@ def _tool(s: S, ctx: Context) -> dict[str, Any]:
 
 
 def build(saver: Saver) -> App:
+    return graph().compile(saver=saver)
+
+
+def graph() -> StateGraph:
+    """The graph alone (what ``graphckpt serve support.sealed_world:graph`` serves)."""
     g = StateGraph(S)
     g.add_node("start", _start)
     g.add_node("left", _left)
@@ -57,7 +62,7 @@ def build(saver: Saver) -> App:
     g.add_edge("start", "right")
     g.add_edge(["left", "right"], "tool")
     g.add_edge("tool", END)
-    return g.compile(saver=saver)
+    return g
 
 
 async def scenario(app: App, thread_id: str = "t1") -> dict[str, Any]:
