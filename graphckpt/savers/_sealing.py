@@ -33,8 +33,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import msgpack
-
 from graphckpt.encryption import TEXT_PREFIX, Keyring, is_sealed, sealed_key_id
 from graphckpt.errors import EncryptionError
 from graphckpt.savers._checks import brief
@@ -55,8 +53,12 @@ _ALWAYS_PLAIN_TAGS: Final = frozenset({"graph"})
 
 
 def context(*parts: str | int) -> bytes:
-    """The associated data of a row: its identity, unambiguous (msgpack of the parts)."""
-    return msgpack.packb(parts)  # type: ignore[no-any-return]
+    """The associated data of a row: its identity, unambiguous (each part typed and length-prefixed)."""
+    out = bytearray()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else b"%d" % part
+        out += (b"s" if isinstance(part, str) else b"i") + len(data).to_bytes(4, "big") + data
+    return bytes(out)
 
 
 class Sealer:
@@ -80,15 +82,21 @@ class Sealer:
         if ring is None:
             return cp
         tid, cid = cp.thread_id, cp.checkpoint_id
-        return dataclasses.replace(
-            cp,
-            body=ring.seal(cp.body, context("body", tid, cid)),
-            metadata=self.seal_metadata(ring, cp.metadata, tid, cid),
-            blobs=[
-                dataclasses.replace(b, data=ring.seal(b.data, context("blob", b.thread_id, b.channel, b.step, b.kind)))
+        return StoredCheckpoint(  # (not dataclasses.replace: this runs at every commit)
+            tid,
+            cid,
+            cp.parent_thread_id,
+            cp.parent_checkpoint_id,
+            cp.step,
+            cp.created_at,
+            cp.status,
+            self.seal_metadata(ring, cp.metadata, tid, cid),
+            ring.seal(cp.body, context("body", tid, cid)),
+            [
+                Blob(b.thread_id, b.channel, b.step, b.kind, ring.seal(b.data, context("blob", *_blob_key(b))))
                 for b in cp.blobs
             ],
-            tasks=[self._seal_task(ring, t, tid, cp.step) for t in cp.tasks],
+            [self._seal_task(ring, t, tid, cp.step) for t in cp.tasks],
         )
 
     def seal_writes(self, thread_id: str, checkpoint_id: str, writes: Sequence[StoredWrite]) -> Sequence[StoredWrite]:
@@ -200,7 +208,7 @@ class Sealer:
         for i, b in enumerate(blobs):
             data = self.open_value(
                 b.data,
-                context("blob", b.thread_id, b.channel, b.step, b.kind),
+                context("blob", *_blob_key(b)),
                 f"the {b.kind} of channel {brief(b.channel)!r} at step {b.step} of thread {brief(b.thread_id)!r}",
             )
             if data is not b.data:
@@ -285,6 +293,10 @@ class Sealer:
             else:
                 out[key] = value
         return out
+
+
+def _blob_key(b: Blob) -> tuple[str, str, int, str]:
+    return b.thread_id, b.channel, b.step, b.kind
 
 
 def is_token(value: Any) -> bool:
