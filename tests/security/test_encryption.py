@@ -168,3 +168,25 @@ async def test_an_export_of_an_encrypted_database_needs_decrypt(tmp_path: Path) 
     decrypted = export(path, "--decrypt")
     assert decrypted.returncode == 0, decrypted.stderr
     assert '"kind":"header"' in decrypted.stdout.replace(" ", "")
+
+
+async def test_subgraph_child_threads_are_sealed_and_resume(tmp_path: Path) -> None:
+    """A subgraph's child thread is stored through the same saver: its interrupt and values are sealed, and the
+    parent resumes it through the answer as without encryption."""
+    from support.subgraphs import child_graph, parent_graph
+
+    seen = []
+    for name, ring in (("plain", None), ("sealed", Keyring({"k1": K1}, require=True))):
+        path = tmp_path / f"{name}.db"
+        async with SqliteSaver(path, encryption=ring) as saver:
+            app = parent_graph(child_graph({}, ask=True), saver, {})
+            first = await app.ainvoke({"x": 1}, thread_id="p")
+            done = await app.aresume("p", f"yes {MARKER}")
+            history = await app.ahistory("p", subgraphs=True)
+            seen.append(
+                (first.status, done.values, [(tuple(n.split(":")[0] for n in h.namespace), h.values) for h in history])
+            )
+        if ring is not None:
+            assert MARKER.encode() not in sqlite_bytes(path)
+    assert seen[0] == seen[1] and seen[1][0] == "interrupted"
+    assert f"c2:yes {MARKER}" in seen[1][1]["log"]
