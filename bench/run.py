@@ -3,6 +3,7 @@
     python bench/run.py                                   # everything, 5 repeats, writes bench/RESULTS.md
     python bench/run.py --workloads W1,W7 --savers sqlite --repeats 9
     python bench/run.py --quick --savers memory,sqlite --out /tmp/results.md   # smoke test sizes
+    python bench/run.py --workloads W1,W2 --engines graphckpt --encrypt        # with encryption at rest
 
 Every repeat runs every selected workload on every applicable saver for every engine (the engine order alternates
 between repeats), each on a fresh SQLite file or PostgreSQL schema that is dropped afterwards. The report holds the
@@ -204,6 +205,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (smoke test)")
     parser.add_argument("--pg-dsn", default=storage.DEFAULT_DSN, help="PostgreSQL on loopback")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
+    parser.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="graphckpt's savers encrypt at rest (a random AES-256 key in GRAPHCKPT_ENCRYPTION_KEYS for the workers)",
+    )
     args = parser.parse_args(argv)
 
     def pick(value: str, allowed: list[str], what: str) -> list[str]:
@@ -231,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     results = report.Results()
     if args.quick:
         results.notes.append("--quick: tiny sizes for the smoke test; the figures mean nothing")
+    if args.encrypt:  # inherited by every worker process: graphckpt's savers read it when they are made
+        import base64
+
+        os.environ["GRAPHCKPT_ENCRYPTION_KEYS"] = "bench:" + base64.b64encode(os.urandom(32)).decode()
+        results.notes.append("--encrypt: graphckpt's savers encrypt values, writes and events at rest (AES-256-GCM)")
     engines = load_engines(args.engines, results)
 
     savers = list(args.savers)

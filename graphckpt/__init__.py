@@ -21,9 +21,11 @@ from graphckpt.checkpoint import (
 from graphckpt.context import Context, current_context, get_stream_writer, interrupt
 from graphckpt.control import END, START, Command, Send
 from graphckpt.diff import Diff, FieldChange
+from graphckpt.encryption import Keyring
 from graphckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    EncryptionError,
     GraphckptError,
     GraphckptWarning,
     GraphSetupError,
@@ -66,6 +68,7 @@ __all__ = [
     "CrashedThread",
     "Diff",
     "END",
+    "EncryptionError",
     "FieldChange",
     "GraphSetupError",
     "GraphckptError",
@@ -73,6 +76,7 @@ __all__ = [
     "Interrupt",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
+    "Keyring",
     "Lease",
     "LeaseLostError",
     "MemorySaver",

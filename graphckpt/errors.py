@@ -18,6 +18,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     │   ├── InvalidNodeUpdateError(InvalidUpdateError)   its update does not fit the state schema
     │   └── NodeSerializationError(SerializationError)   what it wrote cannot be stored
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
+    ├── EncryptionError                      an encrypted row cannot be read or written: its key is missing or
+    │                                        wrong (names the key id), or plaintext where encryption is required
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
     │   └── StoreNotSetUpError               graphckpt's tables are not there, and the saver may not create them
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
@@ -30,6 +32,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointNotFoundError",
     "CorruptCheckpointError",
+    "EncryptionError",
     "GraphSetupError",
     "GraphckptError",
     "GraphckptWarning",
@@ -84,6 +87,16 @@ class CorruptCheckpointError(GraphckptError, ValueError):
         super().__init__(message)
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
+
+
+class EncryptionError(GraphckptError):
+    """A stored row is encrypted with a key the keyring does not hold (``key_id`` names it), does not decrypt with
+    the key it names (a wrong key, or a ciphertext moved to another row or altered), or is plaintext where
+    ``require_encryption`` is set; or the keys themselves are malformed. Never garbage instead."""
+
+    def __init__(self, message: str, *, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id
 
 
 class CheckpointNotFoundError(GraphckptError, LookupError):

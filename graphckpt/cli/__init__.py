@@ -335,6 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument(
+        "--decrypt", action="store_true", help="an encrypted database: write its values decrypted (else refused)"
+    )
+
+    p = command(
+        "rekey",
+        "re-encrypt every row under the current key",
+        "Seal every stored value, write, event update and encrypted metadata again under the first key of "
+        "GRAPHCKPT_ENCRYPTION_KEYS (rows under older keys, and plaintext rows, which get encrypted), in batches of "
+        "one transaction each. Killed at any point, run it again: it continues with the rows still to do.",
+    )
+    p.add_argument("--batch", type=positive_int, default=200, metavar="N", help="rows per transaction (default 200)")
 
     p = command(
         "import",

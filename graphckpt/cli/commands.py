@@ -27,6 +27,7 @@ from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.recover import cmd_recover
+from graphckpt.cli.rekey import cmd_rekey
 from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.service import cmd_runs, cmd_submit, cmd_worker
 from graphckpt.cli.session import (
@@ -453,14 +454,14 @@ async def cmd_export(args: argparse.Namespace, s: Session) -> int:
 
     saver = s.saver()
     if args.output in (None, "-"):
-        async for line in export_thread(saver, args.thread):
+        async for line in export_thread(saver, args.thread, decrypt=args.decrypt):
             sys.stdout.write(line if line.endswith("\n") else line + "\n")
         return 0
     path = Path(args.output)
     tmp = path.with_name(path.name + ".part")
     try:
         with tmp.open("w", encoding="utf-8") as f:
-            async for line in export_thread(saver, args.thread):
+            async for line in export_thread(saver, args.thread, decrypt=args.decrypt):
                 f.write(line if line.endswith("\n") else line + "\n")
         tmp.replace(path)
     except OSError as exc:
@@ -579,6 +580,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "fork": cmd_fork,
     "delete": cmd_delete,
     "export": cmd_export,
+    "rekey": cmd_rekey,
     "import": cmd_import,
     "recover": cmd_recover,
     "submit": cmd_submit,

@@ -17,6 +17,7 @@ from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
+    from graphckpt.savers._sealing import Sealer
     from graphckpt.savers.base import ThreadRecord
 
 RUN_COLS: LiteralString = (
@@ -107,6 +108,8 @@ class PostgresRuns(RunQueue):
         async def _fetch(self, action: str, query: str, params: Any) -> list[tuple[Any, ...]]: ...
         async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
 
+        sealer: Sealer
+
     @property
     def channel(self) -> str:
         """The ``LISTEN``/``NOTIFY`` channel of this schema's queue."""
@@ -124,7 +127,7 @@ class PostgresRuns(RunQueue):
             "tid": run.thread_id,
             "kind": run.kind,
             "graph": run.graph,
-            "payload": run.payload,
+            "payload": self.sealer.seal_run(run).payload,
             "now": run.created_at or now,
             "reject": reject_busy,
             "channel": self.channel,
@@ -155,7 +158,7 @@ class PostgresRuns(RunQueue):
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 return None  # another worker claimed a run of the same thread at the same time: try again
             raise
-        return RunRecord.from_row(rows[0]) if rows else None
+        return self.sealer.open_run(RunRecord.from_row(rows[0])) if rows else None
 
     async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
         params = {"run": run_id, "fence": fence, "status": status, "error": error, "now": ids.now()}
@@ -175,11 +178,11 @@ class PostgresRuns(RunQueue):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})
-        return RunRecord.from_row(rows[0]) if rows else None
+        return self.sealer.open_run(RunRecord.from_row(rows[0])) if rows else None
 
     async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         rows = await self._fetch("list_runs", "list_runs", {"tid": thread_id, "status": status})
-        return [RunRecord.from_row(r) for r in rows]
+        return self.sealer.open_runs([RunRecord.from_row(r) for r in rows])
 
     async def requeue_expired(self, now: float) -> int:
         params = {"now": now, "salt": ids.new_id(), "channel": self.channel, "graphless": GRAPHLESS}

@@ -15,6 +15,9 @@ from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
 from graphckpt.savers.base import Owner
 from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
 
+if TYPE_CHECKING:
+    from graphckpt.savers._sealing import Sealer
+
 _T = TypeVar("_T")
 
 RUN_COLUMNS = (
@@ -81,8 +84,11 @@ class SqliteRuns(RunQueue):
         async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T: ...
         async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]: ...
 
+        sealer: Sealer
+
     async def enqueue_run(self, run: RunRecord, *, reject_busy: bool) -> None:
         check_storable(thread_id=run.thread_id, run_id=run.run_id, graph=run.graph)
+        run = self.sealer.seal_run(run)
         now = ids.now()
 
         def body(conn: sqlite3.Connection) -> None:
@@ -100,7 +106,7 @@ class SqliteRuns(RunQueue):
 
         def body(conn: sqlite3.Connection) -> RunRecord | None:
             row = conn.execute(CLAIM_RUN, params).fetchone()
-            return RunRecord.from_row(row) if row is not None else None
+            return self.sealer.open_run(RunRecord.from_row(row)) if row is not None else None
 
         result: RunRecord | None = await self._write(body)
         return result
@@ -125,7 +131,7 @@ class SqliteRuns(RunQueue):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-        return RunRecord.from_row(rows[0]) if rows else None
+        return self.sealer.open_run(RunRecord.from_row(rows[0])) if rows else None
 
     async def list_runs(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
         sql = (
@@ -133,7 +139,7 @@ class SqliteRuns(RunQueue):
             " ORDER BY created_at, run_id"
         )
         rows = await self._fetch(sql, (thread_id, thread_id, status, status))
-        return [RunRecord.from_row(r) for r in rows]
+        return self.sealer.open_runs([RunRecord.from_row(r) for r in rows])
 
     async def requeue_expired(self, now: float) -> int:
         def body(conn: sqlite3.Connection) -> int:

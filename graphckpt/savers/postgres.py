@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise ImportError(f"PostgresSaver needs the postgres extra: pip install 'graphckpt[postgres]' ({exc})") from exc
 
 from graphckpt import ids
+from graphckpt.encryption import Keyring, is_sealed
 from graphckpt.errors import (
     CorruptCheckpointError,
     LeaseLostError,
@@ -95,6 +96,7 @@ from graphckpt.savers._pg_wire import (
     array,
     bytes_elements,
 )
+from graphckpt.savers._sealing import Sealer
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,
@@ -128,8 +130,19 @@ class PostgresSaver(PostgresRuns, Saver):
     """
 
     def __init__(
-        self, dsn: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10, events: bool = True
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        events: bool = True,
+        encryption: Keyring | None = None,
+        require_encryption: bool | None = None,
     ) -> None:
+        self.sealer = Sealer.configured(encryption, require_encryption)
+        """Encryption at rest (see :mod:`graphckpt.savers._sealing`; ``encryption`` defaults to
+        ``GRAPHCKPT_ENCRYPTION_KEYS``)."""
         self.events = events
         """Whether commits write their steps' events to the durable event log (see
         :mod:`graphckpt.savers.events`)."""
@@ -183,13 +196,14 @@ class PostgresSaver(PostgresRuns, Saver):
         lease_until: float | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
-        cp = checkpoint
+        cp = self.sealer.seal_checkpoint(checkpoint)
         blobs = cp.blobs
         events = checkpoint_events(cp) if self.events else []
         datas, kinds = [], []
         for b in blobs:
             data, kind = b.data, KIND_CODE[b.kind]
-            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED:  # larger: refused by the server (its limit per value)
+            # larger: refused by the server (its limit per value); sealed: compressed before it was (see encryption)
+            if _COMPRESS_MIN <= len(data) <= MAX_INFLATED and not is_sealed(data):
                 packed = self._zstd.compress(data)
                 if len(packed) <= len(data) - (len(data) >> 3):
                     data, kind = packed, kind | COMPRESSED
@@ -333,7 +347,7 @@ class PostgresSaver(PostgresRuns, Saver):
             "w_task": [w.task_id for w in writes],
             "w_kind": [w.kind for w in writes],
             "w_idx": [w.index for w in writes],
-            "w_data": [w.data for w in writes],
+            "w_data": [w.data for w in self.sealer.seal_writes(thread_id, checkpoint_id, writes)],
         }
         [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
         if not exists:
@@ -369,12 +383,12 @@ class PostgresSaver(PostgresRuns, Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
-        return thread_from_row(rows[0], ids.now()) if rows else None
+        return self.sealer.open_thread(thread_from_row(rows[0], ids.now())) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
         now = ids.now()
         rows = await self._fetch("list_threads", "list_threads", {"status": status, "now": now})
-        records = [thread_from_row(row, now) for row in rows]
+        records = self.sealer.open_threads([thread_from_row(row, now) for row in rows])
         return [r for r in records if r.status == status] if status in ("crashed", "running") else records
 
     async def list_family(self, family: str) -> list[ThreadRecord]:
@@ -388,7 +402,7 @@ class PostgresSaver(PostgresRuns, Saver):
         params = {"tid": thread_id, "cp": checkpoint_id, "step": step}
         query = "cp_by_id" if checkpoint_id is not None else "cp_by_step" if step is not None else "cp_head"
         rows = await self._fetch(f"get_checkpoint of thread {brief(thread_id)!r}", query, params)
-        found = checkpoint_from_row(rows[0]) if rows else None
+        found = self.sealer.open_checkpoint(checkpoint_from_row(rows[0])) if rows else None
         if found is not None and checkpoint_id is not None and step is not None and found.step != step:
             return None
         return found
@@ -403,10 +417,11 @@ class PostgresSaver(PostgresRuns, Saver):
         rows = await self._fetch(f"get_thread_and_checkpoint of thread {brief(thread_id)!r}", query, params)
         if not rows:
             return None, None
-        record, cp_row = thread_from_row(rows[0][:N_THREAD_COLS], ids.now()), rows[0][N_THREAD_COLS:]
+        record = self.sealer.open_thread(thread_from_row(rows[0][:N_THREAD_COLS], ids.now()))
+        cp_row = rows[0][N_THREAD_COLS:]
         if cp_row[0] is None or (step is not None and cp_row[4] != step):
             return record, None
-        return record, checkpoint_from_row(cp_row)
+        return record, self.sealer.open_checkpoint(checkpoint_from_row(cp_row))
 
     async def list_checkpoints(
         self,
@@ -416,6 +431,7 @@ class PostgresSaver(PostgresRuns, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        self.sealer.check_filter(filter)
         if filter and not filter_can_match(filter):
             return []
         params = {
@@ -426,7 +442,8 @@ class PostgresSaver(PostgresRuns, Saver):
         }
         rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
         # columns in field order; bytea arrives as bytes; metadata that is not an object is corrupt when read
-        return [StoredCheckpoint(*row) if isinstance(row[7], Mapping) else checkpoint_from_row(row) for row in rows]
+        cps = [StoredCheckpoint(*row) if isinstance(row[7], Mapping) else checkpoint_from_row(row) for row in rows]
+        return self.sealer.open_checkpoints(cps)
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
         if not ranges:
@@ -447,7 +464,7 @@ class PostgresSaver(PostgresRuns, Saver):
                 out.append(Blob(t, c, s, kind, inflate(d) if k & COMPRESSED else d))
             except ValueError as exc:
                 raise await self._corrupt_blob(t, c, s, str(exc)) from None
-        return out
+        return self.sealer.open_blobs(out)
 
     async def _corrupt_blob(self, thread_id: str, channel: str, step: int, why: str) -> CorruptCheckpointError:
         """The error for a stored blob that cannot be read, naming the checkpoint that wrote it (the thread's
@@ -464,7 +481,8 @@ class PostgresSaver(PostgresRuns, Saver):
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         params = {"tid": thread_id, "cp": checkpoint_id}
         rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
-        return [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
+        writes = [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
+        return self.sealer.open_writes(thread_id, checkpoint_id, writes)
 
     # -- events ------------------------------------------------------------------------------------------------------
 
@@ -480,7 +498,9 @@ class PostgresSaver(PostgresRuns, Saver):
             "limit": limit,
         }
         rows = await self._fetch("read of events", "read_events", params)
-        return [StoredEvent(t, int(st), int(sq), k, p, float(at)) for t, st, sq, k, p, at in rows]
+        return self.sealer.open_events(
+            [StoredEvent(t, int(st), int(sq), k, p, float(at)) for t, st, sq, k, p, at in rows]
+        )
 
     async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
         params = {"tid": thread_id, "step": step, "seq": seq}

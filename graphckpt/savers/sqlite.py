@@ -92,9 +92,11 @@ from itertools import starmap
 from typing import Any, Literal, TypeVar
 
 from graphckpt import ids
+from graphckpt.encryption import Keyring
 from graphckpt.savers import _sqlite_writes as tx
 from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
+from graphckpt.savers._sealing import Sealer
 from graphckpt.savers._sqlite_io import SqliteConnections
 from graphckpt.savers._sqlite_runs import SqliteRuns
 from graphckpt.savers._sqlite_schema import PREALLOCATE_WAL
@@ -140,7 +142,9 @@ class SqliteSaver(SqliteRuns, Saver):
     calling thread when that needs no waiting (see the module docstring); ``False`` hands each to a thread.
     ``preallocate_wal``: bytes of WAL file written ahead on the first write, with ``synchronous="FULL"`` (see the
     module docstring); 0 turns it off. ``events``: whether commits write their steps' events to the durable event
-    log (see :mod:`graphckpt.savers.events`).
+    log (see :mod:`graphckpt.savers.events`). ``encryption``: a :class:`~graphckpt.encryption.Keyring` that seals
+    values, writes, event updates and metadata before they reach the file (default: ``GRAPHCKPT_ENCRYPTION_KEYS``);
+    ``require_encryption``: refuse plaintext rows (see :mod:`graphckpt.savers._sealing`).
     """
 
     def __init__(
@@ -153,6 +157,8 @@ class SqliteSaver(SqliteRuns, Saver):
         read_inline: bool = True,
         preallocate_wal: int = PREALLOCATE_WAL,
         events: bool = True,
+        encryption: Keyring | None = None,
+        require_encryption: bool | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', not {synchronous!r}")
@@ -167,6 +173,8 @@ class SqliteSaver(SqliteRuns, Saver):
         self.read_inline = read_inline
         self.preallocate_wal = preallocate_wal
         self.events = events
+        self.sealer = Sealer.configured(encryption, require_encryption)
+        """Encryption at rest (see :mod:`graphckpt.savers._sealing`)."""
         self._io = SqliteConnections(
             self.path, synchronous=synchronous, busy_timeout=busy_timeout, preallocate_wal=preallocate_wal
         )
@@ -228,7 +236,7 @@ class SqliteSaver(SqliteRuns, Saver):
         lease_until: float | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
-        cp = checkpoint
+        cp = self.sealer.seal_checkpoint(checkpoint)
         where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
         meta = dump_json(dict(cp.metadata), where)
         now = ids.now()
@@ -304,7 +312,8 @@ class SqliteSaver(SqliteRuns, Saver):
         for w in writes:
             check_storable(task_id=w.task_id)
         now = ids.now()
-        rows = [(thread_id, checkpoint_id, w.task_id, w.kind, w.index, w.data) for w in writes]
+        sealed = self.sealer.seal_writes(thread_id, checkpoint_id, writes)
+        rows = [(thread_id, checkpoint_id, w.task_id, w.kind, w.index, w.data) for w in sealed]
 
         put = functools.partial(tx.put_writes, run_id=run_id, status=status, error=error, now=now, anywhere=anywhere)
         await self._write(
@@ -322,7 +331,7 @@ class SqliteSaver(SqliteRuns, Saver):
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"{THREAD_SELECT} AND thread_id = ?", (thread_id,))
-        return thread_from_row(rows[0], ids.now()) if rows else None
+        return self.sealer.open_thread(thread_from_row(rows[0], ids.now())) if rows else None
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
         now = ids.now()
@@ -332,7 +341,7 @@ class SqliteSaver(SqliteRuns, Saver):
         elif status is not None:
             sql, params = f"{sql} AND status = ?", [status]
         rows = await self._fetch(f"{sql} ORDER BY updated_at DESC, thread_id DESC", params)
-        records = [thread_from_row(row, now) for row in rows]
+        records = self.sealer.open_threads([thread_from_row(row, now) for row in rows])
         return [r for r in records if r.status == status] if status in STATUS_CLAUSE else records
 
     async def list_family(self, family: str) -> list[ThreadRecord]:
@@ -354,7 +363,7 @@ class SqliteSaver(SqliteRuns, Saver):
             sql = f"{CP_SELECT} WHERE thread_id = ? AND step = (SELECT head_step FROM threads"  # the head's step
             sql, params = f"{sql} WHERE thread_id = ? AND deleted = 0)", [thread_id, thread_id]
         rows = await self._fetch(sql, params)
-        return checkpoint_from_row(rows[0]) if rows else None
+        return self.sealer.open_checkpoint(checkpoint_from_row(rows[0])) if rows else None
 
     async def list_checkpoints(
         self,
@@ -364,6 +373,7 @@ class SqliteSaver(SqliteRuns, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        self.sealer.check_filter(filter)
         if filter and not filter_can_match(filter):
             return []
         clauses, params = ["c.thread_id = ?"], list[Any]([thread_id])
@@ -378,7 +388,7 @@ class SqliteSaver(SqliteRuns, Saver):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return list(map(checkpoint_from_row, await self._fetch(sql, params)))
+        return self.sealer.open_checkpoints(list(map(checkpoint_from_row, await self._fetch(sql, params))))
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
         if len(ranges) == 1:  # the common case: one range scan of the unique index, already in order
@@ -387,7 +397,7 @@ class SqliteSaver(SqliteRuns, Saver):
                 f"{BLOB_SELECT} WHERE thread_id = ? AND channel = ? AND step BETWEEN ? AND ? ORDER BY step",
                 (r.thread_id, r.channel, r.min_step, r.max_step),
             )
-            return list(starmap(Blob, rows))  # rows in Blob's field order
+            return self.sealer.open_blobs(list(starmap(Blob, rows)))  # rows in Blob's field order
         chunks = [ranges[start : start + MAX_RANGES_PER_QUERY] for start in range(0, len(ranges), MAX_RANGES_PER_QUERY)]
         out: list[Blob] = []
         for chunk in chunks:  # one query unless there are very many ranges
@@ -395,7 +405,7 @@ class SqliteSaver(SqliteRuns, Saver):
         if len(chunks) > 1:  # a blob inside ranges of two chunks came twice
             unique = {(b.thread_id, b.channel, b.step): b for b in out}
             out = sorted(unique.values(), key=lambda b: (b.channel, b.step, b.thread_id))
-        return out
+        return self.sealer.open_blobs(out)
 
     async def get_writes(self, thread_id: str, checkpoint_id: str) -> list[StoredWrite]:
         rows = await self._fetch(
@@ -403,7 +413,9 @@ class SqliteSaver(SqliteRuns, Saver):
             " ORDER BY task_id, kind, idx",
             (thread_id, checkpoint_id),
         )
-        return [StoredWrite(row[0], row[1], row[2], row[3]) for row in rows]
+        return self.sealer.open_writes(
+            thread_id, checkpoint_id, [StoredWrite(row[0], row[1], row[2], row[3]) for row in rows]
+        )
 
     # -- events ------------------------------------------------------------------------------------------------------
 
@@ -416,7 +428,7 @@ class SqliteSaver(SqliteRuns, Saver):
         for segment in segments:
             params += segment
         rows = await self._fetch(sqlite_read_events(len(segments)), [*params, limit])
-        return [StoredEvent(t, st, sq, k, json.loads(p), at) for t, st, sq, k, p, at in rows]
+        return self.sealer.open_events([StoredEvent(t, st, sq, k, json.loads(p), at) for t, st, sq, k, p, at in rows])
 
     async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
         rows = await self._fetch(SQLITE_EVENT_KIND, (thread_id, step, seq))

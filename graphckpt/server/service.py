@@ -16,6 +16,7 @@ from typing import Any
 from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
+from graphckpt.encryption import encrypted
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -226,9 +227,12 @@ class Service:
                 found.append((record, await self.graphs.app_of(record).aget_state(record.thread_id)))
         return found
 
-    def export(self, ns: str, record: ThreadRecord) -> AsyncIterator[str]:
+    def export(self, ns: str, record: ThreadRecord, *, decrypt: bool = False) -> AsyncIterator[str]:
         """The export of ``record``'s thread with the ids ``ns`` sees (an API id, not the stored ``ns/ID``), so the
-        file imports into any namespace, or anywhere with ``graphckpt import``."""
+        file imports into any namespace, or anywhere with ``graphckpt import``. From an encrypted store only with
+        ``decrypt`` (``?decrypt=true``): else 409."""
+        if encrypted(self.saver) and not decrypt:
+            raise ApiError(409, "EncryptionError", "the store is encrypted: export with ?decrypt=true")
 
         def visible(stored: str) -> str:
             found = api_id(ns, stored)
@@ -236,7 +240,7 @@ class Service:
                 raise ValueError(f"it names thread {stored!r}, which is not in this namespace")
             return found
 
-        return transfer.export_thread(self.saver, record.thread_id, rename=visible)
+        return transfer.export_thread(self.saver, record.thread_id, rename=visible, decrypt=decrypt)
 
     async def import_(self, ns: str, lines: Sequence[str]) -> str:
         """Import an export into ``ns``: each thread id of the file is an API id, stored as ``ns``'s (so a file

@@ -6,7 +6,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadNotFoundError
+from graphckpt.encryption import encrypted
+from graphckpt.errors import CorruptCheckpointError, EncryptionError, GraphckptError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite
 from graphckpt.store import lineage_segments
 from graphckpt.transfer.checks import cut
@@ -15,9 +16,20 @@ from graphckpt.transfer.lines import BODIES, FORMAT, VERSION, Rename, b64, chann
 __all__ = ["export_thread"]
 
 
-async def export_thread(saver: Saver, thread_id: str, *, rename: Rename | None = None) -> AsyncIterator[str]:
+async def export_thread(
+    saver: Saver, thread_id: str, *, rename: Rename | None = None, decrypt: bool = False
+) -> AsyncIterator[str]:
     """Yield the JSON lines of ``thread_id`` and every ancestor checkpoint its lineage needs, each thread id
-    written as ``rename`` names it (default: as stored). A ``rename`` refusal is a :class:`GraphckptError`."""
+    written as ``rename`` names it (default: as stored). A ``rename`` refusal is a :class:`GraphckptError`.
+
+    An export holds values in plaintext: from a saver that encrypts (see :mod:`graphckpt.savers._sealing`) it is
+    refused with :class:`EncryptionError` unless ``decrypt`` says so (``graphckpt export --decrypt``). A copy of
+    the database itself stays encrypted."""
+    if encrypted(saver) and not decrypt:
+        raise EncryptionError(
+            f"thread {cut(thread_id)} is stored encrypted, and an export writes its values decrypted: confirm with "
+            "--decrypt (decrypt=True), or copy the database, which stays encrypted"
+        )
 
     def named(stored: str) -> str:
         if rename is None:

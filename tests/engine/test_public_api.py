@@ -30,7 +30,7 @@ def test_import_needs_only_the_core() -> None:
     """``import graphckpt`` works when the extras are not installed, and pulls in nothing heavy."""
     code = (
         "import sys\n"
-        "for absent in ('psycopg', 'psycopg_pool', 'openai', 'rich', 'hypothesis', 'langgraph'):\n"
+        "for absent in ('psycopg', 'psycopg_pool', 'openai', 'rich', 'hypothesis', 'langgraph', 'cryptography'):\n"
         "    sys.modules[absent] = None  # makes `import absent` raise ImportError, as if not installed\n"
         "import graphckpt\n"
         "from graphckpt.savers.memory import MemorySaver\n"

@@ -168,7 +168,10 @@ async def thread_tree(request: Request) -> Response:
 async def export_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
     record = await service.record(ns, request.path_params["thread_id"])
-    lines = [line async for line in service.export(ns, record)]  # read whole first: errors become a status code
+    decrypt = request.query_params.get("decrypt", "").lower() in ("1", "true", "yes")
+    lines = [
+        line async for line in service.export(ns, record, decrypt=decrypt)
+    ]  # read whole first: errors become a status code
 
     async def body() -> object:
         for line in lines:
