@@ -109,7 +109,9 @@ from graphckpt.savers._sqlite_sql import (
     dump_json,
     filter_clause,
     thread_from_row,
+    thread_page_query,
 )
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -332,6 +334,23 @@ class SqliteSaver(SqliteRuns, Saver):
         rows = await self._fetch(f"{sql} ORDER BY updated_at DESC, thread_id DESC", params)
         records = [thread_from_row(row, now) for row in rows]
         return [r for r in records if r.status == status] if status in STATUS_CLAUSE else records
+
+    async def page_threads(
+        self,
+        *,
+        limit: int = 50,
+        after: str | None = None,
+        status: Status | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_thread_id: str | None = None,
+    ) -> ThreadPage:
+        check_limit(limit)
+        bound = decode_cursor(after) if after is not None else None
+        if metadata and not filter_can_match(metadata):
+            return ThreadPage([], None)
+        now = ids.now()
+        rows = await self._fetch(*thread_page_query(limit, bound, status, metadata, parent_thread_id))
+        return page_from_rows([thread_from_row(r, now) for r in rows], limit=limit, status=status)
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
