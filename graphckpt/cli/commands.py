@@ -24,7 +24,7 @@ from typing import Any
 from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.audit import Prices
-from graphckpt.checkpoint import Snapshot
+from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
@@ -47,7 +47,10 @@ from graphckpt.errors import (
     ThreadNotFoundError,
 )
 from graphckpt.lease import LEASE_ENV
+from graphckpt.listing import PAGE as LIST_PAGE
+from graphckpt.listing import iter_threads
 from graphckpt.savers.base import thread_busy
+from graphckpt.views import thread_info
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
 
@@ -233,23 +236,58 @@ async def _drive(
 
 
 async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
-    """List threads, most recently updated first."""
+    """List threads, newest created first: a page of ``--limit`` (after ``--after``'s thread), or ``--all`` of them
+    page by page (memory stays flat: each page is printed and dropped)."""
     reader = s.reader()
-    infos = await reader.athreads(args.status)
-    if args.limit is not None:  # most recently updated first
-        infos = infos[: args.limit]
+    if args.all:
+        return await _all_threads(args, s)
+    infos = await reader.athreads(args.status, limit=args.limit + 1, after=args.after)
+    more, infos = len(infos) > args.limit, infos[: args.limit]
+    await _print_threads(args, s, infos, empty=not infos)
+    if more:
+        hint = f"(the {args.limit} newest shown; next page: --after {infos[-1].cursor}, or --all)"
+        print(hint, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+async def _all_threads(args: argparse.Namespace, s: Session) -> int:
+    """``--all``: one query, table and JSON chunk per page of threads; ``--json`` is still one array."""
+    page: list[ThreadInfo] = []
+    shown = 0
+    if args.json:
+        sys.stdout.write("[")
+    async for record in iter_threads(s.reader().saver, status=args.status, after=args.after, page=LIST_PAGE):
+        page.append(thread_info(record))
+        if len(page) == LIST_PAGE:
+            await _print_threads(args, s, page, empty=False, first=shown == 0)
+            shown, page = shown + len(page), []
+    if page or not shown:
+        await _print_threads(args, s, page, empty=not page and not shown, first=shown == 0)
+    if args.json:
+        print("]")
+    return 0
+
+
+async def _print_threads(
+    args: argparse.Namespace, s: Session, infos: list[ThreadInfo], *, empty: bool, first: bool = True
+) -> None:
+    reader = s.reader()
     prices = _prices(args)
     spends = {i.thread_id: await reader.aspend(i.thread_id, prices=prices) for i in infos}
     if args.json:
-        _print_json([plain.thread_record(i, spends[i.thread_id]) for i in infos])
-        return 0
+        records = [plain.thread_record(i, spends[i.thread_id]) for i in infos]
+        if not args.all:
+            _print_json(records)
+        elif records:
+            text = json.dumps(plain.to_jsonable(records), indent=2, ensure_ascii=False, allow_nan=False)
+            sys.stdout.write(("" if first else ",") + text[1:-1].rstrip("\n"))
+        return
     render = _render()
     out = render.console()
-    if not infos:
+    if empty:
         out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
-        return 0
-    out.print(render.threads_table(infos, out.width, spends))
-    return 0
+    elif infos:
+        out.print(render.threads_table(infos, out.width, spends))
 
 
 def _prices(args: argparse.Namespace) -> Prices | None:
