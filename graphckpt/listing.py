@@ -24,6 +24,7 @@ async def iter_threads(
     after: str | None = None,
     limit: int | None = None,
     metadata: Mapping[str, Any] | None = None,
+    parent_thread_id: str | None = None,
     page: int = PAGE,
 ) -> AsyncIterator[ThreadRecord]:
     """The threads after the cursor ``after`` in :meth:`~graphckpt.savers.base.Saver.page_threads` order, at most
@@ -32,7 +33,11 @@ async def iter_threads(
     left, cursor = limit, after
     while left is None or left > 0:
         got = await saver.page_threads(
-            limit=page if left is None else min(page, left), after=cursor, status=status, metadata=metadata
+            limit=page if left is None else min(page, left),
+            after=cursor,
+            status=status,
+            metadata=metadata,
+            parent_thread_id=parent_thread_id,
         )
         for record in got.threads:
             if link_of(record.metadata) is None:

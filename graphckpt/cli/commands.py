@@ -23,9 +23,11 @@ from typing import Any
 
 from graphckpt import ids, lease, plain
 from graphckpt.app import App
-from graphckpt.audit import Prices
-from graphckpt.checkpoint import Snapshot, ThreadInfo
+from graphckpt.checkpoint import Snapshot
 from graphckpt.cli.exits import WAITING
+from graphckpt.cli.output import prices_of as _prices
+from graphckpt.cli.output import print_json as _print_json
+from graphckpt.cli.output import renderer as _render
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
 from graphckpt.cli.service import cmd_runs, cmd_submit, cmd_worker
@@ -39,6 +41,7 @@ from graphckpt.cli.session import (
     parse_assignments,
     parse_json,
 )
+from graphckpt.cli.threads import cmd_threads
 from graphckpt.errors import (
     CheckpointNotFoundError,
     GraphckptError,
@@ -47,17 +50,9 @@ from graphckpt.errors import (
     ThreadNotFoundError,
 )
 from graphckpt.lease import LEASE_ENV
-from graphckpt.listing import PAGE as LIST_PAGE
-from graphckpt.listing import iter_threads
 from graphckpt.savers.base import thread_busy
-from graphckpt.views import thread_info
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
-
-
-def _print_json(data: Any) -> None:
-    """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`plain.to_jsonable`)."""
-    print(json.dumps(plain.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
 
 
 class Stopped(CliError):
@@ -83,15 +78,6 @@ def _lease_option(args: argparse.Namespace) -> None:
 def _resume_hint(thread_id: str, extra: str = "") -> str:
     """``graphckpt resume ID`` with ``ID`` quoted for the shell."""
     return f"graphckpt resume {shlex.quote(thread_id)}{extra}"
-
-
-def _render() -> Any:
-    """The rich renderer, or a clear error when rich is missing."""
-    try:
-        from graphckpt.cli import render
-    except ImportError:
-        raise CliError("human-readable output needs rich: pip install 'graphckpt[cli]' (or pass --json)") from None
-    return render
 
 
 # -- run / resume ------------------------------------------------------------------------------------------------------
@@ -233,67 +219,6 @@ async def _drive(
 
 
 # -- reading -----------------------------------------------------------------------------------------------------------
-
-
-async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
-    """List threads, newest created first: a page of ``--limit`` (after ``--after``'s thread), or ``--all`` of them
-    page by page (memory stays flat: each page is printed and dropped)."""
-    reader = s.reader()
-    if args.all:
-        return await _all_threads(args, s)
-    infos = await reader.athreads(args.status, limit=args.limit + 1, after=args.after)
-    more, infos = len(infos) > args.limit, infos[: args.limit]
-    await _print_threads(args, s, infos, empty=not infos)
-    if more:
-        hint = f"(the {args.limit} newest shown; next page: --after {infos[-1].cursor}, or --all)"
-        print(hint, file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
-async def _all_threads(args: argparse.Namespace, s: Session) -> int:
-    """``--all``: one query, table and JSON chunk per page of threads; ``--json`` is still one array."""
-    page: list[ThreadInfo] = []
-    shown = 0
-    if args.json:
-        sys.stdout.write("[")
-    async for record in iter_threads(s.reader().saver, status=args.status, after=args.after, page=LIST_PAGE):
-        page.append(thread_info(record))
-        if len(page) == LIST_PAGE:
-            await _print_threads(args, s, page, empty=False, first=shown == 0)
-            shown, page = shown + len(page), []
-    if page or not shown:
-        await _print_threads(args, s, page, empty=not page and not shown, first=shown == 0)
-    if args.json:
-        print("]")
-    return 0
-
-
-async def _print_threads(
-    args: argparse.Namespace, s: Session, infos: list[ThreadInfo], *, empty: bool, first: bool = True
-) -> None:
-    reader = s.reader()
-    prices = _prices(args)
-    spends = {i.thread_id: await reader.aspend(i.thread_id, prices=prices) for i in infos}
-    if args.json:
-        records = [plain.thread_record(i, spends[i.thread_id]) for i in infos]
-        if not args.all:
-            _print_json(records)
-        elif records:
-            text = json.dumps(plain.to_jsonable(records), indent=2, ensure_ascii=False, allow_nan=False)
-            sys.stdout.write(("" if first else ",") + text[1:-1].rstrip("\n"))
-        return
-    render = _render()
-    out = render.console()
-    if empty:
-        out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
-    elif infos:
-        out.print(render.threads_table(infos, out.width, spends))
-
-
-def _prices(args: argparse.Namespace) -> Prices | None:
-    """The price table of ``--prices FILE``, else of ``$GRAPHCKPT_PRICES``, else none."""
-    path = getattr(args, "prices", None)
-    return Prices.load(path) if path else Prices.from_env()
 
 
 async def cmd_history(args: argparse.Namespace, s: Session) -> int:
