@@ -314,6 +314,9 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             "CREATE INDEX threads_running_lease ON {threads} (lease_until) WHERE status = 'running'",
             # the sweeper's look for graph-less queued runs: empty, instead of a walk of every queued run
             "CREATE INDEX runs_graphless ON {runs} (created_at) WHERE status = 'queued' AND graph IS NULL",
+            # the claim's order (created_at, run_id) read off one index: no sort of the queued runs that tie
+            "CREATE INDEX runs_queued_order ON {runs} (created_at, run_id) WHERE status = 'queued'",
+            "DROP INDEX {runs_queued}",
         ),
     ),
 )
@@ -340,6 +343,7 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "graphckpt_events_writes",
         "created_threads",
         "threads_parent_thread_id_idx",
+        "runs_queued",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

@@ -79,6 +79,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         " WHERE parent_thread_id IS NOT NULL",
         "CREATE INDEX threads_running_lease ON threads (lease_until) WHERE status = 'running'",
         "CREATE INDEX runs_graphless ON runs (created_at) WHERE status = 'queued' AND graph IS NULL",
+        "CREATE INDEX runs_queued_order ON runs (created_at, run_id) WHERE status = 'queued'",
+        "DROP INDEX runs_queued",
     ),
 )
 
