@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, db: str, workdir: Path) -> None:
+    def __init__(self, db: str, workdir: Path, target: str = "bench.server_graph:graph") -> None:
         self.port = _free_port()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
@@ -52,7 +52,7 @@ class Server:
             "--db",
             db,
             "serve",
-            "bench.server_graph:graph",
+            target,
             "--port",
             str(self.port),
         ]

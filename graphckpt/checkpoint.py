@@ -271,3 +271,5 @@ class ThreadInfo:
     lease: Lease | None = None
     """Who runs the thread (worker id, host, pid, heartbeat, expiry, epoch): live for a ``running`` thread, expired
     for a ``crashed`` one; ``None`` when no process holds it (a fresh fork, a run stopped gracefully)."""
+    cursor: str | None = field(default=None, compare=False)
+    """Where a page of threads ending with this one continues: ``threads(limit=..., after=info.cursor)``."""

@@ -20,6 +20,7 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     ├── NodeTimeoutError(TimeoutError)       a node ran longer than its ``timeout`` (raised inside the retry loop)
     ├── EncryptionError                      an encrypted row cannot be read or written: its key is missing or
     │                                        wrong (names the key id), or plaintext where encryption is required
+    ├── InvalidCursorError(ValueError)       a page of threads asked with a cursor no page returned, or a bad limit
     ├── SaverError                           the storage backend failed (unreachable, locked too long, ...)
     │   └── StoreNotSetUpError               graphckpt's tables are not there, and the saver may not create them
     └── SyncCallError(RuntimeError)          a blocking call cannot run: inside the app's own loop, or app closed
@@ -36,6 +37,7 @@ __all__ = [
     "GraphSetupError",
     "GraphckptError",
     "GraphckptWarning",
+    "InvalidCursorError",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
     "LeaseLostError",
@@ -169,6 +171,10 @@ class SaverError(GraphckptError):
 class StoreNotSetUpError(SaverError):
     """The store holds no graphckpt tables and the saver did not create them: ``setup(create=False)`` found none, or
     the SQLite file belongs to another application (it has tables of its own; graphckpt adds nothing to it)."""
+
+
+class InvalidCursorError(GraphckptError, ValueError):
+    """A page of threads was asked with a cursor that no page returned, or a ``limit`` out of range."""
 
 
 class SyncCallError(GraphckptError, RuntimeError):

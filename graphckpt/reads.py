@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from graphckpt.audit import Prices, thread_audit, thread_spend
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.diff import Diff, diff_values
+from graphckpt.listing import iter_threads
 from graphckpt.subgraph import SEPARATOR, SubgraphNode, link_of, store_for, subgraph_heads, with_subgraphs
 from graphckpt.sync import SyncFacade, sync_twin
 from graphckpt.views import as_dict, thread_info
@@ -88,10 +89,19 @@ class Reader(SyncFacade):
 
         return await with_subgraphs(self.saver, snaps, child_history)
 
-    async def athreads(self, status: Status | None = None) -> list[ThreadInfo]:
+    async def athreads(
+        self, status: Status | None = None, *, limit: int | None = None, after: str | None = None
+    ) -> list[ThreadInfo]:
         """Every thread, most recently updated first; only those with ``status`` when given. The child threads of
-        subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent)."""
-        return [thread_info(r) for r in await self.saver.list_threads(status=status) if link_of(r.metadata) is None]
+        subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent).
+
+        With ``limit`` or ``after``: one page, read by index at any size, in a stable order (newest created first,
+        see :meth:`~graphckpt.savers.base.Saver.page_threads`): at most ``limit`` threads after the one whose
+        :attr:`ThreadInfo.cursor` is ``after``; fewer than ``limit`` only on the last page."""
+        if limit is None and after is None:
+            records = await self.saver.list_threads(status=status)
+            return [thread_info(r) for r in records if link_of(r.metadata) is None]
+        return [thread_info(r) async for r in iter_threads(self.saver, status=status, after=after, limit=limit)]
 
     async def athread(self, thread_id: str) -> ThreadInfo:
         """One thread's record; :class:`ThreadNotFoundError` if there is none."""

@@ -9,6 +9,7 @@ from typing import Any
 from graphckpt.checkpoint import CheckpointRef, Interrupt, Snapshot, Status, Task, TaskError, ThreadInfo
 from graphckpt.codec import Body, Codec
 from graphckpt.errors import CorruptCheckpointError
+from graphckpt.savers._thread_pages import encode_cursor
 from graphckpt.savers.base import Blob, StoredCheckpoint, ThreadRecord
 
 __all__ = ["LazyFold", "as_dict", "make_snapshot", "thread_info"]
@@ -64,6 +65,7 @@ def thread_info(r: ThreadRecord) -> ThreadInfo:
         error=r.error,
         metadata=r.metadata,
         lease=r.lease,
+        cursor=encode_cursor(r.created_at, r.thread_id),
     )
 
 

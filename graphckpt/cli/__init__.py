@@ -188,9 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-y", "--yes", action="store_true", help="with --take-over: do not ask for confirmation")
     running(p)
 
-    p = command("threads", "list threads", "List threads, most recently updated first.")
+    p = command(
+        "threads",
+        "list threads",
+        "List threads, newest created first: the first --limit (50), the next page with --after, or --all.",
+    )
     p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
-    p.add_argument("--limit", type=positive_int, metavar="N", help="only the N most recently updated (N >= 1)")
+    p.add_argument("--limit", type=positive_int, metavar="N", default=50, help="at most N threads (default 50)")
+    p.add_argument("--after", metavar="CURSOR", help="the page after the one whose hint printed CURSOR")
+    p.add_argument("--all", action="store_true", help="every thread, page by page (flat memory)")
     p.add_argument("--prices", metavar="FILE", help=_PRICES_HELP)
 
     p = command(

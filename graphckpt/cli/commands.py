@@ -23,9 +23,11 @@ from typing import Any
 
 from graphckpt import ids, lease, plain
 from graphckpt.app import App
-from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli.exits import WAITING
+from graphckpt.cli.output import prices_of as _prices
+from graphckpt.cli.output import print_json as _print_json
+from graphckpt.cli.output import renderer as _render
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.rekey import cmd_rekey
 from graphckpt.cli.serve import cmd_serve
@@ -40,6 +42,7 @@ from graphckpt.cli.session import (
     parse_assignments,
     parse_json,
 )
+from graphckpt.cli.threads import cmd_threads
 from graphckpt.errors import (
     CheckpointNotFoundError,
     GraphckptError,
@@ -51,11 +54,6 @@ from graphckpt.lease import LEASE_ENV
 from graphckpt.savers.base import thread_busy
 
 __all__ = ["ASYNC_COMMANDS", "SYNC_COMMANDS", "Stopped"]
-
-
-def _print_json(data: Any) -> None:
-    """Strict JSON on stdout: non-finite floats (NaN, Infinity) print as ``null`` (see :func:`plain.to_jsonable`)."""
-    print(json.dumps(plain.to_jsonable(data), indent=2, ensure_ascii=False, allow_nan=False))
 
 
 class Stopped(CliError):
@@ -81,15 +79,6 @@ def _lease_option(args: argparse.Namespace) -> None:
 def _resume_hint(thread_id: str, extra: str = "") -> str:
     """``graphckpt resume ID`` with ``ID`` quoted for the shell."""
     return f"graphckpt resume {shlex.quote(thread_id)}{extra}"
-
-
-def _render() -> Any:
-    """The rich renderer, or a clear error when rich is missing."""
-    try:
-        from graphckpt.cli import render
-    except ImportError:
-        raise CliError("human-readable output needs rich: pip install 'graphckpt[cli]' (or pass --json)") from None
-    return render
 
 
 # -- run / resume ------------------------------------------------------------------------------------------------------
@@ -231,32 +220,6 @@ async def _drive(
 
 
 # -- reading -----------------------------------------------------------------------------------------------------------
-
-
-async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
-    """List threads, most recently updated first."""
-    reader = s.reader()
-    infos = await reader.athreads(args.status)
-    if args.limit is not None:  # most recently updated first
-        infos = infos[: args.limit]
-    prices = _prices(args)
-    spends = {i.thread_id: await reader.aspend(i.thread_id, prices=prices) for i in infos}
-    if args.json:
-        _print_json([plain.thread_record(i, spends[i.thread_id]) for i in infos])
-        return 0
-    render = _render()
-    out = render.console()
-    if not infos:
-        out.print(f"no threads{f' with status {args.status}' if args.status else ''} in {s.db.display}", markup=False)
-        return 0
-    out.print(render.threads_table(infos, out.width, spends))
-    return 0
-
-
-def _prices(args: argparse.Namespace) -> Prices | None:
-    """The price table of ``--prices FILE``, else of ``$GRAPHCKPT_PRICES``, else none."""
-    path = getattr(args, "prices", None)
-    return Prices.load(path) if path else Prices.from_env()
 
 
 async def cmd_history(args: argparse.Namespace, s: Session) -> int:

@@ -299,6 +299,26 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             leased_commit_function(_STORE_BLOBS_V2, events=True),
         ),
     ),
+    (
+        8,
+        # wave3 issue 25: every first page of threads and every lease sweep one indexed read. None of these columns
+        # changes at an ordinary step (created_at never, status only when a run starts or stops, lease_until on a
+        # claim or heartbeat), so moving the head stays a HOT update: no updated_at, head or metadata index.
+        (
+            "CREATE INDEX threads_by_created ON {threads} (created_at, thread_id)",
+            "CREATE INDEX threads_by_status ON {threads} (status, created_at, thread_id)",
+            "CREATE INDEX threads_by_parent_created ON {threads} (parent_thread_id, created_at, thread_id)"
+            " WHERE parent_thread_id IS NOT NULL",
+            # migration 1's index on parent_thread_id alone: the one above serves its reads (a thread's forks)
+            "DROP INDEX {threads_parent_thread_id_idx}",
+            "CREATE INDEX threads_running_lease ON {threads} (lease_until) WHERE status = 'running'",
+            # the sweeper's look for graph-less queued runs: empty, instead of a walk of every queued run
+            "CREATE INDEX runs_graphless ON {runs} (created_at) WHERE status = 'queued' AND graph IS NULL",
+            # the claim's order (created_at, run_id) read off one index: no sort of the queued runs that tie
+            "CREATE INDEX runs_queued_order ON {runs} (created_at, run_id) WHERE status = 'queued'",
+            "DROP INDEX {runs_queued}",
+        ),
+    ),
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -322,6 +342,8 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "graphckpt_events_checkpoints",
         "graphckpt_events_writes",
         "created_threads",
+        "threads_parent_thread_id_idx",
+        "runs_queued",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

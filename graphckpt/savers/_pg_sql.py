@@ -6,9 +6,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, LiteralString
 
-from graphckpt.savers._checks import lease_from_columns, thread_status
+from psycopg.types.json import Jsonb
+
+from graphckpt.savers._checks import lease_from_columns, nul_free, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
 from graphckpt.savers._pg_runs import RUN_SQL
+from graphckpt.savers._thread_pages import decode_cursor
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -124,13 +127,20 @@ SQL: dict[str, LiteralString] = {
         ORDER BY thread_id""",
     "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
     # crashed and running are told apart by the lease: running with an expired lease (or a dead owner on this host,
-    # which only the reader can tell) is crashed; thread_status filters the rows read.
+    # which only the reader can tell) is crashed; thread_status filters the rows read. One statement per kind of
+    # filter, so that even a generic plan uses the index matching it (the running threads: threads_running_lease).
     "list_threads": "SELECT "
     + THREAD_COLS
-    + """ FROM {threads} WHERE NOT deleted AND (%(status)s::text IS NULL
-            OR (%(status)s = 'crashed' AND status = 'running' AND lease_until IS NOT NULL)
-            OR (%(status)s = 'running' AND status = 'running')
-            OR (%(status)s NOT IN ('crashed', 'running') AND status = %(status)s))
+    + " FROM {threads} WHERE NOT deleted ORDER BY updated_at DESC, thread_id DESC",
+    "list_threads_status": "SELECT "
+    + THREAD_COLS
+    + " FROM {threads} WHERE NOT deleted AND status = %(status)s ORDER BY updated_at DESC, thread_id DESC",
+    "list_threads_running": "SELECT "
+    + THREAD_COLS
+    + " FROM {threads} WHERE status = 'running' AND NOT deleted ORDER BY updated_at DESC, thread_id DESC",
+    "list_threads_leased": "SELECT "
+    + THREAD_COLS
+    + """ FROM {threads} WHERE status = 'running' AND lease_until IS NOT NULL AND NOT deleted
         ORDER BY updated_at DESC, thread_id DESC""",
     "thread_cp_by_id": "SELECT "
     + THREAD_AND_CP_COLS
@@ -159,16 +169,76 @@ SQL: dict[str, LiteralString] = {
     + NUL_FREE_METADATA
     + """ -> f.key IS DISTINCT FROM f.value))
         ORDER BY step DESC LIMIT %(limit)s::bigint""",
-    "get_blobs": """SELECT thread_id, channel, step, kind, data FROM {blobs} b WHERE EXISTS (
-        SELECT 1 FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
-        WHERE b.thread_id = r.tid AND b.channel = r.ch AND b.step BETWEEN r.lo AND r.hi)
-        ORDER BY channel, step, thread_id""",
+    # One index probe per range (a LATERAL subquery kept apart by OFFSET 0, so the planner cannot flatten it into a
+    # hash join over the whole table); DISTINCT ON returns a blob inside several ranges once. The bound ids compare
+    # as COLLATE "C", the key's collation, so the primary key is usable.
+    "get_blobs": """SELECT DISTINCT ON (b.channel, b.step, b.thread_id) b.thread_id, b.channel, b.step, b.kind, b.data
+        FROM unnest(%(tid)s::text[], %(ch)s::text[], %(lo)s::bigint[], %(hi)s::bigint[]) AS r(tid, ch, lo, hi)
+        CROSS JOIN LATERAL (SELECT x.thread_id, x.channel, x.step, x.kind, x.data FROM {blobs} x
+            WHERE x.thread_id = r.tid COLLATE "C" AND x.channel = r.ch COLLATE "C" AND x.step BETWEEN r.lo AND r.hi
+            OFFSET 0) b
+        ORDER BY b.channel, b.step, b.thread_id""",
     "get_writes": """SELECT task_id, kind, idx, data FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id = %(cp)s
         ORDER BY task_id, kind, idx""",
 }
 
 
 SQL.update(RUN_SQL)
+
+PAGE_STATUS: dict[str, LiteralString] = {
+    "all": "",
+    "eq": " AND status = %(status)s",
+    "running": " AND status = 'running'",
+    "leased": " AND status = 'running' AND lease_until IS NOT NULL",
+}
+
+
+def page_query_name(status: str | None, parent: bool, after: bool, metadata: bool) -> str:
+    """The name of the ``page_threads`` statement for this combination of filters."""
+    kind = "all" if status is None else {"running": "running", "crashed": "leased"}.get(status, "eq")
+    return f"page_threads:{kind}:{int(parent)}{int(after)}{int(metadata)}"
+
+
+def page_query(
+    limit: int, after: str | None, status: str | None, metadata: Mapping[str, Any] | None, parent: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The name and parameters of the ``page_threads`` statement answering these arguments."""
+    at, tid = decode_cursor(after) if after is not None else (None, None)
+    params = {
+        "status": status,
+        "parent": parent,
+        "at": at,
+        "tid": tid,
+        "filter": Jsonb(nul_free(dict(metadata))) if metadata else None,
+        "limit": limit + 1,
+    }
+    return page_query_name(status, parent is not None, after is not None, bool(metadata)), params
+
+
+def _page_queries() -> None:
+    """One statement per combination of filters (32), so that each plan, generic ones included, walks the index
+    matching its filters backwards from the cursor (see :mod:`graphckpt.savers._thread_pages`)."""
+    for kind, status in PAGE_STATUS.items():
+        for parent in (False, True):
+            for after in (False, True):
+                for metadata in (False, True):
+                    text: LiteralString = "SELECT " + THREAD_COLS + " FROM {threads} c WHERE NOT deleted" + status
+                    if parent:
+                        text += ' AND parent_thread_id = %(parent)s COLLATE "C"'
+                    if after:
+                        text += ' AND (created_at, thread_id) < (%(at)s::float8, %(tid)s COLLATE "C")'
+                    if metadata:
+                        text += (
+                            """ AND NOT EXISTS (SELECT 1 FROM jsonb_each(%(filter)s::jsonb) AS f(key, value)
+                            WHERE """
+                            + NUL_FREE_METADATA
+                            + " -> f.key IS DISTINCT FROM f.value)"
+                        )
+                    text += " ORDER BY created_at DESC, thread_id DESC LIMIT %(limit)s::bigint"
+                    SQL[f"page_threads:{kind}:{int(parent)}{int(after)}{int(metadata)}"] = text
+
+
+_page_queries()
 
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:

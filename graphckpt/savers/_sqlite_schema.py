@@ -71,6 +71,17 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 5: a commit writes its checkpoint's events itself (graphckpt/savers/events.py), one per task; the trigger that
     # derived them from the stored metadata goes
     ("DROP TRIGGER events_checkpoint",),
+    (  # 6: wave3 issue 25: every first page of threads (keyset on created_at, thread_id) and every lease sweep one
+        # indexed read
+        "CREATE INDEX threads_by_created ON threads (created_at, thread_id)",
+        "CREATE INDEX threads_by_status ON threads (status, created_at, thread_id)",
+        "CREATE INDEX threads_by_parent ON threads (parent_thread_id, created_at, thread_id)"
+        " WHERE parent_thread_id IS NOT NULL",
+        "CREATE INDEX threads_running_lease ON threads (lease_until) WHERE status = 'running'",
+        "CREATE INDEX runs_graphless ON runs (created_at) WHERE status = 'queued' AND graph IS NULL",
+        "CREATE INDEX runs_queued_order ON runs (created_at, run_id) WHERE status = 'queued'",
+        "DROP INDEX runs_queued",
+    ),
 )
 
 

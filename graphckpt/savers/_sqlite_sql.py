@@ -158,3 +158,27 @@ def thread_from_row(row: Row, now: float) -> ThreadRecord:
     return ThreadRecord(
         row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
     )
+
+
+def thread_page_query(
+    limit: int,
+    after: tuple[float, str] | None,
+    status: str | None,
+    metadata: Mapping[str, Any] | None,
+    parent: str | None,
+) -> tuple[str, list[Any]]:
+    """One page of threads in keyset order (see :mod:`graphckpt.savers._thread_pages`): ``limit + 1`` rows at most,
+    walking ``threads_by_created``, ``threads_by_status`` or ``threads_by_parent`` backwards from ``after``."""
+    sql, params = f"SELECT {THREAD_COLUMNS} FROM threads AS c WHERE deleted = 0", list[Any]()
+    if status in STATUS_CLAUSE:
+        sql += STATUS_CLAUSE[status]
+    elif status is not None:
+        sql, params = f"{sql} AND status = ?", [status]
+    if parent is not None:
+        sql, params = f"{sql} AND parent_thread_id = ?", [*params, parent]
+    if after is not None:
+        sql, params = f"{sql} AND (created_at, thread_id) < (?, ?)", [*params, *after]
+    for key, value in (metadata or {}).items():
+        clause, more = filter_clause(key, value)
+        sql, params = f"{sql} AND {clause}", [*params, *more]
+    return f"{sql} ORDER BY created_at DESC, thread_id DESC LIMIT ?", [*params, limit + 1]

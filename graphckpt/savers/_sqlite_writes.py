@@ -171,26 +171,38 @@ def commit(
         if cp.status != "running":  # -- runs
             conn.execute(END_RUN, (cp.status, now, None, cp.thread_id, run_id))
     else:
-        moved = conn.execute(
-            "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
-            f" error = NULL, metadata = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ? AND head_checkpoint_id = ?"
-            " AND run_id = ? AND deleted = 0",
-            (
-                cp.checkpoint_id,
-                cp.step,
-                cp.status,
-                now,
-                meta,
-                *_keep_if(cp.status),
-                cp.thread_id,
-                expected_head,
-                run_id,
-            ),
-        )
-        if moved.rowcount != 1:
-            raise cas_failed(conn, cp.thread_id, run_id, expected_head, now)
-        if cp.status != "running":  # -- runs
-            conn.execute(END_RUN, (cp.status, now, None, cp.thread_id, run_id))
+        # A step of a running thread leaves status and lease as they are: a statement that does not SET them
+        # leaves the status and lease indexes untouched (SQLite rewrites an index whose column is SET, even to the
+        # same value: two more pages per commit). Any other move takes the full statement below.
+        moved = None
+        if cp.status == "running":
+            moved = conn.execute(
+                "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, updated_at = ?, error = NULL, metadata = ?"
+                " WHERE thread_id = ? AND head_checkpoint_id = ? AND run_id = ? AND deleted = 0"
+                " AND status = 'running'",
+                (cp.checkpoint_id, cp.step, now, meta, cp.thread_id, expected_head, run_id),
+            )
+        if moved is None or moved.rowcount != 1:
+            moved = conn.execute(
+                "UPDATE threads SET head_checkpoint_id = ?, head_step = ?, status = ?, updated_at = ?,"
+                f" error = NULL, metadata = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ? AND head_checkpoint_id = ?"
+                " AND run_id = ? AND deleted = 0",
+                (
+                    cp.checkpoint_id,
+                    cp.step,
+                    cp.status,
+                    now,
+                    meta,
+                    *_keep_if(cp.status),
+                    cp.thread_id,
+                    expected_head,
+                    run_id,
+                ),
+            )
+            if moved.rowcount != 1:
+                raise cas_failed(conn, cp.thread_id, run_id, expected_head, now)
+            if cp.status != "running":  # -- runs
+                conn.execute(END_RUN, (cp.status, now, None, cp.thread_id, run_id))
     try:
         conn.execute(
             f"INSERT INTO checkpoints ({CP_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",

@@ -94,6 +94,7 @@ from graphckpt.savers._rows import (
     ThreadRecord,
     WriteKind,
 )
+from graphckpt.savers._thread_pages import ThreadPage, page_of
 
 __all__ = [
     "BRIEF_MAX",
@@ -111,6 +112,7 @@ __all__ = [
     "StoredCheckpoint",
     "StoredEvent",
     "StoredWrite",
+    "ThreadPage",
     "ThreadRecord",
     "WriteKind",
     "brief",
@@ -324,6 +326,30 @@ class Saver(abc.ABC):
         """Every (not deleted) thread, optionally only those with ``status``, most recently updated first. Statuses
         are as :func:`thread_status` reports them: ``crashed`` selects the ``running`` threads whose lease expired,
         ``running`` the others."""
+
+    async def page_threads(
+        self,
+        *,
+        limit: int = 50,
+        after: str | None = None,
+        status: Status | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_thread_id: str | None = None,
+    ) -> ThreadPage:
+        """One page of the (not deleted) threads, newest created first (``created_at``, then ``thread_id``,
+        descending: a stable order, see :mod:`graphckpt.savers._thread_pages`): at most ``limit`` (1 to 10,000)
+        threads after the cursor ``after`` (a page's ``next``), only those with ``status`` (as :meth:`list_threads`
+        reports it), whose metadata matches ``metadata`` (:func:`metadata_matches`) and forked from
+        ``parent_thread_id``. SQL backends answer it with one indexed read whatever the number of threads; this
+        default (the memory saver's) reads every thread."""
+        return page_of(
+            await self.list_threads(),
+            limit=limit,
+            after=after,
+            status=status,
+            metadata=metadata,
+            parent_thread_id=parent_thread_id,
+        )
 
     @abc.abstractmethod
     async def get_checkpoint(

@@ -81,7 +81,7 @@ from graphckpt.savers._checks import (
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers._pg_io import PostgresConnections
 from graphckpt.savers._pg_runs import PostgresRuns
-from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
+from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, page_query, thread_from_row
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -97,6 +97,7 @@ from graphckpt.savers._pg_wire import (
     bytes_elements,
 )
 from graphckpt.savers._sealing import Sealer
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, page_from_rows
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,
@@ -387,14 +388,34 @@ class PostgresSaver(PostgresRuns, Saver):
 
     async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
         now = ids.now()
-        rows = await self._fetch("list_threads", "list_threads", {"status": status, "now": now})
+        query = {None: "list_threads", "running": "list_threads_running", "crashed": "list_threads_leased"}
+        rows = await self._fetch("list_threads", query.get(status, "list_threads_status"), {"status": status})
         records = self.sealer.open_threads([thread_from_row(row, now) for row in rows])
         return [r for r in records if r.status == status] if status in ("crashed", "running") else records
 
     async def list_family(self, family: str) -> list[ThreadRecord]:
         params = {"tid": family, "lo": family + FAMILY_SEP, "hi": family + "\x7f"}
         now, rows = ids.now(), await self._fetch("list_family", "list_family", params)
-        return [thread_from_row(row, now) for row in rows]
+        return self.sealer.open_threads([thread_from_row(row, now) for row in rows])
+
+    async def page_threads(
+        self,
+        *,
+        limit: int = 50,
+        after: str | None = None,
+        status: Status | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_thread_id: str | None = None,
+    ) -> ThreadPage:
+        check_limit(limit)
+        query, params = page_query(limit, after, status, metadata, parent_thread_id)  # checks the cursor
+        if metadata and not filter_can_match(metadata):
+            return ThreadPage([], None)
+        now = ids.now()
+        rows = await self._fetch("page_threads", query, params)
+        return page_from_rows(
+            self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=limit, status=status
+        )
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

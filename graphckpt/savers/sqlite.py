@@ -112,7 +112,9 @@ from graphckpt.savers._sqlite_sql import (
     dump_json,
     filter_clause,
     thread_from_row,
+    thread_page_query,
 )
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,
@@ -347,7 +349,26 @@ class SqliteSaver(SqliteRuns, Saver):
     async def list_family(self, family: str) -> list[ThreadRecord]:
         now, sql = ids.now(), f"{THREAD_SELECT} AND (thread_id = ? OR (thread_id >= ? AND thread_id < ?))"
         rows = await self._fetch(f"{sql} ORDER BY thread_id", (family, family + FAMILY_SEP, family + "\x7f"))
-        return [thread_from_row(row, now) for row in rows]
+        return self.sealer.open_threads([thread_from_row(row, now) for row in rows])
+
+    async def page_threads(
+        self,
+        *,
+        limit: int = 50,
+        after: str | None = None,
+        status: Status | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_thread_id: str | None = None,
+    ) -> ThreadPage:
+        check_limit(limit)
+        bound = decode_cursor(after) if after is not None else None
+        if metadata and not filter_can_match(metadata):
+            return ThreadPage([], None)
+        now = ids.now()
+        rows = await self._fetch(*thread_page_query(limit, bound, status, metadata, parent_thread_id))
+        return page_from_rows(
+            self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=limit, status=status
+        )
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

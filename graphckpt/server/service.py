@@ -10,7 +10,7 @@ exist. Views of the results as JSON are in :mod:`graphckpt.server.queries`; what
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from graphckpt import ids, transfer
@@ -18,7 +18,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
 from graphckpt.encryption import encrypted
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
-from graphckpt.savers.base import ThreadRecord
+from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
 from graphckpt.server.auth import api_id, store_id
 from graphckpt.server.errors import ApiError
@@ -33,6 +33,10 @@ __all__ = ["NO_END", "Service"]
 
 NO_END = 2**62
 """An upper step bound past any real one (a lineage walk's open end)."""
+
+
+SEARCH_PAGE = 500
+"""Threads a search reads per query (its filters beyond status and parent are checked on the rows read)."""
 
 
 class Service:
@@ -214,17 +218,47 @@ class Service:
         ra, rb = await self.record(ns, a[0]), await self.record(ns, b[0])
         return await self.graphs.app_of(ra).adiff((ra.thread_id, a[1]), (rb.thread_id, b[1]))
 
+    async def search(
+        self,
+        ns: str,
+        *,
+        status: Status | None = None,
+        parent_thread_id: str | None = None,
+        keep: Callable[[ThreadRecord], bool] = lambda _: True,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[ThreadRecord]:
+        """The threads of ``ns`` from ``offset`` on, at most ``limit``, newest created first: ``status`` and the
+        parent are filters of the saver's indexed pages; ``keep`` (metadata, graph) and the namespace are checked on
+        the rows read, page after page, so memory holds one page whatever the number of threads."""
+        parent = store_id(ns, parent_thread_id) if parent_thread_id is not None else None
+        found: list[ThreadRecord] = []
+        cursor, skip = None, offset
+        size = SEARCH_PAGE if limit is None else min(SEARCH_PAGE, max(limit + offset, 10))
+        while True:
+            page = await self.saver.page_threads(limit=size, after=cursor, status=status, parent_thread_id=parent)
+            for record in page.threads:
+                if api_id(ns, record.thread_id) is None or not keep(record):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                found.append(record)
+                if limit is not None and len(found) >= limit:
+                    return found
+            if page.next is None:
+                return found
+            cursor = page.next
+
     async def children(self, ns: str, thread_id: str) -> list[ThreadRecord]:
-        """The forks of ``thread_id`` (in ``ns``)."""
-        sid = store_id(ns, thread_id)
-        return [r for r in await self.threads(ns) if r.parent_thread_id == sid]
+        """The forks of ``thread_id`` (in ``ns``): one indexed read of its forks."""
+        return await self.search(ns, parent_thread_id=thread_id)
 
     async def inbox(self, ns: str) -> list[tuple[ThreadRecord, Snapshot]]:
         """The interrupted threads of ``ns`` with their heads (whose ``interrupts`` say what they wait for)."""
         found = []
-        for record in await self.threads(ns):
-            if record.status == "interrupted":
-                found.append((record, await self.graphs.app_of(record).aget_state(record.thread_id)))
+        for record in await self.search(ns, status="interrupted"):
+            found.append((record, await self.graphs.app_of(record).aget_state(record.thread_id)))
         return found
 
     def export(self, ns: str, record: ThreadRecord, *, decrypt: bool = False) -> AsyncIterator[str]:

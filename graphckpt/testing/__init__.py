@@ -21,6 +21,7 @@ from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
 from graphckpt.testing._kept import KeptWriteAndFamilyCases
 from graphckpt.testing._leases import LeaseCases
+from graphckpt.testing._pages import PageCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
@@ -39,5 +40,6 @@ class SaverConformance(
     KeptWriteAndFamilyCases,
     LeaseCases,
     QueueCases,
+    PageCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""

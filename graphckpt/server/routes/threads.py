@@ -61,20 +61,15 @@ async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
     status = queries.to_store_status(b.status) if b.status else None
-    found = []
-    for record in await service.threads(ns):
-        if status is not None and record.status != status:
-            continue
+
+    def keep(record: ThreadRecord) -> bool:
         if b.graph_id is not None and service.graphs.graph_of(record) != b.graph_id:
-            continue
-        if b.parent_thread_id is not None and (
-            record.parent_thread_id is None or api_id(ns, record.parent_thread_id) != b.parent_thread_id
-        ):
-            continue
-        if b.metadata and not metadata_matches(user_metadata(record), b.metadata):
-            continue
-        found.append(record)
-    page = found[b.offset : b.offset + b.limit]
+            return False
+        return not b.metadata or metadata_matches(user_metadata(record), b.metadata)
+
+    page = await service.search(
+        ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
+    )
     return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
 
 

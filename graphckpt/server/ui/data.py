@@ -43,6 +43,7 @@ from graphckpt.plain import (
 from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
+from graphckpt.server.ui.family import fork_family
 from graphckpt.server.ui.records import interrupt_record, pending_rows
 
 __all__ = [
@@ -295,6 +296,13 @@ class LocalBackend:
         """The thread's own checkpoints (not its ancestors'), newest first."""
         return [s for s in await self.reader.ahistory(thread_id) if s.thread_id == thread_id]
 
+    async def _family(self, info: ThreadInfo) -> tuple[ThreadInfo, list[ThreadInfo]]:
+        return await fork_family(self.reader, info, self._mine)
+
+    def _mine(self, thread_id: str) -> bool:
+        """Whether this backend shows ``thread_id`` (every thread of the saver here; a namespace's on the server)."""
+        return True
+
     async def all_thread_ids(self) -> list[str]:
         return [i.thread_id for i in await self._infos()]
 
@@ -306,16 +314,7 @@ class LocalBackend:
         history = await self.reader.ahistory(thread_id)
         head = await self.reader.aget_state(thread_id)
         own = [s for s in history if s.thread_id == thread_id]
-        infos = await self._infos()
-        root = info
-        by_id = {i.thread_id: i for i in infos}
-        seen = {root.thread_id}
-        while root.forked_from is not None and root.forked_from.thread_id in by_id:
-            if root.forked_from.thread_id in seen:
-                break
-            root = by_id[root.forked_from.thread_id]
-            seen.add(root.thread_id)
-        members = _tree_members(infos, root.thread_id)  # only the root's tree is read, not every thread's history
+        root, members = await self._family(info)  # indexed reads: the ancestors, then each member's forks
         owns = dict(
             zip(
                 [i.thread_id for i in members],
@@ -512,22 +511,6 @@ async def _run_quietly(run: Any) -> None:
 
     with contextlib.suppress(NodeError):
         await run
-
-
-def _tree_members(infos: Sequence[ThreadInfo], root: str) -> list[ThreadInfo]:
-    """``root`` and every thread forked from it, directly or through other forks."""
-    children: dict[str, list[ThreadInfo]] = {}
-    for i in infos:
-        if i.forked_from is not None:
-            children.setdefault(i.forked_from.thread_id, []).append(i)
-    by_id = {i.thread_id: i for i in infos}
-    found, todo = {root: by_id[root]}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child.thread_id not in found:
-                found[child.thread_id] = child
-                todo.append(child.thread_id)
-    return list(found.values())
 
 
 def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:
