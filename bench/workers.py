@@ -16,11 +16,15 @@ on the tree before leases; pass both figures (``--w1 sqlite:BEFORE:AFTER``) to h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +35,8 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 DSN = "postgresql://postgres@127.0.0.1:5432/test"
 MARK_BEGIN, MARK_END = "<!-- workers: begin -->", "<!-- workers: end -->"
+GRAPHS = {"sync": "support.worker_graph:graph", "async": "support.worker_graph:agraph"}
+Popen = subprocess.Popen[bytes]
 
 
 def _env(steps: int) -> dict[str, str]:
@@ -55,7 +61,7 @@ def _cli(db: str, env: dict[str, str], *args: str) -> None:
     )
 
 
-def _worker(db: str, env: dict[str, str], lease: float) -> subprocess.Popen[bytes]:
+def _worker(db: str, env: dict[str, str], lease: float, concurrency: int = 1, graph: str = GRAPHS["sync"]) -> Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -63,11 +69,11 @@ def _worker(db: str, env: dict[str, str], lease: float) -> subprocess.Popen[byte
             "graphckpt.cli",
             "worker",
             "--graph",
-            "worker_graph:graph",
+            graph,
             "--db",
             db,
             "--concurrency",
-            "1",
+            str(concurrency),
             "--poll",
             "0.05",
             "--lease-seconds",
@@ -102,21 +108,55 @@ def _query(dsn: str, schema: str, text: str) -> list[tuple[object, ...]]:
         return conn.execute(text).fetchall()  # type: ignore[arg-type]
 
 
-def throughput(dsn: str, workers: int, threads: int, steps: int) -> float:
-    """Loop steps per second of ``workers`` worker processes on ``threads`` queued threads."""
-    schema = _schema(dsn)
-    db, env = f"{dsn}?schema={schema}", _env(steps)
-    procs: list[subprocess.Popen[bytes]] = []
+class _Store:
+    """One fresh database of a throughput measure: a PostgreSQL schema or a SQLite file, and a way to query it."""
+
+    def __init__(self, saver: str, dsn: str) -> None:
+        self.saver, self.dsn = saver, dsn
+        if saver == "postgres":
+            self.schema = _schema(dsn)
+            self.db = f"{dsn}?schema={self.schema}"
+        else:
+            self.dir = tempfile.mkdtemp(prefix="gc_bench_workers_")
+            self.db = str(Path(self.dir) / "workers.db")
+
+    def query(self, text: str) -> list[tuple[object, ...]]:
+        if self.saver == "postgres":
+            return _query(self.dsn, self.schema, text)
+        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
+            return conn.execute(text).fetchall()
+
+    def drop(self) -> None:
+        if self.saver == "postgres":
+            _drop(self.dsn, self.schema)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def throughput(
+    dsn: str,
+    workers: int,
+    threads: int,
+    steps: int,
+    *,
+    saver: str = "postgres",
+    concurrency: int = 1,
+    kind: str = "sync",
+) -> float:
+    """Loop steps per second of ``workers`` worker processes (``concurrency`` runs each) on ``threads`` queued
+    threads of the ``kind`` graph (``sync``: ``time.sleep``; ``async``: ``asyncio.sleep``), on ``saver``."""
+    store = _Store(saver, dsn)
+    env = _env(steps)
+    procs: list[Popen] = []
     try:
         for i in range(threads):
-            _cli(db, env, "submit", "worker_graph:graph", "--thread", f"b{i}")
-        procs = [_worker(db, env, 30) for _ in range(workers)]
+            _cli(store.db, env, "submit", GRAPHS[kind], "--thread", f"b{i}")
+        procs = [_worker(store.db, env, 30, concurrency, GRAPHS[kind]) for _ in range(workers)]
         done = "SELECT count(*) FROM runs WHERE status = 'done'"
-        _wait(lambda: _query(dsn, schema, done)[0][0] == threads, 600, "every run to finish")
-        [(n, first, last)] = _query(
-            dsn,
-            schema,
-            "SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE metadata->>'source' = 'loop'",
+        _wait(lambda: store.query(done)[0][0] == threads, 600, "every run to finish")
+        source = "metadata->>'source'" if saver == "postgres" else "json_extract(metadata, '$.source')"
+        [(n, first, last)] = store.query(
+            f"SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE {source} = 'loop'"
         )
         return float(n) / (float(last) - float(first))  # type: ignore[arg-type]
     finally:
@@ -124,7 +164,7 @@ def throughput(dsn: str, workers: int, threads: int, steps: int) -> float:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(60)
-        _drop(dsn, schema)
+        store.drop()
 
 
 def takeover(dsn: str, lease: float) -> float:
@@ -133,7 +173,7 @@ def takeover(dsn: str, lease: float) -> float:
     db, env = f"{dsn}?schema={schema}", _env(2000)
     a = b = None
     try:
-        _cli(db, env, "submit", "worker_graph:graph", "--thread", "long")
+        _cli(db, env, "submit", GRAPHS["sync"], "--thread", "long")
         a = _worker(db, env, lease)
         count = "SELECT count(*) FROM checkpoints WHERE thread_id = 'long'"
         _wait(lambda: _query(dsn, schema, count)[0][0] >= 20, 60, "the first worker to run the thread")
