@@ -42,7 +42,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
-from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, SaverError, ThreadBusyError
+from graphckpt.errors import (
+    GraphckptError,
+    LeaseLostError,
+    NodeError,
+    SaverError,
+    ThreadBusyError,
+    ThreadConflictError,
+)
 from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -239,6 +246,11 @@ class Worker:
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
             end, error = "failed", str(exc)
+        except ThreadConflictError as exc:
+            if engine is not None:  # the thread moved under a running attempt
+                end, error = "failed", f"{type(exc).__name__}: {exc}"
+            else:  # lost the claim at the start to another attempt (say, of this run, re-queued while it ran)
+                end, error = await self._raced(app, run, exc)
         except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
             end, error = "failed", str(exc)
         except SaverError as exc:  # the store failed the run: the thread is left to this claim; retry it later
@@ -260,6 +272,23 @@ class Worker:
         for callback in self.on_end:
             callback(run.run_id)
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
+
+    async def _raced(self, app: App, run: RunRecord, exc: ThreadConflictError) -> tuple[RunStatus, str | None]:
+        """A claim that found the thread claimed first by another attempt. When a late heartbeat let this run's
+        lease expire, the sweeper re-queued the run while its attempt still ran: if that attempt ended the thread
+        (its head is tagged with this run), the run ended as the thread did; if the thread is still running, this
+        claim is tried again later (a dead attempt's lease expires); else the run fails, naming the conflict."""
+        try:
+            record = await app.saver.get_thread(run.thread_id)
+        except GraphckptError:  # the store is down: try the claim again later
+            return "queued", str(exc)
+        tags: Any = record.metadata.get("tags") if record is not None else None
+        ours = isinstance(tags, Mapping) and tags.get("run") == run.run_id
+        if record is not None and ours and record.status in ("done", "interrupted", "failed"):
+            return _ended(record.status), None
+        if record is not None and record.status == "running":
+            return "queued", str(exc)
+        return "failed", f"{type(exc).__name__}: {exc}"
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
         """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
