@@ -6,6 +6,10 @@
 - **steps/s with 1, 2 and 4 workers** (concurrency 1 each) over I/O-bound nodes: each step sleeps 20 ms in a
   journaled effect (standing in for a model call). Measured from the checkpoints' own times (first to last loop
   step), so process start-up is not counted. Target: 4 workers >= 3x one worker.
+- **concurrency** (``--concurrency``): steps/s of 1 worker at concurrency 1, 4, 16, and of 4 workers at 1 and
+  16, on SQLite and PostgreSQL, for sync (``time.sleep``) and async (``asyncio.sleep``) nodes. Targets: concurrency
+  16 >= 10x concurrency 1; 4 workers >= 3x one. Written between ``<!-- workers:begin -->`` and
+  ``<!-- workers:end -->``.
 - **takeover latency after SIGKILL**: a worker running a long thread is SIGKILLed; the time until another worker's
   first checkpoint on that thread. Target: the lease length + at most 1 s.
 
@@ -16,11 +20,16 @@ on the tree before leases; pass both figures (``--w1 sqlite:BEFORE:AFTER``) to h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import shutil
 import signal
+import sqlite3
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +40,9 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 DSN = "postgresql://postgres@127.0.0.1:5432/test"
 MARK_BEGIN, MARK_END = "<!-- workers: begin -->", "<!-- workers: end -->"
+CONC_BEGIN, CONC_END = "<!-- workers:begin -->", "<!-- workers:end -->"
+GRAPHS = {"sync": "support.worker_graph:graph", "async": "support.worker_graph:agraph"}
+Popen = subprocess.Popen[bytes]
 
 
 def _env(steps: int) -> dict[str, str]:
@@ -55,7 +67,7 @@ def _cli(db: str, env: dict[str, str], *args: str) -> None:
     )
 
 
-def _worker(db: str, env: dict[str, str], lease: float) -> subprocess.Popen[bytes]:
+def _worker(db: str, env: dict[str, str], lease: float, concurrency: int = 1, graph: str = GRAPHS["sync"]) -> Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -63,11 +75,11 @@ def _worker(db: str, env: dict[str, str], lease: float) -> subprocess.Popen[byte
             "graphckpt.cli",
             "worker",
             "--graph",
-            "worker_graph:graph",
+            graph,
             "--db",
             db,
             "--concurrency",
-            "1",
+            str(concurrency),
             "--poll",
             "0.05",
             "--lease-seconds",
@@ -102,21 +114,73 @@ def _query(dsn: str, schema: str, text: str) -> list[tuple[object, ...]]:
         return conn.execute(text).fetchall()  # type: ignore[arg-type]
 
 
-def throughput(dsn: str, workers: int, threads: int, steps: int) -> float:
-    """Loop steps per second of ``workers`` worker processes on ``threads`` queued threads."""
-    schema = _schema(dsn)
-    db, env = f"{dsn}?schema={schema}", _env(steps)
-    procs: list[subprocess.Popen[bytes]] = []
+class _Store:
+    """One fresh database of a throughput measure: a PostgreSQL schema or a SQLite file, and a way to query it."""
+
+    def __init__(self, saver: str, dsn: str) -> None:
+        self.saver, self.dsn = saver, dsn
+        if saver == "postgres":
+            self.schema = _schema(dsn)
+            self.db = f"{dsn}?schema={self.schema}"
+        else:
+            self.dir = tempfile.mkdtemp(prefix="gc_bench_workers_")
+            self.db = str(Path(self.dir) / "workers.db")
+
+    def query(self, text: str) -> list[tuple[object, ...]]:
+        if self.saver == "postgres":
+            return _query(self.dsn, self.schema, text)
+        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
+            return conn.execute(text).fetchall()
+
+    def drop(self) -> None:
+        if self.saver == "postgres":
+            _drop(self.dsn, self.schema)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_SUBMIT = """
+import asyncio, importlib, sys
+from graphckpt.targets import Database
+module, _, attr = sys.argv[2].partition(":")
+async def main():
+    saver = Database(sys.argv[1]).saver(create=True)
+    async with saver:
+        app = getattr(importlib.import_module(module), attr).compile(saver=saver)
+        for i in range(int(sys.argv[3])):
+            await app.asubmit({}, thread_id=f"b{i}", graph=sys.argv[2])
+asyncio.run(main())
+"""
+
+
+def _submit(db: str, env: dict[str, str], kind: str, threads: int) -> None:
+    """Queue ``threads`` runs of the ``kind`` graph in one process (a CLI ``submit`` each costs a process start)."""
+    subprocess.run([sys.executable, "-c", _SUBMIT, db, GRAPHS[kind], str(threads)], env=env, check=True, timeout=300)
+
+
+def throughput(
+    dsn: str,
+    workers: int,
+    threads: int,
+    steps: int,
+    *,
+    saver: str = "postgres",
+    concurrency: int = 1,
+    kind: str = "sync",
+) -> float:
+    """Loop steps per second of ``workers`` worker processes (``concurrency`` runs each) on ``threads`` queued
+    threads of the ``kind`` graph (``sync``: ``time.sleep``; ``async``: ``asyncio.sleep``), on ``saver``."""
+    store = _Store(saver, dsn)
+    env = _env(steps)
+    procs: list[Popen] = []
     try:
-        for i in range(threads):
-            _cli(db, env, "submit", "worker_graph:graph", "--thread", f"b{i}")
-        procs = [_worker(db, env, 30) for _ in range(workers)]
+        _submit(store.db, env, kind, threads)
+        procs = [_worker(store.db, env, 30, concurrency, GRAPHS[kind]) for _ in range(workers)]
         done = "SELECT count(*) FROM runs WHERE status = 'done'"
-        _wait(lambda: _query(dsn, schema, done)[0][0] == threads, 600, "every run to finish")
-        [(n, first, last)] = _query(
-            dsn,
-            schema,
-            "SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE metadata->>'source' = 'loop'",
+        _wait(lambda: store.query(done)[0][0] == threads, 600, "every run to finish")
+        source = "metadata->>'source'" if saver == "postgres" else "json_extract(metadata, '$.source')"
+        [(n, first, last)] = store.query(
+            f"SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE {source} = 'loop'"
         )
         return float(n) / (float(last) - float(first))  # type: ignore[arg-type]
     finally:
@@ -124,7 +188,7 @@ def throughput(dsn: str, workers: int, threads: int, steps: int) -> float:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(60)
-        _drop(dsn, schema)
+        store.drop()
 
 
 def takeover(dsn: str, lease: float) -> float:
@@ -133,7 +197,7 @@ def takeover(dsn: str, lease: float) -> float:
     db, env = f"{dsn}?schema={schema}", _env(2000)
     a = b = None
     try:
-        _cli(db, env, "submit", "worker_graph:graph", "--thread", "long")
+        _cli(db, env, "submit", GRAPHS["sync"], "--thread", "long")
         a = _worker(db, env, lease)
         count = "SELECT count(*) FROM checkpoints WHERE thread_id = 'long'"
         _wait(lambda: _query(dsn, schema, count)[0][0] >= 20, 60, "the first worker to run the thread")
@@ -153,9 +217,49 @@ def takeover(dsn: str, lease: float) -> float:
         _drop(dsn, schema)
 
 
+CONFIGS = ((1, 1), (1, 4), (1, 16), (4, 1), (4, 16))
+"""(workers, concurrency) of the concurrency table."""
+
+
+def concurrency_table(dsn: str, savers: list[str], kinds: list[str], steps: int, repeats: int) -> str:
+    """steps/s of each (workers, concurrency) in :data:`CONFIGS`, on each saver and graph kind (median of
+    ``repeats``); each run queues ``max(8, 2 x workers x concurrency)`` threads of ``steps`` steps."""
+    rows = [
+        "| saver | node | " + " | ".join(f"{w} x c{c}" for w, c in CONFIGS) + " | c16 / c1 (>= 10) | 4 x c1 / 1 x c1 "
+        "(>= 3) | 4 x c16 / 1 x c16 |",
+        "|---|---|" + "---|" * (len(CONFIGS) + 3),
+    ]
+    for saver in savers:
+        for kind in kinds:
+            rate: dict[tuple[int, int], float] = {}
+            for w, c in CONFIGS:
+                threads = max(8, 2 * w * c)
+                runs = [
+                    throughput(dsn, w, threads, steps, saver=saver, concurrency=c, kind=kind) for _ in range(repeats)
+                ]
+                rate[w, c] = statistics.median(runs)
+                print(f"{saver} {kind} {w} x c{c}: {rate[w, c]:.1f} steps/s {[round(r, 1) for r in runs]}", flush=True)
+            scale, pair = rate[1, 16] / rate[1, 1], rate[4, 16] / rate[1, 16]
+            fleet = rate[4, 1] / rate[1, 1]
+            rows.append(
+                f"| {saver} | {'`time.sleep`' if kind == 'sync' else '`asyncio.sleep`'} | "
+                + " | ".join(f"{rate[k]:.0f}" for k in CONFIGS)
+                + f" | {scale:.1f} {_met(scale >= 10)} | {fleet:.2f} {_met(fleet >= 3)} | {pair:.2f} |"
+            )
+    return "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg-dsn", default=DSN)
+    parser.add_argument(
+        "--concurrency",
+        action="store_true",
+        help="measure the concurrency table (workers x concurrency, both savers, sync and async nodes) instead",
+    )
+    parser.add_argument("--savers", default="sqlite,postgres", help="with --concurrency: which savers")
+    parser.add_argument("--kinds", default="sync,async", help="with --concurrency: which node kinds")
+    parser.add_argument("--repeats", type=int, default=1, help="with --concurrency: runs per cell (median)")
     parser.add_argument("--threads", type=int, default=40)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lease", type=float, default=2.0, help="lease length of the takeover measure (s)")
@@ -168,6 +272,27 @@ def main() -> int:
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     args = parser.parse_args()
+    if args.concurrency:
+        table = concurrency_table(args.pg_dsn, args.savers.split(","), args.kinds.split(","), args.steps, args.repeats)
+        load = os.getloadavg()[0]
+        section = "\n".join(
+            [
+                CONC_BEGIN,
+                "## Workers with concurrency (issue 25)",
+                "",
+                f"`python bench/workers.py --concurrency --steps {args.steps} --repeats {args.repeats}`: "
+                "`graphckpt worker` processes (W workers x concurrency c each) on threads of a loop whose every step "
+                "sleeps 20 ms in a journaled effect (`time.sleep` in a sync node, `asyncio.sleep` in an async one); "
+                f"steps/s from the checkpoints' own times (first to last). Load average at the end: {load:.1f} "
+                f"on {os.cpu_count()} cores (shared machine: indicative).",
+                "",
+                table,
+                CONC_END,
+            ]
+        )
+        print(section)
+        _write_section(Path(args.out), CONC_BEGIN, CONC_END, section)
+        return 0
     rates = {k: throughput(args.pg_dsn, k, args.threads, args.steps) for k in (1, 2, 4)}
     latency = takeover(args.pg_dsn, args.lease)
     rows = [
@@ -201,12 +326,16 @@ def main() -> int:
         ]
     )
     print(section)
-    out = Path(args.out)
+    _write_section(Path(args.out), MARK_BEGIN, MARK_END, section)
+    return 0
+
+
+def _write_section(out: Path, begin: str, end: str, section: str) -> None:
+    """Replace the text between ``begin`` and ``end`` in ``out`` with ``section`` (or append it)."""
     text = out.read_text() if out.exists() else ""
-    pattern = re.compile(re.escape(MARK_BEGIN) + ".*?" + re.escape(MARK_END), re.S)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     out.write_text(text + ("\n" if not text.endswith("\n") else ""))
-    return 0
 
 
 def _met(ok: bool) -> str:

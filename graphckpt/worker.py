@@ -16,6 +16,13 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
   released, so the next attempt claims it at once) and ends ``failed`` after ``store_attempts`` such attempts; a
   store error in the loop itself (sweep, claim) is logged and retried after a bounded exponential backoff: the
   worker outlives a database restart or a stalled writer.
+- **Many runs at once** (``concurrency`` > 1): each claimed run is an asyncio task of this process, so async nodes
+  of all runs interleave on the loop; sync nodes run on the loop's default executor, which the worker grows to a
+  bounded pool of ``concurrency`` threads more than the default (:func:`hold_many`). A SQLite saver then hands its
+  commits to its writer thread (``commit_inline`` off), which commits the writes of many runs in one transaction and
+  one fsync (:mod:`graphckpt.savers._sqlite_group`), rather than stalling the loop on every commit's fsync. The
+  runs share the loop fairly: every step of every run awaits its saver at least once. Leases and fencing are per
+  run as with one: each run holds its thread's lease (heartbeat task of its own) and every write checks its epoch.
 - **Recovery** (the automatic strategy): the sweeper, at start and then every second, re-queues runs whose worker
   died (lease expired) and queues a resume for every crashed thread nobody queued that has a ``graph`` tag (one
   run outside the queue has none: it stays ``crashed`` for ``graphckpt recover``). It never executes anything
@@ -28,11 +35,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import weakref
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
-from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, SaverError, ThreadBusyError
+from graphckpt.errors import (
+    GraphckptError,
+    LeaseLostError,
+    NodeError,
+    SaverError,
+    ThreadBusyError,
+    ThreadConflictError,
+)
 from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -40,7 +57,7 @@ if TYPE_CHECKING:
     from graphckpt.app import App
     from graphckpt.engine import Run
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "hold_many"]
 
 logger = logging.getLogger("graphckpt")
 
@@ -148,6 +165,7 @@ class Worker:
 
     async def run(self) -> None:
         """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
+        release = hold_many(self.apps.values(), self.concurrency)
         listener = asyncio.ensure_future(self._listen())
         next_sweep = 0.0
         failures = 0  # store errors in a row in this loop (sweep, claim): each backs off longer
@@ -188,6 +206,7 @@ class Worker:
                 await listener
             if self._running:  # 4. release: each running run stops after its step and goes back to the queue
                 await asyncio.wait(set(self._running))
+            release()
 
     async def execute(self, run: RunRecord, fence: str) -> None:
         """One claimed run: drive it step by step; stop after a step when asked; record how it ended."""
@@ -227,6 +246,11 @@ class Worker:
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
             end, error = "failed", str(exc)
+        except ThreadConflictError as exc:
+            if engine is not None:  # the thread moved under a running attempt
+                end, error = "failed", f"{type(exc).__name__}: {exc}"
+            else:  # lost the claim at the start to another attempt (say, of this run, re-queued while it ran)
+                end, error = await self._raced(app, run, exc)
         except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
             end, error = "failed", str(exc)
         except SaverError as exc:  # the store failed the run: the thread is left to this claim; retry it later
@@ -248,6 +272,23 @@ class Worker:
         for callback in self.on_end:
             callback(run.run_id)
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
+
+    async def _raced(self, app: App, run: RunRecord, exc: ThreadConflictError) -> tuple[RunStatus, str | None]:
+        """A claim that found the thread claimed first by another attempt. When a late heartbeat let this run's
+        lease expire, the sweeper re-queued the run while its attempt still ran: if that attempt ended the thread
+        (its head is tagged with this run), the run ended as the thread did; if the thread is still running, this
+        claim is tried again later (a dead attempt's lease expires); else the run fails, naming the conflict."""
+        try:
+            record = await app.saver.get_thread(run.thread_id)
+        except GraphckptError:  # the store is down: try the claim again later
+            return "queued", str(exc)
+        tags: Any = record.metadata.get("tags") if record is not None else None
+        ours = isinstance(tags, Mapping) and tags.get("run") == run.run_id
+        if record is not None and ours and record.status in ("done", "interrupted", "failed"):
+            return _ended(record.status), None
+        if record is not None and record.status == "running":
+            return "queued", str(exc)
+        return "failed", f"{type(exc).__name__}: {exc}"
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
         """The run's checkpoint tags: the thread's (its metadata: a new turn or a resume keeps them; a thread that
@@ -325,6 +366,34 @@ class Worker:
             except Exception as exc:  # the poll keeps the worker going meanwhile
                 logger.warning("worker: LISTEN failed (%r); polling every %s s", exc, self.poll)
                 await asyncio.sleep(self.poll)
+
+
+_HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
+"""Per event loop: [runs its workers hold at once, threads of the pool this module gave it]."""
+
+
+def hold_many(apps: Any, runs: int) -> Callable[[], None]:
+    """Prepare this loop for ``runs`` more runs at once (a worker's ``concurrency``; the in-process workers of a
+    server add theirs up): sync nodes get a bounded pool of threads (the default executor's size plus every run
+    held: one thread per run that may be in a sync node, so a run never waits for another's ``time.sleep``), and a
+    SQLite saver commits on its writer thread, in groups, rather than on the loop. Returns what gives them back
+    (the pool keeps its size; it only grows)."""
+    loop = asyncio.get_running_loop()
+    held = _HELD.setdefault(loop, [0, 0])
+    held[0] += runs
+    if runs > 1:
+        for app in apps:
+            if getattr(app.saver, "commit_inline", False):
+                app.saver.commit_inline = False
+    wanted = min(32, (os.cpu_count() or 1) + 4) + held[0]
+    if held[0] > 1 and wanted > held[1]:
+        held[1] = wanted
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=wanted, thread_name_prefix="graphckpt-node"))
+
+    def release() -> None:
+        held[0] -= runs
+
+    return release
 
 
 def _ended(status: str) -> RunStatus:

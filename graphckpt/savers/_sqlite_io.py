@@ -9,8 +9,9 @@ Three connections (one for ``":memory:"``, which is private to its connection):
     nothing has run, and the call goes to a thread instead.
 ``writer``
     the writer thread's (one :class:`~concurrent.futures.ThreadPoolExecutor` thread), under its own lock; waits up to
-    ``busy_timeout`` for another connection's write lock. Opened first: it checks the file's owner, sets WAL mode and
-    applies missing migrations.
+    ``busy_timeout`` for another connection's write lock. The writes waiting for it commit in groups (one
+    transaction and one fsync for all; see :mod:`graphckpt.savers._sqlite_group`). Opened first: it checks the
+    file's owner, sets WAL mode and applies missing migrations.
 ``reader``
     read-only, opened on the reader thread by the first read that cannot run inline, used only there, so reads never
     queue behind writes.
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
+from graphckpt.savers._sqlite_group import GroupCommit
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -74,6 +76,8 @@ class SqliteConnections:
         self._reader: sqlite3.Connection | None = None  # used only on the reader thread
         self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
         self._wal_path = ""
+        self._group = GroupCommit(lambda: self.writer, self.writer_lock, self.error, synchronous)
+        """The writes handed to the writer thread, committed in groups (see :mod:`graphckpt.savers._sqlite_group`)."""
 
     # -- the seam ----------------------------------------------------------------------------------------------------
 
@@ -95,7 +99,8 @@ class SqliteConnections:
                     self.inline_lock.release()
                 if done:
                     return result
-            return await self.on_writer(lambda: self._write_here(fn, relaxed))
+            assert self._writer_thread is not None
+            return await self._group.write(self._writer_thread, fn, relaxed)
         if inline and self.inline_lock.acquire(blocking=False):
             try:
                 assert self.inline is not None
@@ -135,21 +140,6 @@ class SqliteConnections:
                     conn.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as exc:
             raise self.error(exc) from exc
-
-    def _write_here(self, fn: Body[_T], relaxed: bool) -> _T:
-        """On the writer thread: ``fn`` as one transaction, waiting up to ``busy_timeout`` for the write lock."""
-        conn = self.writer
-        assert conn is not None
-        with self.writer_lock:
-            try:
-                if relaxed:
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                return transaction(conn, fn)
-            except sqlite3.Error as exc:
-                raise self.error(exc) from exc
-            finally:
-                if relaxed:
-                    conn.execute("PRAGMA synchronous = FULL")
 
     def _preallocating_wal(self, fn: Body[_T]) -> Body[_T]:
         """``fn``, first extending the WAL file ahead (see :mod:`graphckpt.savers.sqlite`); runs under the write
