@@ -9,6 +9,7 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import PG_EVENTS_MIGRATION
+from graphckpt.savers._pg_items import PG_ITEMS_MIGRATION
 
 
 def commit_function(store_blobs: LiteralString) -> LiteralString:
@@ -299,6 +300,7 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             leased_commit_function(_STORE_BLOBS_V2, events=True),
         ),
     ),
+    (8, PG_ITEMS_MIGRATION),  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -322,6 +324,7 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "graphckpt_events_checkpoints",
         "graphckpt_events_writes",
         "created_threads",
+        "store_items",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

@@ -10,6 +10,7 @@ from typing import Final, TypeVar
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import SQLITE_EVENTS_MIGRATION
+from graphckpt.savers._sqlite_items import SQLITE_ITEMS_MIGRATION
 
 _T = TypeVar("_T")
 
@@ -71,6 +72,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 5: a commit writes its checkpoint's events itself (graphckpt/savers/events.py), one per task; the trigger that
     # derived them from the stored metadata goes
     ("DROP TRIGGER events_checkpoint",),
+    SQLITE_ITEMS_MIGRATION,  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
 )
 
 

@@ -79,6 +79,7 @@ from graphckpt.savers._checks import (
 )
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers._pg_io import PostgresConnections
+from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
 from graphckpt.savers._pg_wire import (
@@ -117,7 +118,7 @@ _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
 
-class PostgresSaver(PostgresRuns, Saver):
+class PostgresSaver(PostgresRuns, PostgresItems, Saver):
     """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
     ``AsyncConnectionPool`` for calls that overlap it.
 

@@ -19,6 +19,7 @@ from graphckpt.testing._commits import CommitCases
 from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
+from graphckpt.testing._items import ItemCases
 from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
@@ -37,5 +38,6 @@ class SaverConformance(
     HostileValueCases,
     LeaseCases,
     QueueCases,
+    ItemCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""
