@@ -21,6 +21,8 @@ from graphckpt.errors import GraphckptError
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
+    from graphckpt.items import ItemStore
+    from graphckpt.node_store import NodeStore
 
 __all__ = ["Context", "NodeInterrupt", "current_context", "get_stream_writer", "interrupt"]
 
@@ -79,6 +81,8 @@ class Journal(Protocol):
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
     def lease_fresh(self) -> bool: ...
     async def check_lease(self) -> None: ...
+    @property
+    def items(self) -> ItemStore: ...
 
 
 class _Call:
@@ -142,6 +146,14 @@ class Context:
         """``()`` in a thread's own graph; inside a subgraph, ``"node:task_id"`` of each subgraph node from the root
         thread down (see :attr:`Snapshot.namespace`)."""
         return self._journal.namespace
+
+    @property
+    def store(self) -> NodeStore:
+        """The long-term item store shared across threads (:class:`~graphckpt.node_store.NodeStore`): every call
+        is a journaled effect, so a re-run of this task sees the same reads and repeats no write."""
+        from graphckpt.node_store import NodeStore
+
+        return NodeStore(self, self._journal.items, self._journal.loop)
 
     @property
     def idempotency_key(self) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ Embed = Callable[[list[str]], Sequence[Sequence[float]] | Awaitable[Sequence[Seq
 """A user's embedding function: texts in, one vector per text out (sync or async)."""
 
 _UNSET: Any = object()
+_ATTACHED: weakref.WeakKeyDictionary[Any, ItemStore] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,20 @@ class ItemStore:
         self.fields = tuple(fields)
         self.default_ttl = _check_ttl(default_ttl)
         self.refresh_on_read = refresh_on_read
+
+    @classmethod
+    def of(cls, saver: Any) -> ItemStore:
+        """The store ``ctx.store`` uses for runs on ``saver``: the one :meth:`attach`-ed to it, else a plain one."""
+        found = _ATTACHED.get(saver)
+        if found is None:
+            found = _ATTACHED[saver] = cls(saver)
+        return found
+
+    def attach(self) -> ItemStore:
+        """Make this store (its ``embed``, ``fields``, TTL defaults) the one nodes running on its saver reach as
+        ``ctx.store``; returns it."""
+        _ATTACHED[self.saver] = self
+        return self
 
     async def aput(
         self,

@@ -17,6 +17,7 @@ from graphckpt import ids
 from graphckpt.audit import CallInfo, digest
 from graphckpt.control import Send
 from graphckpt.errors import SerializationError
+from graphckpt.items import ItemStore
 from graphckpt.savers.base import Status, StoredWrite
 
 if TYPE_CHECKING:
@@ -87,6 +88,11 @@ class Journal:
 
     def lease_fresh(self) -> bool:
         return self.lease is None or self.lease.fresh()
+
+    @property
+    def items(self) -> ItemStore:
+        """The item store of the run's saver (``ctx.store``; see :meth:`graphckpt.items.ItemStore.of`)."""
+        return ItemStore.of(self.store.saver)
 
     async def check_lease(self) -> None:
         if self.lease is not None:
