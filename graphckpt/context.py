@@ -21,7 +21,7 @@ from graphckpt.errors import GraphckptError
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
-    from graphckpt.items import ItemStore
+    from graphckpt.items import ScopedItems
     from graphckpt.node_store import NodeStore
 
 __all__ = ["Context", "NodeInterrupt", "current_context", "get_stream_writer", "interrupt"]
@@ -82,7 +82,7 @@ class Journal(Protocol):
     def lease_fresh(self) -> bool: ...
     async def check_lease(self) -> None: ...
     @property
-    def items(self) -> ItemStore: ...
+    def items(self) -> ScopedItems: ...
 
 
 class _Call:

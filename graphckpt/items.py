@@ -27,6 +27,7 @@ after the ranked ones, with ``score=None``. pgvector is not used.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -35,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 from graphckpt import ids
 from graphckpt.errors import GraphckptError
@@ -53,7 +55,7 @@ from graphckpt.savers.items import (
     select_namespaces,
 )
 
-__all__ = ["Embed", "InvalidItemError", "Item", "ItemStore"]
+__all__ = ["Embed", "InvalidItemError", "Item", "ItemStore", "ScopedItems", "tenant_of"]
 
 Embed = Callable[[list[str]], Sequence[Sequence[float]] | Awaitable[Sequence[Sequence[float]]]]
 """A user's embedding function: texts in, one vector per text out (sync or async)."""
@@ -263,6 +265,66 @@ class ItemStore:
         if len(out) != len(texts):
             raise InvalidItemError(f"embed returned {len(out)} vectors for {len(texts)} texts")
         return out
+
+
+def tenant_of(thread_id: str) -> str:
+    """The server namespace (tenant) of a stored thread id: ``ns/ID`` -> ``ns``; ``""`` for an unscoped one."""
+    tenant, sep, _ = thread_id.partition("/")
+    return tenant if sep else ""
+
+
+class ScopedItems:
+    """One tenant's view of an :class:`ItemStore`: its namespaces are stored under a first label of its own
+    (``@`` and the tenant, percent-quoted, so it holds no period), which it neither shows nor lets a caller name;
+    two tenants never see each other's items. The tenant ``""`` sees the whole store, unscoped."""
+
+    def __init__(self, items: ItemStore, tenant: str) -> None:
+        self.items, self.tenant = items, tenant
+        self._root: tuple[str, ...] = ("@" + quote(tenant, safe="").replace(".", "%2E"),) if tenant else ()
+
+    def _in(self, namespace: Sequence[str], *, what: str = "namespace", empty: bool = False) -> tuple[str, ...]:
+        encode_namespace(namespace, what=what, empty=empty)  # checked as the caller wrote it
+        return (*self._root, *namespace)
+
+    def _out(self, item: Item) -> Item:
+        return dataclasses.replace(item, namespace=item.namespace[len(self._root) :]) if self._root else item
+
+    async def aput(
+        self, namespace: Sequence[str], key: str, value: Mapping[str, Any] | None, *args: Any, **kw: Any
+    ) -> None:
+        await self.items.aput(self._in(namespace), key, value, *args, **kw)
+
+    async def aget(self, namespace: Sequence[str], key: str, **kw: Any) -> Item | None:
+        found = await self.items.aget(self._in(namespace), key, **kw)
+        return self._out(found) if found is not None else None
+
+    async def adelete(self, namespace: Sequence[str], key: str) -> None:
+        await self.items.adelete(self._in(namespace), key)
+
+    async def asearch(self, namespace_prefix: Sequence[str], /, **kw: Any) -> list[Item]:
+        prefix = self._in(namespace_prefix, what="namespace_prefix", empty=True)
+        return [self._out(i) for i in await self.items.asearch(prefix, **kw)]
+
+    async def alist_namespaces(
+        self,
+        *,
+        prefix: Sequence[str] | None = None,
+        suffix: Sequence[str] | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[tuple[str, ...]]:
+        if not self._root:
+            return await self.items.alist_namespaces(
+                prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset
+            )
+        if max_depth is not None and max_depth < 1:
+            raise InvalidItemError(f"max_depth must be at least 1, not {max_depth}")
+        depth = None if max_depth is None else max_depth + 1
+        found = await self.items.alist_namespaces(
+            prefix=(*self._root, *(prefix or ())), suffix=suffix, max_depth=depth, limit=limit, offset=offset
+        )
+        return [ns[1:] for ns in found]
 
 
 def _rank(query: list[float], rows: list[ItemRow]) -> list[tuple[ItemRow, float | None]]:

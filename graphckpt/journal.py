@@ -17,7 +17,7 @@ from graphckpt import ids
 from graphckpt.audit import CallInfo, digest
 from graphckpt.control import Send
 from graphckpt.errors import SerializationError
-from graphckpt.items import ItemStore
+from graphckpt.items import ItemStore, ScopedItems, tenant_of
 from graphckpt.savers.base import Status, StoredWrite
 
 if TYPE_CHECKING:
@@ -90,9 +90,10 @@ class Journal:
         return self.lease is None or self.lease.fresh()
 
     @property
-    def items(self) -> ItemStore:
-        """The item store of the run's saver (``ctx.store``; see :meth:`graphckpt.items.ItemStore.of`)."""
-        return ItemStore.of(self.store.saver)
+    def items(self) -> ScopedItems:
+        """The item store of the run's saver (``ctx.store``; see :meth:`graphckpt.items.ItemStore.of`), as the
+        thread's server namespace sees it (the whole store for a thread outside any)."""
+        return ScopedItems(ItemStore.of(self.store.saver), tenant_of(self.run.thread_id))
 
     async def check_lease(self) -> None:
         if self.lease is not None:

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from graphckpt.items import Item, ItemStore
+from graphckpt.items import Item, ScopedItems
 
 __all__ = ["NodeStore"]
 
@@ -31,9 +31,10 @@ class Effects(Protocol):
 
 
 class NodeStore:
-    """What ``ctx.store`` returns: the app's :class:`~graphckpt.items.ItemStore`, journaled per call."""
+    """What ``ctx.store`` returns: the app's :class:`~graphckpt.items.ItemStore` (as the thread's server namespace
+    sees it), journaled per call."""
 
-    def __init__(self, ctx: Effects, items: ItemStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, ctx: Effects, items: ScopedItems, loop: asyncio.AbstractEventLoop) -> None:
         self._ctx, self.items, self._loop = ctx, items, loop
 
     # -- the calls, as effects -------------------------------------------------------------------------------------
