@@ -361,8 +361,8 @@ def _index_text(value: Mapping[str, Any], fields: Sequence[str]) -> str:
 
 
 def _check_key(key: Any) -> None:
-    if not isinstance(key, str) or not key:
-        raise InvalidItemError(f"key must be a non-empty string, not {key!r}")
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise InvalidItemError(f"key must be a non-empty string without NUL, not {key!r}")
 
 
 def _check_ttl(ttl: Any) -> float | None:

@@ -10,6 +10,7 @@ from psycopg import sql
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import PG_EVENTS_MIGRATION
 from graphckpt.savers._pg_items import PG_ITEMS_MIGRATION
+from graphckpt.savers._pg_waits import PG_WAITS_MIGRATION
 
 
 def commit_function(store_blobs: LiteralString) -> LiteralString:
@@ -301,6 +302,7 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
         ),
     ),
     (8, PG_ITEMS_MIGRATION),  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
+    (9, PG_WAITS_MIGRATION),  # wave3 issue 29: durable waits (graphckpt/savers/waits.py)
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -325,6 +327,7 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "graphckpt_events_writes",
         "created_threads",
         "store_items",
+        "waits",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

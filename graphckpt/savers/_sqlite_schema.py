@@ -11,6 +11,7 @@ from typing import Final, TypeVar
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import SQLITE_EVENTS_MIGRATION
 from graphckpt.savers._sqlite_items import SQLITE_ITEMS_MIGRATION
+from graphckpt.savers._sqlite_waits import SQLITE_WAITS_MIGRATION
 
 _T = TypeVar("_T")
 
@@ -73,6 +74,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # derived them from the stored metadata goes
     ("DROP TRIGGER events_checkpoint",),
     SQLITE_ITEMS_MIGRATION,  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
+    SQLITE_WAITS_MIGRATION,  # wave3 issue 29: durable waits (graphckpt/savers/waits.py)
 )
 
 

@@ -109,6 +109,8 @@ def encode_namespace(namespace: Sequence[str], *, what: str = "namespace", empty
             raise InvalidItemError(f"{what} labels must not be empty: {tuple(namespace)!r}")
         if "." in label:
             raise InvalidItemError(f"{what} label {label!r} must not contain a period ('.')")
+        if "\x00" in label:
+            raise InvalidItemError(f"{what} label {label!r} must not contain NUL")
     return ".".join(namespace)
 
 

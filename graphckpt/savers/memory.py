@@ -21,6 +21,7 @@ from graphckpt.savers._checks import (
 )
 from graphckpt.savers._memory_items import MemoryItems
 from graphckpt.savers._memory_runs import MemoryRuns
+from graphckpt.savers._memory_waits import MemoryWaits
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -55,7 +56,7 @@ class _Thread:
     deleted: bool = False
 
 
-class MemorySaver(MemoryRuns, MemoryItems, Saver):
+class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 

@@ -82,6 +82,7 @@ from graphckpt.savers._pg_io import PostgresConnections
 from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
+from graphckpt.savers._pg_waits import PostgresWaits
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -118,7 +119,7 @@ _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
 
-class PostgresSaver(PostgresRuns, PostgresItems, Saver):
+class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, Saver):
     """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
     ``AsyncConnectionPool`` for calls that overlap it.
 

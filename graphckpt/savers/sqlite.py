@@ -111,6 +111,7 @@ from graphckpt.savers._sqlite_sql import (
     filter_clause,
     thread_from_row,
 )
+from graphckpt.savers._sqlite_waits import SqliteWaits
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -129,7 +130,7 @@ _T = TypeVar("_T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-class SqliteSaver(SqliteRuns, SqliteItems, Saver):
+class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, Saver):
     """Checkpoints in one SQLite file (WAL mode), shared safely by several processes.
 
     ``path``: the database file (created if missing; its directory must exist), or ``":memory:"`` for a private

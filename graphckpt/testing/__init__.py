@@ -24,6 +24,7 @@ from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
+from graphckpt.testing._waits import WaitCases
 from graphckpt.testing._writes import BlobAndWriteCases
 
 __all__ = ["SaverConformance", "make_checkpoint"]
@@ -39,5 +40,6 @@ class SaverConformance(
     LeaseCases,
     QueueCases,
     ItemCases,
+    WaitCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""

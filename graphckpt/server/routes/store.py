@@ -28,6 +28,13 @@ class PutItemBody(BaseModel):
     ttl: float | None = None
 
 
+class GetItemQuery(BaseModel):
+    namespace: str = ""
+    """The labels joined with ``"."``."""
+    key: str
+    refresh_ttl: bool | None = None
+
+
 class DeleteItemBody(BaseModel):
     namespace: list[str]
     key: str
@@ -71,20 +78,14 @@ async def put_item(request: Request) -> Response:
 
 async def get_item(request: Request) -> Response:
     items, _ = _items(request)
-    params = request.query_params
-    key = params.get("key")
-    if not key:
-        raise ApiError(422, "ValidationError", "query: key is required")
-    namespace = [x for x in params.get("namespace", "").split(".") if x] if params.get("namespace") else []
-    refresh = params.get("refresh_ttl")
-    if refresh is not None and refresh.lower() not in ("true", "false"):
-        raise ApiError(422, "ValidationError", f"query: refresh_ttl must be true or false, not {refresh!r}")
+    q = models.query(request, GetItemQuery)
+    namespace = q.namespace.split(".") if q.namespace else []
     try:
-        found = await items.aget(namespace, key, refresh_ttl=None if refresh is None else refresh.lower() == "true")
+        found = await items.aget(namespace, q.key, refresh_ttl=q.refresh_ttl)
     except InvalidItemError as exc:
         raise _invalid(exc) from None
     if found is None:
-        raise ApiError(404, "NotFound", f"no item {key!r} in namespace {tuple(namespace)!r}")
+        raise ApiError(404, "NotFound", f"no item {q.key!r} in namespace {tuple(namespace)!r}")
     return json_response(found.to_dict())
 
 
@@ -134,3 +135,29 @@ routes = [
     Route("/store/items/search", search_items, methods=["POST"]),
     Route("/store/namespaces", list_namespaces, methods=["POST"]),
 ]
+
+_ITEM = {
+    "type": "object",
+    "required": ["namespace", "key", "value", "created_at", "updated_at"],
+    "properties": {
+        "namespace": {"type": "array", "items": {"type": "string"}},
+        "key": {"type": "string"},
+        "value": {"type": "object"},
+        "created_at": {"type": "string"},
+        "updated_at": {"type": "string"},
+    },
+}
+SPEC: dict[tuple[str, str], tuple[str, type[BaseModel] | None, type[BaseModel] | None, int, Any]] = {
+    ("PUT", "/store/items"): ("put an item", PutItemBody, None, 204, None),
+    ("GET", "/store/items"): ("get an item", None, GetItemQuery, 200, _ITEM),
+    ("DELETE", "/store/items"): ("delete an item", DeleteItemBody, None, 204, None),
+    ("POST", "/store/items/search"): (
+        "search items",
+        SearchItemsBody,
+        None,
+        200,
+        {"type": "object", "properties": {"items": {"type": "array", "items": _ITEM}}},
+    ),
+    ("POST", "/store/namespaces"): ("list namespaces", ListNamespacesBody, None, 200, {"type": "object"}),
+}
+"""The routes' entries of :data:`graphckpt.server.openapi.SPEC`."""
