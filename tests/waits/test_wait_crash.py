@@ -123,7 +123,7 @@ def test_a_sleep_survives_the_death_of_every_process(tmp_path: Path, db: str) ->
         took = time.time() - slept
     finally:
         fleet.kill_all()
-    status, waits, runs = _read(db, ["t1"])
+    _, waits, runs = _read(db, ["t1"])
     assert [w.status for w in waits] == ["fired"]  # type: ignore[attr-defined]
     assert runs["t1"] == ["input:interrupted", "resume:done"]  # woken once
     assert Counter(a for a, _, _ in fleet.lines()) == {"before": 1, "after": 1}
