@@ -189,7 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     running(p)
 
     p = command("threads", "list threads", "List threads, most recently updated first.")
-    p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
+    p.add_argument(
+        "--status",
+        choices=[*get_args(Status), "waiting"],
+        help="only threads with this status (waiting: those a durable wait holds, with when each wakes)",
+    )
     p.add_argument("--limit", type=positive_int, metavar="N", help="only the N most recently updated (N >= 1)")
     p.add_argument("--prices", metavar="FILE", help=_PRICES_HELP)
 

@@ -235,6 +235,10 @@ async def _drive(
 async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     """List threads, most recently updated first."""
     reader = s.reader()
+    if args.status == "waiting":  # wave3 issue 29
+        from graphckpt.cli.waits import cmd_threads_waiting
+
+        return await cmd_threads_waiting(args, reader.saver, s.db.display)
     infos = await reader.athreads(args.status)
     if args.limit is not None:  # most recently updated first
         infos = infos[: args.limit]

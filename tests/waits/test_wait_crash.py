@@ -1,10 +1,11 @@
-"""Durable waits across real crashes, with ``graphckpt worker`` processes: a thread sleeping 2 s while every
+"""Durable waits across real crashes, with ``graphckpt worker`` processes: a thread sleeping 4 s while every
 process is SIGKILLed is woken once by a worker started after its wake-up time, and finishes; 100 sleeping threads
 on PostgreSQL with 3 workers, one SIGKILLed while they wake: each wakes exactly once, within a stated bound."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import subprocess
@@ -107,6 +108,7 @@ def _read(db: str, thread_ids: list[str]) -> tuple[dict[str, str], list[object],
 
 def test_a_sleep_survives_the_death_of_every_process(tmp_path: Path, db: str) -> None:
     fleet = Fleet(tmp_path, db)
+    fleet.env["SLEEP_SECONDS"] = "4"
     try:
         assert fleet.cli("submit", GRAPH, "--thread", "t1").returncode == 0
         fleet.start_worker()
@@ -116,6 +118,13 @@ def test_a_sleep_survives_the_death_of_every_process(tmp_path: Path, db: str) ->
         fleet.kill_all()  # every process dies while it sleeps
         [wait] = _read(db, ["t1"])[1]
         assert wait.status == "pending"  # type: ignore[attr-defined]
+        listed = fleet.cli("threads", "--status", "waiting", "--json")
+        assert listed.returncode == 0, listed.stderr
+        [row] = json.loads(listed.stdout)
+        assert row["thread_id"] == "t1" and row["status"] == "waiting" and row["wake_at"].startswith("20")
+        assert -4.0 < row["wakes_in_s"] <= 4.0
+        table = fleet.cli("threads", "--status", "waiting")
+        assert table.returncode == 0 and "t1" in table.stdout and "WAKES AT" in table.stdout, table.stderr
         wait_for(lambda: time.time() > wait.wake_at + 1.0, 10, what="the wake-up time to pass")  # type: ignore[attr-defined]
         assert [w for w in fleet.workers if w.poll() is None] == []  # nobody was up at the wake-up time
         fleet.start_worker()
