@@ -31,9 +31,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from graphckpt import ids, lease
+from graphckpt import crons, ids, lease
 from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, SaverError, ThreadBusyError
 from graphckpt.runs import begin_queued, queue_of, unpack
+from graphckpt.savers.crons import CronTable
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 from graphckpt.savers.waits import WaitTable
 
@@ -160,6 +161,8 @@ class Worker:
                         await self.queue.requeue_expired(ids.now())
                         if isinstance(self.queue, WaitTable) and await self.queue.wake_due(ids.now()):
                             self.wake()  # durable waits due: their resume runs are queued, claim them now
+                        if isinstance(self.queue, CronTable) and await crons.fire_due(self.queue, ids.now()):
+                            self.wake()  # cron ticks due: their runs are queued (once per tick), claim them now
                         next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
                     if len(self._running) >= self.concurrency:
                         await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)

@@ -9,6 +9,7 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import PG_EVENTS_MIGRATION
+from graphckpt.savers._pg_crons import PG_CRONS_MIGRATION
 from graphckpt.savers._pg_items import PG_ITEMS_MIGRATION
 from graphckpt.savers._pg_waits import PG_WAITS_MIGRATION
 
@@ -303,6 +304,7 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
     ),
     (8, PG_ITEMS_MIGRATION),  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
     (9, PG_WAITS_MIGRATION),  # wave3 issue 29: durable waits (graphckpt/savers/waits.py)
+    (10, PG_CRONS_MIGRATION),  # wave3 issue 29: schedules (graphckpt/savers/crons.py)
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -328,6 +330,7 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "created_threads",
         "store_items",
         "waits",
+        "crons",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

@@ -8,6 +8,7 @@ from typing import Any, LiteralString
 
 from graphckpt.savers._checks import lease_from_columns, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
+from graphckpt.savers._pg_crons import CRON_SQL
 from graphckpt.savers._pg_items import ITEM_SQL
 from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers._pg_waits import WAIT_SQL
@@ -166,6 +167,7 @@ SQL: dict[str, LiteralString] = {
 SQL.update(RUN_SQL)
 SQL.update(ITEM_SQL)
 SQL.update(WAIT_SQL)
+SQL.update(CRON_SQL)
 
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:

@@ -94,6 +94,7 @@ from graphckpt import ids
 from graphckpt.savers import _sqlite_writes as tx
 from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
+from graphckpt.savers._sqlite_crons import SqliteCrons
 from graphckpt.savers._sqlite_io import SqliteConnections
 from graphckpt.savers._sqlite_items import SqliteItems
 from graphckpt.savers._sqlite_runs import SqliteRuns
@@ -130,7 +131,7 @@ _T = TypeVar("_T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, Saver):
+class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
     """Checkpoints in one SQLite file (WAL mode), shared safely by several processes.
 
     ``path``: the database file (created if missing; its directory must exist), or ``":memory:"`` for a private
