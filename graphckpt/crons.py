@@ -27,7 +27,7 @@ from graphckpt.errors import GraphckptError
 from graphckpt.savers.crons import CronRow, CronTable, Missed
 from graphckpt.savers.queue import RunRecord
 
-__all__ = ["MISSED_GRACE", "CronError", "add_cron", "fire_due", "next_tick"]
+__all__ = ["MISSED_GRACE", "CronError", "add_cron", "fire_due", "next_tick", "update_cron"]
 
 MISSED_GRACE = 60.0
 """Seconds after its time within which a tick still runs (late); older ticks are missed (see the module docstring)."""
@@ -153,3 +153,49 @@ async def fire_due(saver: CronTable, now: float) -> int:
         )
         queued += len(runs) if fired else 0
     return queued
+
+
+_KEEP: Any = object()
+
+
+async def update_cron(
+    app: Any,
+    cron_id: str,
+    *,
+    schedule: str | None = None,
+    timezone: str | None = None,
+    end_at: dt.datetime | float | None = _KEEP,
+    input: Any = _KEEP,
+    metadata: Mapping[str, Any] | None = None,
+    enabled: bool | None = None,
+) -> CronRow:
+    """Change a cron: a new schedule or zone restarts its ticks from now; ``enabled=False`` stops it
+    (``next_run_at=None``), ``True`` starts it again from now; ``None`` keeps what it was."""
+    saver = app.saver
+    row = await saver.get_cron(cron_id)
+    if row is None:
+        raise CronError(f"no cron {cron_id!r}")
+    schedule = row.schedule if schedule is None else schedule
+    timezone = row.timezone if timezone is None else timezone
+    end = row.end_at if end_at is _KEEP else end_at.timestamp() if isinstance(end_at, dt.datetime) else end_at
+    now = ids.now()
+    following = next_tick(schedule, timezone, now)
+    restart = schedule != row.schedule or timezone != row.timezone or enabled is True or end != row.end_at
+    running = row.next_run_at is not None if enabled is None else enabled
+    next_at = (following if restart else row.next_run_at) if running else None
+    if next_at is not None and end is not None and next_at > end:
+        next_at = None
+    payload, meta = row.payload, json.loads(row.metadata)
+    if metadata is not None or input is not _KEEP:
+        old = app.store.codec.serde.loads(row.payload) if row.payload is not None else {}
+        meta = {**meta, **(metadata or {}), "cron_id": cron_id}
+        envelope = {**old, "metadata": meta}
+        if input is not _KEEP:
+            envelope["value"] = dict(app.graph.validate_input(input if input is not None else {}))
+        payload = app.store.codec.serde.dumps(envelope)
+    new = CronRow(
+        cron_id, schedule, timezone, row.graph, row.thread_id, payload, json.dumps(meta), end, row.missed, next_at,
+        row.created_at, row.last_run_at, row.runs, row.skipped,
+    )  # fmt: skip
+    await saver.put_cron(new)
+    return new
