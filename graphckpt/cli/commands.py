@@ -25,6 +25,7 @@ from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
+from graphckpt.cli.cron import cmd_cron
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
@@ -588,6 +589,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "submit": cmd_submit,
     "runs": cmd_runs,
     "worker": cmd_worker,
+    "cron": cmd_cron,  # wave3 issue 29
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,
