@@ -67,9 +67,9 @@ class Fleet:
         argv = [sys.executable, "-m", "graphckpt.cli", *args, "--db", self.db]
         return subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=60)
 
-    def start_worker(self) -> subprocess.Popen[str]:
+    def start_worker(self, lease: float = 1.0) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "graphckpt.cli", "worker", "--graph", GRAPH, "--db", self.db]
-        argv += ["--concurrency", "4", "--lease-seconds", "1", "--poll", "0.1"]
+        argv += ["--concurrency", "4", "--lease-seconds", str(lease), "--poll", "0.1"]
         proc = subprocess.Popen(
             argv, cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -163,7 +163,9 @@ def test_a_hundred_sleepers_three_workers_one_killed_each_wakes_once(tmp_path: P
         fleet.env["SLEEP_SECONDS"] = "3"
         asyncio.run(submit())
         for _ in range(3):
-            fleet.start_worker()
+            # 3 s leases: with 1 s, a loaded machine lets a live worker's lease lapse and its input run is retried
+            # after the thread already stopped (a run-queue issue outside the waits; see the issue 29 notes)
+            fleet.start_worker(lease=3.0)
         wait_for(lambda: sum(1 for a, _, _ in fleet.lines() if a == "after") >= 5, 120, what="the first wake-ups")
         victim = random.Random(29).choice(fleet.workers)
         victim.kill()  # mid-wake: its open transaction rolls back, its runs go back to the queue
