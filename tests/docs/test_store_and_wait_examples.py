@@ -1,5 +1,5 @@
-"""The store's and the durable waits' examples run as a user runs them (``python examples/...``, a real subprocess,
-offline, on a temporary SQLite file) and say what their docstrings promise."""
+"""The store's, the durable waits' and the schedules' examples run as a user runs them (``python examples/...``, a
+real subprocess, offline, on a temporary SQLite file) and say what their docstrings promise."""
 
 from __future__ import annotations
 
@@ -34,3 +34,12 @@ def test_durable_wait_example() -> None:
     assert sum(1 for line in out if line.startswith("reminder-1 is waiting; wakes at ")) == 2  # the sleep, the deadline
     assert out[-3].startswith("reminder-1 done after ")
     assert out[-2:] == ["  reminder sent: send the report", "  nobody answered in time: escalated to the manager"]
+
+
+def test_cron_schedule_example() -> None:
+    out = _run("cron_schedule.py").splitlines()
+    head, ticks = out[0], out[1:]
+    assert head.startswith("cron ") and head.endswith(f": {len(ticks)} ticks, each run once") and len(ticks) >= 3
+    seconds = [int(line.split(":")[0].rsplit("-", 1)[1]) for line in ticks]
+    assert seconds == list(range(seconds[0], seconds[0] + len(seconds)))  # consecutive ticks, none doubled
+    assert all(line.endswith(": daily report written") for line in ticks)
