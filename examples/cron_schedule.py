@@ -47,10 +47,16 @@ async def main(db: str) -> None:
     workers = [Worker({GRAPH: app}, poll=0.1) for _ in range(2)]  # two workers: each tick still runs once
     loops = [asyncio.ensure_future(w.run()) for w in workers]
     try:
-        while (row := await saver.get_cron(cron.cron_id)) is not None and row.runs < 3:
+        for _ in range(600):  # at most a minute
+            row = await saver.get_cron(cron.cron_id)
+            if row is not None and row.runs >= 3:
+                break
             await asyncio.sleep(0.1)
         await saver.delete_cron(cron.cron_id)
-        while not (runs := await saver.list_runs()) or any(r.status != "done" for r in runs):
+        for _ in range(600):
+            runs = await saver.list_runs()
+            if runs and all(r.status == "done" for r in runs):
+                break
             await asyncio.sleep(0.1)
     finally:
         for w in workers:
