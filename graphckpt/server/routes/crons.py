@@ -114,6 +114,8 @@ async def create(request: Request) -> Response:
 
 
 async def create_for_thread(request: Request) -> Response:
+    service, ns, _ = scope_of(request)
+    await service.find(ns, request.path_params["thread_id"])  # 404 for a thread this token cannot see
     return await _create(request, request.path_params["thread_id"])
 
 
