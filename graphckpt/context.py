@@ -13,14 +13,18 @@ import inspect
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from graphckpt import _hook
+from graphckpt import _hook, ids
 from graphckpt.audit import CallInfo, call_info
 from graphckpt.errors import GraphckptError
+from graphckpt.waiting import TIMED_OUT, WOKE, OnTimeout, wait_payload, wake_time
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import NodeUsage, Task
+    from graphckpt.items import ScopedItems
+    from graphckpt.node_store import NodeStore
 
 __all__ = ["Context", "NodeInterrupt", "current_context", "get_stream_writer", "interrupt"]
 
@@ -39,12 +43,21 @@ class NodeInterrupt(BaseException):
     """Raised by ``ctx.interrupt`` to stop the node. A ``BaseException`` so that ``except Exception`` in node code
     does not swallow it; the engine catches it and marks the thread ``interrupted``."""
 
-    def __init__(self, payload: Any, index: int, others: Sequence[tuple[int, Any]] = ()) -> None:
+    def __init__(
+        self,
+        payload: Any,
+        index: int,
+        others: Sequence[tuple[int, Any]] = (),
+        wait: tuple[int | None, float, Any] | None = None,
+    ) -> None:
         super().__init__(payload)
         self.payload = payload
         self.index = index
         self.others = others
         """More interrupts open at once in the same task, ``(index, payload)`` (a subgraph's several questions)."""
+        self.wait = wait
+        """A durable wait: ``(effect index to journal the wake-up time at or None, wake-up time, waker's answer)``;
+        the engine records it before the thread stops (see :mod:`graphckpt.waiting`)."""
 
 
 class Journal(Protocol):
@@ -79,6 +92,9 @@ class Journal(Protocol):
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
     def lease_fresh(self) -> bool: ...
     async def check_lease(self) -> None: ...
+    async def hold(self, task: Task, index: int | None, wake_at: float, answer: Any) -> None: ...
+    @property
+    def items(self) -> ScopedItems: ...
 
 
 class _Call:
@@ -142,6 +158,14 @@ class Context:
         """``()`` in a thread's own graph; inside a subgraph, ``"node:task_id"`` of each subgraph node from the root
         thread down (see :attr:`Snapshot.namespace`)."""
         return self._journal.namespace
+
+    @property
+    def store(self) -> NodeStore:
+        """The long-term item store shared across threads (:class:`~graphckpt.node_store.NodeStore`): every call
+        is a journaled effect, so a re-run of this task sees the same reads and repeats no write."""
+        from graphckpt.node_store import NodeStore
+
+        return NodeStore(self, self._journal.items, self._journal.loop)
 
     @property
     def idempotency_key(self) -> str:
@@ -330,15 +354,62 @@ class Context:
                 f"node {self.node!r}: this attempt was abandoned (timed out or cancelled); its effects do not run"
             )
 
-    def interrupt(self, payload: Any = None) -> Any:
+    def interrupt(
+        self,
+        payload: Any = None,
+        *,
+        timeout: float | None = None,
+        deadline: datetime | float | None = None,
+        on_timeout: OnTimeout | None = None,
+    ) -> Any:
         """Stop here and mark the thread ``interrupted`` with ``payload``. After ``resume(thread_id, answer)`` the
-        task runs again and this call returns ``answer`` (effects journaled before it are not repeated)."""
+        task runs again and this call returns ``answer`` (effects journaled before it are not repeated).
+
+        With ``timeout`` (seconds) or ``deadline`` (an aware datetime or epoch seconds) the thread waits at most that
+        long: a worker wakes it at the deadline (see :mod:`graphckpt.waiting`) and ``on_timeout`` decides
+        (:class:`~graphckpt.waiting.OnTimeout`: answer with a default, go to a node, or fail; default: fail)."""
+        if timeout is None and deadline is None:
+            index = self._interrupts
+            self._interrupts += 1
+            found, answer = self._journal.answer(self._task, index)
+            if found:
+                return answer
+            raise NodeInterrupt(payload, index)
+        wake, record = self._wake(wake_time(ids.now(), seconds=timeout, when=deadline))
+        policy = on_timeout if on_timeout is not None else OnTimeout.fail()
         index = self._interrupts
         self._interrupts += 1
         found, answer = self._journal.answer(self._task, index)
-        if found:
+        if found and answer != TIMED_OUT:
             return answer
-        raise NodeInterrupt(payload, index)
+        if found or ids.now() >= wake:
+            return policy.apply(self.node, wake)
+        raise NodeInterrupt(payload, index, wait=(record, wake, TIMED_OUT))
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: the thread stops ``interrupted`` (reads call it ``waiting``) holding no process
+        or lease, and a worker resumes it at the time; this call then returns. Usable in sync and async nodes (it
+        never blocks). The wake-up time is journaled: a re-run of the task waits for the same time."""
+        self._sleep(wake_time(ids.now(), seconds=seconds))
+
+    def wait_until(self, when: datetime | float) -> None:
+        """:meth:`sleep` until ``when`` (an aware datetime, or seconds since the epoch)."""
+        self._sleep(wake_time(ids.now(), when=when))
+
+    def _wake(self, wake: float) -> tuple[float, int | None]:
+        """The journaled wake-up time of this wait, and the effect index to journal it at (``None``: it is)."""
+        index = self._effects
+        self._effects = index + 1
+        found, value = self._journal.recorded_effect(self._task, index)
+        return (float(value), None) if found else (wake, index)
+
+    def _sleep(self, wake: float) -> None:
+        wake, record = self._wake(wake)
+        while ids.now() < wake:  # answered before the time (an early resume): wait again, a new interrupt
+            index = self._interrupts
+            self._interrupts += 1
+            if not self._journal.answer(self._task, index)[0]:
+                raise NodeInterrupt(wait_payload("sleep", wake), index, wait=(record, wake, WOKE))
 
     def write(self, payload: Any) -> None:
         """Send ``payload`` to the readers of the run's ``custom`` stream (progress, partial results). Ephemeral: it

@@ -55,6 +55,7 @@ from graphckpt.runspans import RunSpans
 from graphckpt.savers.base import Status, StoredWrite
 from graphckpt.state import ReducerError, StateSchema
 from graphckpt.store import NO_RESULT, ThreadStore
+from graphckpt.waiting import Routed
 
 if TYPE_CHECKING:
     from graphckpt.compiled import CompiledGraph, NodeSpec
@@ -281,9 +282,14 @@ class Run(RunSpans):
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
                 with self._task_span_of(ctx):
-                    out = await self._call(spec, state, ctx, alone=not record, span=span)
+                    try:
+                        out = await self._call(spec, state, ctx, alone=not record, span=span)
+                    except Routed as routed:  # an interrupt's deadline passed with OnTimeout.goto(node)
+                        out = Command(goto=routed.node)
                 update, goto = _normalized(self.codec.state, spec.name, out, in_subgraph=bool(self.namespace))
             except NodeInterrupt as intr:
+                if intr.wait is not None:  # a durable wait: its time and row are recorded before the stop
+                    await self.journal.hold(task, *intr.wait)
                 asked = []
                 for index, payload in [(intr.index, intr.payload), *intr.others]:
                     try:

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from graphckpt import ids
 from graphckpt.audit import CallInfo, digest
 from graphckpt.control import Send
-from graphckpt.errors import SerializationError
+from graphckpt.errors import GraphckptError, SerializationError
+from graphckpt.items import ItemStore, ScopedItems, tenant_of
 from graphckpt.savers.base import Status, StoredWrite
+from graphckpt.savers.waits import WaitTable
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import Task
@@ -87,6 +89,24 @@ class Journal:
 
     def lease_fresh(self) -> bool:
         return self.lease is None or self.lease.fresh()
+
+    async def hold(self, task: Task, index: int | None, wake_at: float, answer: Any) -> None:
+        """A durable wait of ``task`` (see :mod:`graphckpt.waiting`): journal its wake-up time as effect ``index``
+        (unless ``None``: already journaled), then record the thread's wait with the waker's ``answer``. Called
+        before the thread stops ``interrupted``."""
+        if index is not None:
+            await self.record_effect(task, index, wake_at)
+        saver = self.store.saver
+        if not isinstance(saver, WaitTable):
+            raise GraphckptError(f"node {task.node!r}: {type(saver).__name__} has no durable waits")
+        data = self.codec.serde.dumps(answer)
+        await saver.put_wait(self.run.thread_id, self.run.head.cp.checkpoint_id, wake_at, data)
+
+    @property
+    def items(self) -> ScopedItems:
+        """The item store of the run's saver (``ctx.store``; see :meth:`graphckpt.items.ItemStore.of`), as the
+        thread's server namespace sees it (the whole store for a thread outside any)."""
+        return ScopedItems(ItemStore.of(self.store.saver), tenant_of(self.run.thread_id))
 
     async def check_lease(self) -> None:
         if self.lease is not None:

@@ -203,7 +203,8 @@ async def begin_queued(
 ) -> Run:
     """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``, with the
     recursion limit it was submitted with: its input starts the thread, unless an earlier attempt of this run
-    already committed it (then it resumes)."""
+    already committed it (then it resumes); its answer answers the open interrupt, unless an earlier attempt of this
+    run already recorded it (then it resumes without one)."""
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
     if run.kind == "input" and run.attempt > 1:
@@ -215,4 +216,10 @@ async def begin_queued(
             )
     if run.kind == "input":
         return await begin.start(options, payload, run.thread_id, limit, tags, runner, streamed=True, run_id=fence)
+    if run.attempt > 1 and payload is not NO_ANSWER:  # an earlier attempt may have recorded the answer, then died
+        record = await options.store.thread(run.thread_id)
+        if record.status != "partial":
+            head, recorded = await options.store.load_head(record)
+            if head.body.tasks and not recorded.open_interrupts(head.body.tasks):
+                payload = NO_ANSWER  # answered: continue without answering again
     return await begin.resume(options, run.thread_id, payload, limit, tags, runner, streamed=True, run_id=fence)

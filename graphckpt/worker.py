@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from graphckpt import ids, lease
+from graphckpt import crons, ids, lease
 from graphckpt.errors import (
     GraphckptError,
     LeaseLostError,
@@ -51,7 +51,9 @@ from graphckpt.errors import (
     ThreadConflictError,
 )
 from graphckpt.runs import begin_queued, queue_of, unpack
+from graphckpt.savers.crons import CronTable
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
+from graphckpt.savers.waits import WaitTable
 
 if TYPE_CHECKING:
     from graphckpt.app import App
@@ -175,6 +177,10 @@ class Worker:
                     if ids.now() >= next_sweep:  # 1. sweep: re-queue what died (a claim runs it)
                         await lease.expire_dead(self.apps[next(iter(self.apps))].saver)  # dead on this host: at once
                         await self.queue.requeue_expired(ids.now())
+                        if isinstance(self.queue, WaitTable) and await self.queue.wake_due(ids.now()):
+                            self.wake()  # durable waits due: their resume runs are queued, claim them now
+                        if isinstance(self.queue, CronTable) and await crons.fire_due(self.queue, ids.now()):
+                            self.wake()  # cron ticks due: their runs are queued (once per tick), claim them now
                         next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
                     if len(self._running) >= self.concurrency:
                         await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)

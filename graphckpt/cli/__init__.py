@@ -50,7 +50,7 @@ answer: resume it again with --answer JSON), 130 stopped by Ctrl-C, 143 stopped 
 
 _DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
 
-CREATING_COMMANDS = frozenset({"run", "import", "submit", "worker"})
+CREATING_COMMANDS = frozenset({"run", "import", "submit", "worker", "cron"})
 """The commands that may create the database (SQLite file, PostgreSQL schema and tables); the others need it."""
 
 
@@ -193,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         "list threads",
         "List threads, newest created first: the first --limit (50), the next page with --after, or --all.",
     )
-    p.add_argument("--status", choices=get_args(Status), help="only threads with this status")
+    p.add_argument(
+        "--status",
+        choices=[*get_args(Status), "waiting"],
+        help="only threads with this status (waiting: those a durable wait holds, with when each wakes)",
+    )
     p.add_argument("--limit", type=positive_int, metavar="N", default=50, help="at most N threads (default 50)")
     p.add_argument("--after", metavar="CURSOR", help="the page after the one whose hint printed CURSOR")
     p.add_argument("--all", action="store_true", help="every thread, page by page (flat memory)")
@@ -297,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer", metavar="JSON", help="with --resume: the answer to an open ctx.interrupt")
     p.add_argument("--multitask", choices=("reject", "enqueue"), default="reject", help="what a busy thread does")
     p.add_argument("--recursion-limit", type=positive_int, metavar="N", help="max super-steps of this run (>= 1)")
+
+    from graphckpt.cli import cron  # wave3 issue 29
+
+    cron.add_parser(command, [common, as_json])
 
     p = command("runs", "list the run queue", "Queued, running and ended runs, oldest first.")
     p.add_argument("--status", choices=get_args(RunStatus), help="only runs with this status")

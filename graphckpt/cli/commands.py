@@ -24,6 +24,7 @@ from typing import Any
 from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
+from graphckpt.cli.cron import cmd_cron
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.output import prices_of as _prices
 from graphckpt.cli.output import print_json as _print_json
@@ -549,6 +550,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "submit": cmd_submit,
     "runs": cmd_runs,
     "worker": cmd_worker,
+    "cron": cmd_cron,  # wave3 issue 29
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,

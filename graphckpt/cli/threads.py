@@ -22,6 +22,10 @@ async def cmd_threads(args: argparse.Namespace, s: Session) -> int:
     """List threads, newest created first: a page of ``--limit`` (after ``--after``'s thread), or ``--all`` of them
     page by page (memory stays flat: each page is printed and dropped)."""
     reader = s.reader()
+    if args.status == "waiting":  # the threads a durable wait holds, with when each wakes
+        from graphckpt.cli.waits import cmd_threads_waiting
+
+        return await cmd_threads_waiting(args, reader.saver, s.db.display)
     if args.all:
         return await _all_threads(args, s)
     infos = await reader.athreads(args.status, limit=args.limit + 1, after=args.after)

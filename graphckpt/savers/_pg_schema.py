@@ -9,6 +9,9 @@ from psycopg import sql
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import PG_EVENTS_MIGRATION
+from graphckpt.savers._pg_crons import PG_CRONS_MIGRATION
+from graphckpt.savers._pg_items import PG_ITEMS_MIGRATION
+from graphckpt.savers._pg_waits import PG_WAITS_MIGRATION
 
 
 def commit_function(store_blobs: LiteralString) -> LiteralString:
@@ -319,6 +322,9 @@ MIGRATIONS: tuple[tuple[int, tuple[LiteralString, ...]], ...] = (
             "DROP INDEX {runs_queued}",
         ),
     ),
+    (9, PG_ITEMS_MIGRATION),  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
+    (10, PG_WAITS_MIGRATION),  # wave3 issue 29: durable waits (graphckpt/savers/waits.py)
+    (11, PG_CRONS_MIGRATION),  # wave3 issue 29: schedules (graphckpt/savers/crons.py)
 )
 """Append-only: ``(version, statements)``. ``{threads}`` etc. are replaced by the (schema-qualified) table names."""
 
@@ -344,6 +350,9 @@ def compose(text: LiteralString, schema: str | None) -> sql.Composed:
         "created_threads",
         "threads_parent_thread_id_idx",
         "runs_queued",
+        "store_items",
+        "waits",
+        "crons",
     )
     return sql.SQL(text).format(**{t: name(t) for t in tables})
 

@@ -10,8 +10,11 @@ from psycopg.types.json import Jsonb
 
 from graphckpt.savers._checks import lease_from_columns, nul_free, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
+from graphckpt.savers._pg_crons import CRON_SQL
+from graphckpt.savers._pg_items import ITEM_SQL
 from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers._thread_pages import decode_cursor
+from graphckpt.savers._pg_waits import WAIT_SQL
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -184,6 +187,9 @@ SQL: dict[str, LiteralString] = {
 
 
 SQL.update(RUN_SQL)
+SQL.update(ITEM_SQL)
+SQL.update(WAIT_SQL)
+SQL.update(CRON_SQL)
 
 PAGE_STATUS: dict[str, LiteralString] = {
     "all": "",

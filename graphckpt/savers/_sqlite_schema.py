@@ -10,6 +10,9 @@ from typing import Final, TypeVar
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._events_sql import SQLITE_EVENTS_MIGRATION
+from graphckpt.savers._sqlite_crons import SQLITE_CRONS_MIGRATION
+from graphckpt.savers._sqlite_items import SQLITE_ITEMS_MIGRATION
+from graphckpt.savers._sqlite_waits import SQLITE_WAITS_MIGRATION
 
 _T = TypeVar("_T")
 
@@ -82,6 +85,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX runs_queued_order ON runs (created_at, run_id) WHERE status = 'queued'",
         "DROP INDEX runs_queued",
     ),
+    SQLITE_ITEMS_MIGRATION,  # wave3 issue 29: the long-term item store (graphckpt/savers/items.py)
+    SQLITE_WAITS_MIGRATION,  # wave3 issue 29: durable waits (graphckpt/savers/waits.py)
+    SQLITE_CRONS_MIGRATION,  # wave3 issue 29: schedules (graphckpt/savers/crons.py)
 )
 
 

@@ -19,7 +19,10 @@ from graphckpt.savers._checks import (
     thread_status,
     utf8_safe,
 )
+from graphckpt.savers._memory_crons import MemoryCrons
+from graphckpt.savers._memory_items import MemoryItems
 from graphckpt.savers._memory_runs import MemoryRuns
+from graphckpt.savers._memory_waits import MemoryWaits
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -55,7 +58,7 @@ class _Thread:
     deleted: bool = False
 
 
-class MemorySaver(MemoryRuns, Saver):
+class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 

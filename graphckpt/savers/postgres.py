@@ -79,9 +79,12 @@ from graphckpt.savers._checks import (
     utf8_safe,
 )
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
+from graphckpt.savers._pg_crons import PostgresCrons
 from graphckpt.savers._pg_io import PostgresConnections
+from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, page_query, thread_from_row
+from graphckpt.savers._pg_waits import PostgresWaits
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -121,7 +124,7 @@ _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
 
-class PostgresSaver(PostgresRuns, Saver):
+class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, Saver):
     """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
     ``AsyncConnectionPool`` for calls that overlap it.
 

@@ -97,7 +97,9 @@ from graphckpt.savers import _sqlite_writes as tx
 from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
 from graphckpt.savers._sealing import Sealer
+from graphckpt.savers._sqlite_crons import SqliteCrons
 from graphckpt.savers._sqlite_io import SqliteConnections
+from graphckpt.savers._sqlite_items import SqliteItems
 from graphckpt.savers._sqlite_runs import SqliteRuns
 from graphckpt.savers._sqlite_schema import PREALLOCATE_WAL
 from graphckpt.savers._sqlite_sql import (
@@ -115,6 +117,7 @@ from graphckpt.savers._sqlite_sql import (
     thread_page_query,
 )
 from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
+from graphckpt.savers._sqlite_waits import SqliteWaits
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,
@@ -134,7 +137,7 @@ _T = TypeVar("_T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-class SqliteSaver(SqliteRuns, Saver):
+class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
     """Checkpoints in one SQLite file (WAL mode), shared safely by several processes.
 
     ``path``: the database file (created if missing; its directory must exist), or ``":memory:"`` for a private

@@ -35,7 +35,7 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, runs, threads
+from graphckpt.server.routes import assistants, crons, runs, store, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def create_app(
             )
         )
     routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    routes += [*store.routes, *crons.routes]  # wave3 issue 29
     handlers: dict[Any, Any] = {}
     if ui:
         routes.extend(_ui_routes(config.tokens))

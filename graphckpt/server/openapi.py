@@ -9,6 +9,8 @@ from pydantic import BaseModel
 
 from graphckpt.server import models
 from graphckpt.server.events.streams import StreamQuery
+from graphckpt.server.routes import crons as cron_routes
+from graphckpt.server.routes import store as store_routes
 from graphckpt.server.routes.assistants import AssistantSearchBody
 from graphckpt.server.routes.runs import RunsQuery
 from graphckpt.server.routes.threads import DiffQuery, HistoryQuery, StateQuery
@@ -118,6 +120,8 @@ SPEC: dict[tuple[str, str], Entry] = {
     ("GET", "/threads/{thread_id}/stream"): ("the thread's event stream", None, StreamQuery, 200, _SSE),
     ("POST", "/threads/{thread_id}/answer"): ("answer open interrupts", models.AnswerBody, None, 202, _RUN),
 }
+SPEC.update(store_routes.SPEC)  # wave3 issue 29
+SPEC.update(cron_routes.SPEC)
 
 
 def _parameters(path: str, query: type[BaseModel] | None) -> list[dict[str, Any]]:

@@ -20,11 +20,13 @@ from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
 from graphckpt.testing._kept import KeptWriteAndFamilyCases
+from graphckpt.testing._items import ItemCases
 from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._pages import PageCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
+from graphckpt.testing._waits import WaitCases
 from graphckpt.testing._writes import BlobAndWriteCases
 
 __all__ = ["SaverConformance", "make_checkpoint"]
@@ -41,5 +43,7 @@ class SaverConformance(
     LeaseCases,
     QueueCases,
     PageCases,
+    ItemCases,
+    WaitCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""

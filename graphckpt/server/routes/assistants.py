@@ -30,7 +30,7 @@ async def info(request: Request) -> Response:
     caller learns nothing it could match against known bugs."""
     from graphckpt import __version__
 
-    flags = {"flags": {"assistants": True, "crons": False}}
+    flags = {"flags": {"assistants": True, "crons": True}}
     try:
         scope_of(request)
     except ApiError:
