@@ -13,8 +13,8 @@ from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSI
 from graphckpt.savers._pg_crons import CRON_SQL
 from graphckpt.savers._pg_items import ITEM_SQL
 from graphckpt.savers._pg_runs import RUN_SQL
-from graphckpt.savers._thread_pages import decode_cursor
 from graphckpt.savers._pg_waits import WAIT_SQL
+from graphckpt.savers._thread_pages import decode_cursor
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 

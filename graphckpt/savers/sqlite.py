@@ -116,8 +116,8 @@ from graphckpt.savers._sqlite_sql import (
     thread_from_row,
     thread_page_query,
 )
-from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
 from graphckpt.savers._sqlite_waits import SqliteWaits
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,

@@ -19,8 +19,8 @@ from graphckpt.testing._commits import CommitCases
 from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
-from graphckpt.testing._kept import KeptWriteAndFamilyCases
 from graphckpt.testing._items import ItemCases
+from graphckpt.testing._kept import KeptWriteAndFamilyCases
 from graphckpt.testing._leases import LeaseCases
 from graphckpt.testing._pages import PageCases
 from graphckpt.testing._queue import QueueCases
