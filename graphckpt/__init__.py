@@ -40,6 +40,7 @@ from graphckpt.errors import (
     SyncCallError,
     ThreadBusyError,
     ThreadConflictError,
+    ThreadHasForksError,
     ThreadNotFoundError,
     ThreadStateError,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "TaskError",
     "ThreadBusyError",
     "ThreadConflictError",
+    "ThreadHasForksError",
     "ThreadInfo",
     "ThreadNotFoundError",
     "ThreadStateError",

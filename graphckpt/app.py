@@ -17,6 +17,7 @@ from graphckpt import begin, recovery, runs
 from graphckpt.checkpoint import Snapshot
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import Command
+from graphckpt.erase import erase_thread
 from graphckpt.fork import fork, update_state
 from graphckpt.reads import Reader
 from graphckpt.records import NO_ANSWER, CrashedThread, Goto, RecoveryResult
@@ -25,7 +26,7 @@ from graphckpt.savers.memory import MemorySaver
 from graphckpt.savers.queue import RunRecord, RunStatus
 from graphckpt.store import ThreadStore
 from graphckpt.streams import StreamMode, check_modes, stream
-from graphckpt.subgraph import codec_for, delete_with_subgraphs
+from graphckpt.subgraph import codec_for
 from graphckpt.sync import sync_iter_twin, sync_twin
 
 __all__ = ["App", "StreamMode"]
@@ -284,10 +285,10 @@ class App(Reader):
         The thread is taken over for the edit, so a run still going on it fails its next write."""
         return await update_state(self.graph, self.store, thread_id, update, as_node, tags)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Delete a thread and the child threads its subgraphs ran. Checkpoints its forks still need are kept (see
-        the saver spec)."""
-        await delete_with_subgraphs(self.saver, thread_id)
+    async def adelete_thread(self, thread_id: str, *, cascade: bool = False) -> list[str]:
+        """Erase a thread and the child threads its subgraphs ran; refused (naming them) when forks depend on it,
+        unless ``cascade`` deletes them too. Returns the deleted ids (see :func:`graphckpt.erase.erase_thread`)."""
+        return await erase_thread(self.saver, thread_id, cascade=cascade)
 
     update_state, delete_thread = sync_twin(aupdate_state), sync_twin(adelete_thread)
 

@@ -423,8 +423,8 @@ async def _confirmed(args: argparse.Namespace, question: str) -> bool:
 
 
 async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
-    """Delete a thread and its subgraphs' child threads (checkpoints its forks still need are kept); on a terminal,
-    after a yes; else with --yes."""
+    """Erase a thread and its subgraphs' child threads (refused when forks depend on it, unless --cascade); on a
+    terminal, after a yes; else with --yes."""
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"not deleting thread {args.thread!r} without confirmation: pass --yes (not a terminal)")
@@ -437,13 +437,14 @@ async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             sys.stderr.write("graphckpt: not deleted\n")
             return 1
-    from graphckpt.subgraph import delete_with_subgraphs
+    from graphckpt.erase import erase_thread
 
-    await delete_with_subgraphs(s.reader().saver, args.thread)  # and the child threads of its subgraphs
+    deleted = await erase_thread(s.reader().saver, args.thread, cascade=args.cascade)  # and its subgraphs' threads
     if args.json:
-        _print_json({"deleted": args.thread})
+        _print_json({"deleted": args.thread, "threads": deleted})
     else:
-        print(f"deleted thread {args.thread}")
+        others = deleted[:-1]
+        print(f"deleted thread {args.thread}" + (f" and {len(others)} other(s): {', '.join(others)}" if others else ""))
     return 0
 
 

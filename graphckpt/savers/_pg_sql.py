@@ -111,9 +111,19 @@ SQL: dict[str, LiteralString] = {
         WHERE f.parent_thread_id = %(tid)s""",
     "prune": """WITH c AS (
         DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
-    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s)
+    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s
+    ), e AS (DELETE FROM {events} WHERE thread_id = %(tid)s AND step > %(keep)s
+    ), r AS (DELETE FROM {runs} WHERE thread_id = %(tid)s
+    ), n AS (DELETE FROM {created_threads} WHERE thread_id = %(tid)s)
     DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id IN (SELECT checkpoint_id FROM c)""",
-    "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
+    # a placeholder: its tags, error and lease go; its lineage up to the fork point stays
+    "mark_deleted": """UPDATE {threads} SET deleted = true, metadata = '{{}}', error = NULL, lease_worker = NULL,
+        lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL, lease_until = NULL WHERE thread_id = %(tid)s""",
+    # the live threads whose lineage runs through a thread (through deleted placeholders too)
+    "thread_forks": """WITH RECURSIVE d(tid) AS (
+            SELECT thread_id FROM {threads} WHERE parent_thread_id = %(tid)s AND thread_id <> %(tid)s
+            UNION SELECT t.thread_id FROM {threads} t JOIN d ON t.parent_thread_id = d.tid)
+        SELECT t.thread_id FROM d JOIN {threads} t ON t.thread_id = d.tid WHERE NOT t.deleted ORDER BY 1""",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
     "get_thread": "SELECT " + THREAD_COLS + " FROM {threads} WHERE thread_id = %(tid)s AND NOT deleted",
     # crashed and running are told apart by the lease: running with an expired lease (or a dead owner on this host,

@@ -263,9 +263,31 @@ class Saver(abc.ABC):
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread. Checkpoints and blobs that a fork of it needs (its lineage up to each fork point) are
-        kept, but the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
-        that depends on it is deleted too. Raises :class:`ThreadNotFoundError` if it does not exist."""
+        """Delete a thread, in one transaction: its checkpoints, blobs, pending writes (journaled effects
+        included), events, runs, created-thread row and lease. Checkpoints, blobs and events that a fork of it
+        needs (its lineage up to each fork point) are kept, under a placeholder thread row without tags, error or
+        lease; the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
+        that depends on it is deleted too (then the kept rows go as well). Raises :class:`ThreadNotFoundError` if
+        it does not exist. (Refusing a delete that forks depend on is the caller's choice: see
+        :meth:`thread_forks` and :func:`graphckpt.erase.erase_thread`.) A backend that keeps freed bytes in its
+        files erases them as far as it can: SQLite overwrites them (``secure_delete``) and truncates its WAL."""
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        """The live threads whose lineage runs through ``thread_id`` (its forks, their forks, ...; through deleted
+        placeholders too), sorted. This default walks :meth:`list_threads` and so misses forks of placeholders;
+        the bundled savers answer in one query."""
+        children: dict[str, list[str]] = {}
+        for record in await self.list_threads():
+            if record.parent_thread_id is not None:
+                children.setdefault(record.parent_thread_id, []).append(record.thread_id)
+        found: set[str] = set()
+        todo = [thread_id]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found and child != thread_id:
+                    found.add(child)
+                    todo.append(child)
+        return sorted(found)
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

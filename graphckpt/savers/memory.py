@@ -255,8 +255,21 @@ class MemorySaver(MemoryRuns, Saver):
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
-        self._require(thread_id).deleted = True
+        thread = self._require(thread_id)
+        thread.deleted = True  # a placeholder while a fork needs its lineage: no tags, error or lease
+        thread.record = dataclasses.replace(thread.record, metadata={}, error=None, lease=None)
+        self.forget_runs(thread_id)
         self._collect()
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        found: set[str] = set()
+        frontier = {thread_id}
+        while frontier:
+            frontier = {
+                t for t, th in self._threads.items() if th.record.parent_thread_id in frontier and t != thread_id
+            } - found
+            found |= frontier
+        return sorted(t for t in found if not self._threads[t].deleted)
 
     def _collect(self) -> None:
         """Drop the rows of deleted threads beyond what the lineage of a remaining thread needs. Repeats until
@@ -276,6 +289,8 @@ class MemorySaver(MemoryRuns, Saver):
             del thread.by_id[cp.checkpoint_id]
             self._writes.pop((thread_id, cp.checkpoint_id), None)
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
+        events = self._events.get(thread_id, [])
+        events[:] = [e for e in events if needed is not None and e.step <= needed]
         for key, blobs in list(self._blobs.items()):
             if key[0] == thread_id:
                 for step in [s for s in blobs if needed is None or s > needed]:

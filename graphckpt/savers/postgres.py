@@ -362,6 +362,10 @@ class PostgresSaver(PostgresRuns, Saver):
                     if row is not None and row[0]:
                         tid, source = source, row[1]
 
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        rows = await self._fetch(f"forks of thread {brief(thread_id)!r}", "thread_forks", {"tid": thread_id})
+        return [row[0] for row in rows]
+
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -315,6 +315,10 @@ class SqliteSaver(SqliteRuns, Saver):
         now = ids.now()
 
         await self._write(lambda conn: tx.delete_thread(conn, thread_id, now))
+        await self._io.truncate_wal()  # erasure: see SqliteConnections.truncate_wal
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        return [row[0] for row in await self._fetch(tx.FORKS, (thread_id,))]
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
+from graphckpt.erase import refuse_forked
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -150,7 +151,7 @@ class Service:
         await self.graphs.app_of(record).aupdate_state(sid, None, tags=tags)
         return await self.record(ns, thread_id)
 
-    async def delete_thread(self, ns: str, thread_id: str) -> None:
+    async def delete_thread(self, ns: str, thread_id: str, *, cascade: bool = False) -> None:
         sid = store_id(ns, thread_id)
         if self.pending.pop(sid, None) is not None:
             return
@@ -161,8 +162,10 @@ class Service:
                 await self.runs.cancel_thread(sid)
                 return
         record = await self.record(ns, thread_id)
+        if not cascade:
+            refuse_forked(thread_id, [api_id(ns, f) or f for f in await self.saver.thread_forks(sid)])
         await self.runs.cancel_thread(sid)
-        await self.graphs.app_of(record).adelete_thread(sid)
+        await self.graphs.app_of(record).adelete_thread(sid, cascade=cascade)
 
     async def state(
         self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None

@@ -22,6 +22,10 @@ class StateQuery(BaseModel):
     step: int | None = Field(default=None, ge=0, le=models.MAX_INT)
 
 
+class DeleteQuery(BaseModel):
+    cascade: bool = False
+
+
 class HistoryQuery(BaseModel):
     limit: int = Field(default=10, ge=1, le=1000)
     before: str | None = None
@@ -87,7 +91,8 @@ async def patch_thread(request: Request) -> Response:
 
 async def delete_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
-    await service.delete_thread(ns, request.path_params["thread_id"])
+    q = models.query(request, DeleteQuery)
+    await service.delete_thread(ns, request.path_params["thread_id"], cascade=q.cascade)
     return Response(status_code=204)
 
 
