@@ -126,9 +126,9 @@ class ThreadStateError(GraphckptError):
 class ThreadHasForksError(ThreadStateError):
     """A delete of a thread whose lineage forks still use, without ``cascade``; :attr:`forks` names them."""
 
-    def __init__(self, message: str, forks: list[str]) -> None:
+    def __init__(self, message: str, forks: list[str] | None = None) -> None:
         super().__init__(message)
-        self.forks = forks
+        self.forks: list[str] = list(forks or [])
 
 
 class RecursionLimitError(GraphckptError, RecursionError):
