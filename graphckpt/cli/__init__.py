@@ -364,7 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
         db=False,
         json=False,
     )
+    from graphckpt.cli.lifecycle import add_parsers as add_lifecycle
     from graphckpt.cli.serve import add_parser as add_serve
+
+    add_lifecycle(command, positive_int)
 
     add_serve(sub, common)
     return parser

@@ -25,6 +25,7 @@ from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Snapshot
+from graphckpt.cli import lifecycle
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.recover import cmd_recover
 from graphckpt.cli.serve import cmd_serve
@@ -585,6 +586,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "submit": cmd_submit,
     "runs": cmd_runs,
     "worker": cmd_worker,
+    "stats": lifecycle.cmd_stats,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,

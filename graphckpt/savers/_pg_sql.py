@@ -11,6 +11,7 @@ from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSI
 from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
+from graphckpt.savers.usage import PG_TABLE_BYTES, PG_THREAD_BYTES
 
 THREAD_COLS: LiteralString = (
     "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
@@ -34,6 +35,8 @@ NUL_FREE_METADATA: LiteralString = r"""(CASE
 (``compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
 second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 SQL: dict[str, LiteralString] = {
+    "usage_tables": PG_TABLE_BYTES,
+    "usage_threads": PG_THREAD_BYTES,
     "read_events": PG_READ_EVENTS,
     "event_kind": PG_EVENT_KIND,
     "events_version": PG_VERSION,

@@ -94,6 +94,7 @@ from graphckpt.savers._rows import (
     ThreadRecord,
     WriteKind,
 )
+from graphckpt.savers.usage import StorageUsage
 
 __all__ = [
     "BRIEF_MAX",
@@ -271,6 +272,11 @@ class Saver(abc.ABC):
         it does not exist. (Refusing a delete that forks depend on is the caller's choice: see
         :meth:`thread_forks` and :func:`graphckpt.erase.erase_thread`.) A backend that keeps freed bytes in its
         files erases them as far as it can: SQLite overwrites them (``secure_delete``) and truncates its WAL."""
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        """Bytes per table and the ``top`` biggest threads (see :class:`~graphckpt.savers.usage.StorageUsage`), in
+        one read. Backends that cannot tell raise :class:`~graphckpt.errors.SaverError`."""
+        raise SaverError(f"{type(self).__name__} cannot report its storage usage")
 
     async def thread_forks(self, thread_id: str) -> list[str]:
         """The live threads whose lineage runs through ``thread_id`` (its forks, their forks, ...; through deleted

@@ -108,6 +108,7 @@ from graphckpt.savers.base import (
     WriteKind,
 )
 from graphckpt.savers.events import checkpoint_events
+from graphckpt.savers.usage import StorageUsage, ThreadUsage
 
 __all__ = ["PostgresSaver"]
 
@@ -361,6 +362,12 @@ class PostgresSaver(PostgresRuns, Saver):
                         row = await (await conn.execute(self._io.queries["lock_thread"], {"tid": source})).fetchone()
                     if row is not None and row[0]:
                         tid, source = source, row[1]
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        tables = dict(await self._fetch("storage usage", "usage_tables", {"schema": self._io.schema}))
+        rows = await self._fetch("storage usage", "usage_threads", {"top": top})
+        threads = [ThreadUsage(r[0], int(r[1]), int(r[2])) for r in rows]
+        return StorageUsage(tables, threads, sum(tables.values()), int(rows[0][3]) if rows else 0)
 
     async def thread_forks(self, thread_id: str) -> list[str]:
         rows = await self._fetch(f"forks of thread {brief(thread_id)!r}", "thread_forks", {"tid": thread_id})

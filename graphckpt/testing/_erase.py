@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from graphckpt.ids import new_id
 from graphckpt.savers.base import BlobRange, Saver, StoredWrite
 from graphckpt.savers.queue import RunQueue, RunRecord
@@ -70,3 +72,22 @@ class EraseCases:
         await saver.delete_thread(s)
         after = await _events(saver, s)
         assert after == [e for e in before if e[0] <= 1] and after
+
+    async def test_storage_usage_ranks_threads_by_bytes(self, saver: Saver) -> None:
+        """``storage_usage`` counts each thread's checkpoints and ranks threads by the bytes of their rows; a
+        deleted thread no longer counts."""
+        run = new_id()
+        small, big = new_thread_id("usage-small"), new_thread_id("usage-big")
+        await commit_chain(saver, small, 1, run_id=run)
+        cps = await commit_chain(saver, big, 3, run_id=run)
+        await saver.put_writes(
+            big, cps[-1].checkpoint_id, [StoredWrite("t", "result", 0, os.urandom(5000))], run_id=run
+        )
+        usage = await saver.storage_usage(top=1000)
+        mine = {t.thread_id: t for t in usage.threads if t.thread_id in (small, big)}
+        assert [t.thread_id for t in usage.threads if t.thread_id in mine] == [big, small]
+        assert (mine[big].checkpoints, mine[small].checkpoints) == (3, 1)
+        assert mine[big].bytes >= 5000 > mine[small].bytes > 0
+        assert usage.tables["checkpoints"] > 0 and usage.tables["blobs"] > 0 and usage.total > 0
+        await saver.delete_thread(big)
+        assert big not in {t.thread_id for t in (await saver.storage_usage(top=1000)).threads}
