@@ -17,8 +17,8 @@ from graphckpt import begin, recovery, runs
 from graphckpt.checkpoint import Snapshot
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import Command
-from graphckpt.erase import erase_thread
 from graphckpt.fork import fork, update_state
+from graphckpt.lifecycle import DataLifecycle
 from graphckpt.reads import Reader
 from graphckpt.records import NO_ANSWER, CrashedThread, Goto, RecoveryResult
 from graphckpt.savers.base import Saver
@@ -32,7 +32,7 @@ from graphckpt.sync import sync_iter_twin, sync_twin
 __all__ = ["App", "StreamMode"]
 
 
-class App(Reader):
+class App(Reader, DataLifecycle):
     """A compiled graph bound to a saver. Create it with :meth:`StateGraph.compile`."""
 
     def __init__(
@@ -285,12 +285,7 @@ class App(Reader):
         The thread is taken over for the edit, so a run still going on it fails its next write."""
         return await update_state(self.graph, self.store, thread_id, update, as_node, tags)
 
-    async def adelete_thread(self, thread_id: str, *, cascade: bool = False) -> list[str]:
-        """Erase a thread and the child threads its subgraphs ran; refused (naming them) when forks depend on it,
-        unless ``cascade`` deletes them too. Returns the deleted ids (see :func:`graphckpt.erase.erase_thread`)."""
-        return await erase_thread(self.saver, thread_id, cascade=cascade)
-
-    update_state, delete_thread = sync_twin(aupdate_state), sync_twin(adelete_thread)
+    update_state = sync_twin(aupdate_state)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 

@@ -587,6 +587,7 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "runs": cmd_runs,
     "worker": cmd_worker,
     "stats": lifecycle.cmd_stats,
+    "prune": lifecycle.cmd_prune,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,
