@@ -56,3 +56,19 @@ def test_delete_of_a_forked_thread_needs_cascade(cli: Any) -> None:
     user_error(cli("delete", "t1", "--yes"), 1, "thread 't1' has 1 fork(s)", "'alt'", "--cascade")
     assert ok(cli("delete", "t1", "--yes", "--cascade", "--json")).json() == {"deleted": "t1", "threads": ["alt", "t1"]}
     assert ok(cli("threads", "--json")).json() == []
+
+
+def test_prune_dry_run_then_yes(cli: Any) -> None:
+    for tid in ("a", "b", "c"):
+        ok(cli("run", "cli_graph:app", "--input", '{"request": "weather"}', "--thread", tid, "-q"))
+    user_error(cli("prune"), 2, "prune needs a policy")
+    user_error(cli("prune", "--status", "done,sleeping"), 2, "--status: unknown status ['sleeping']")
+    user_error(cli("prune", "--older-than", "soon"), 2, "--older-than must be seconds or a duration")
+    dry = ok(cli("prune", "--thread", "a", "--thread", "c", "--dry-run", "--json")).json()
+    assert dry["dry_run"] and sorted(dry["threads"]) == ["a", "c"] and dry["checkpoints"] > 2 and dry["bytes"] > 0
+    assert len(ok(cli("threads", "--json")).json()) == 3  # nothing went
+    user_error(cli("prune", "--thread", "a"), 2, "not pruning 1 thread(s) without confirmation: pass --yes")
+    done = ok(cli("prune", "--thread", "a", "--thread", "c", "--yes", "--json")).json()
+    assert sorted(done["threads"]) == ["a", "c"] and not done["dry_run"] and done["bytes"] > 0
+    assert [t["thread_id"] for t in ok(cli("threads", "--json")).json()] == ["b"]
+    assert "would remove 0 thread(s)" in ok(cli("prune", "--older-than", "30d", "--dry-run")).out
