@@ -16,6 +16,7 @@ before. Deleting is idempotent: two sweepers racing remove each thread once (the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,7 +26,13 @@ from graphckpt.errors import InvalidUpdateError, ThreadNotFoundError
 from graphckpt.savers.base import Saver, Status, ThreadRecord
 from graphckpt.subgraph import SEPARATOR, link_of, subgraph_threads
 
-__all__ = ["PruneReport", "parse_duration", "prune", "ttl_of"]
+__all__ = ["TTL_SWEEP_EVERY", "PruneReport", "parse_duration", "prune", "sweep_expired", "ttl_of"]
+
+TTL_SWEEP_EVERY = 60.0
+"""How often (seconds) workers and ``graphckpt serve`` sweep expired threads: a TTL is honoured within this long
+after it runs out (each sweep lists the threads once)."""
+
+logger = logging.getLogger("graphckpt")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -114,9 +121,11 @@ async def prune(
     thread_ids: Iterable[str] | None = None,
     expired: bool = False,
     dry_run: bool = False,
+    measure: bool = True,
 ) -> PruneReport:
     """Remove the threads matching every policy given (at least one): last activity older than ``older_than``
-    (seconds or a duration), a status in ``status``, an id in ``thread_ids``, a TTL that ran out (``expired``)."""
+    (seconds or a duration), a status in ``status``, an id in ``thread_ids``, a TTL that ran out (``expired``).
+    ``measure=False`` skips the two :meth:`~Saver.storage_usage` reads (the report's counts are then 0)."""
     if older_than is None and status is None and thread_ids is None and not expired:
         raise InvalidUpdateError("prune needs a policy: older_than, status, thread_ids or expired")
     age = None if older_than is None else parse_duration(older_than, what="older_than")
@@ -124,8 +133,9 @@ async def prune(
     wanted = None if thread_ids is None else frozenset(thread_ids)
     now = ids.now()
     chosen = [r for r in await saver.list_threads() if _selected(r, now, age, statuses, wanted, expired)]
-    before = await saver.storage_usage(top=1 << 30)
-    sizes = {t.thread_id: t for t in before.threads}
+    measure = measure and bool(chosen)
+    before = await saver.storage_usage(top=1 << 30) if measure else None
+    sizes = {t.thread_id: t for t in before.threads} if before is not None else {}
     removed: list[str] = []
     checkpoints = planned = 0
     for record in chosen:
@@ -141,8 +151,20 @@ async def prune(
             removed.append(record.thread_id)
             checkpoints += sum(sizes[t].checkpoints for t in family if t in sizes)
             planned += sum(sizes[t].bytes for t in family if t in sizes)
-    if dry_run or not removed:
+    if dry_run or not removed or before is None:
         return PruneReport(removed, checkpoints, planned, dry_run)
     after = await saver.storage_usage(top=1 << 30)
     freed = sum(t.bytes for t in before.threads) - sum(t.bytes for t in after.threads)
     return PruneReport(removed, checkpoints, freed, dry_run)
+
+
+async def sweep_expired(saver: Saver) -> PruneReport | None:
+    """One TTL sweep: remove the threads whose TTL ran out, unless another process is sweeping this store (then
+    ``None``; see :meth:`~graphckpt.savers.base.Saver.sweep_lock`)."""
+    async with saver.sweep_lock("ttl") as mine:
+        if not mine:
+            return None
+        report = await prune(saver, expired=True, measure=False)
+    if report.threads:
+        logger.info("ttl sweep removed %d expired thread(s)", len(report.threads))
+    return report

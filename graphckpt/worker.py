@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids, lease
 from graphckpt.errors import GraphckptError, LeaseLostError, NodeError, SaverError, ThreadBusyError
+from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
 from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -74,7 +75,8 @@ class Worker:
     """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
     database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
     it; the sweeper runs every :data:`SWEEP_EVERY` seconds. A run is tried ``store_attempts`` times when the store
-    fails it, each time after a backoff starting at ``store_backoff`` seconds (see :data:`STORE_ATTEMPTS`)."""
+    fails it, each time after a backoff starting at ``store_backoff`` seconds (see :data:`STORE_ATTEMPTS`). Every
+    ``ttl_sweep_every`` seconds it removes the threads whose TTL ran out (:func:`graphckpt.prune.sweep_expired`)."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class Worker:
         poll: float = 1.0,
         store_attempts: int = STORE_ATTEMPTS,
         store_backoff: float = STORE_BACKOFF,
+        ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
     ) -> None:
         if not apps:
             raise ValueError("a Worker needs at least one graph")
@@ -94,6 +97,8 @@ class Worker:
         if isinstance(store_backoff, bool) or not isinstance(store_backoff, int | float) or not store_backoff >= 0:
             raise ValueError(f"store_backoff must be a number of seconds >= 0, not {store_backoff!r}")
         self.store_attempts, self.store_backoff = store_attempts, float(store_backoff)
+        self.ttl_sweep_every = ttl_sweep_every
+        """Seconds between this worker's sweeps of expired threads (``None``: it does not sweep)."""
         self.apps = dict(apps)
         for ref, app in self.apps.items():
             app.graph_ref = app.graph_ref or ref
@@ -149,7 +154,7 @@ class Worker:
     async def run(self) -> None:
         """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
         listener = asyncio.ensure_future(self._listen())
-        next_sweep = 0.0
+        next_sweep = next_ttl = 0.0
         failures = 0  # store errors in a row in this loop (sweep, claim): each backs off longer
         try:
             while not self.stopping:
@@ -158,6 +163,9 @@ class Worker:
                         await lease.expire_dead(self.apps[next(iter(self.apps))].saver)  # dead on this host: at once
                         await self.queue.requeue_expired(ids.now())
                         next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
+                    if self.ttl_sweep_every and ids.now() >= next_ttl:  # expired threads go (one sweeper at a time)
+                        next_ttl = ids.now() + self.ttl_sweep_every
+                        await sweep_expired(self.apps[next(iter(self.apps))].saver)
                     if len(self._running) >= self.concurrency:
                         await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
                         continue

@@ -57,8 +57,9 @@ The rows are defined in :mod:`graphckpt.savers._rows` and the checks and lease e
 from __future__ import annotations
 
 import abc
+import contextlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -277,6 +278,15 @@ class Saver(abc.ABC):
         """Bytes per table and the ``top`` biggest threads (see :class:`~graphckpt.savers.usage.StorageUsage`), in
         one read. Backends that cannot tell raise :class:`~graphckpt.errors.SaverError`."""
         raise SaverError(f"{type(self).__name__} cannot report its storage usage")
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self, name: str) -> AsyncIterator[bool]:
+        """Whether this process is the one sweeper ``name`` (the TTL sweep) of this store right now: ``True`` while
+        the block runs for exactly one holder at a time across processes on a backend shared by several hosts
+        (PostgreSQL: a session advisory lock, released when the block ends or the connection drops), ``False`` when
+        another holds it. This default yields ``True``: a sweep's deletes are idempotent, so overlapping sweeps of a
+        local store only repeat work."""
+        yield True
 
     async def thread_forks(self, thread_id: str) -> list[str]:
         """The live threads whose lineage runs through ``thread_id`` (its forks, their forks, ...; through deleted

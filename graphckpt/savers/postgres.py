@@ -369,6 +369,19 @@ class PostgresSaver(PostgresRuns, Saver):
         threads = [ThreadUsage(r[0], int(r[1]), int(r[2])) for r in rows]
         return StorageUsage(tables, threads, sum(tables.values()), int(rows[0][3]) if rows else 0)
 
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self, name: str) -> AsyncIterator[bool]:
+        key = f"graphckpt:{self._io.schema or ''}:{name}"
+        with self._io.errors(f"sweep lock {name!r}"):
+            async with self._connection() as conn:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,))
+                [(mine,)] = await cur.fetchall()
+                try:
+                    yield bool(mine)
+                finally:
+                    if mine:
+                        await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+
     async def thread_forks(self, thread_id: str) -> list[str]:
         rows = await self._fetch(f"forks of thread {brief(thread_id)!r}", "thread_forks", {"tid": thread_id})
         return [row[0] for row in rows]
