@@ -123,5 +123,5 @@ def test_ttl_shapes_and_bad_durations() -> None:
     assert ttl_of({"tags": {"ttl": "soon"}}) is None and ttl_of({}) is None
     assert parse_duration("30d") == 30 * 86400 and parse_duration(5) == 5
     for bad in ("0s", -1, "3 weeks", True, float("inf")):
-        with pytest.raises(InvalidUpdateError, match="duration|more than 0"):
+        with pytest.raises(InvalidUpdateError, match=r"duration|more than 0"):
             parse_duration(bad)
