@@ -88,8 +88,13 @@ class Service:
         tags = json.loads(found[0])
         graph = tags.get("graph")
         metadata = tags.get("metadata")
+        ttl = tags.get("ttl")
         return PendingThread(
-            thread_id, dict(metadata) if isinstance(metadata, dict) else {}, self.graphs.served(graph), found[1]
+            thread_id,
+            dict(metadata) if isinstance(metadata, dict) else {},
+            self.graphs.served(graph),
+            found[1],
+            ttl if isinstance(ttl, dict) else None,
         )
 
     async def _store_created(self, sid: str, thread: PendingThread, *, replace: bool = False) -> bool:
@@ -98,11 +103,18 @@ class Service:
             return True
         if replace:
             await self.saver.delete_created_thread(sid)
-        tags = json.dumps({"graph": thread.graph_id, "metadata": thread.metadata})
+        tags = json.dumps(thread.tags)
         return await self.saver.put_created_thread(sid, tags, thread.created_at)
 
     async def create_thread(
-        self, ns: str, thread_id: str | None, metadata: Mapping[str, Any], graph_id: str | None, *, exist_ok: bool
+        self,
+        ns: str,
+        thread_id: str | None,
+        metadata: Mapping[str, Any],
+        graph_id: str | None,
+        *,
+        exist_ok: bool,
+        ttl: dict[str, Any] | None = None,
     ) -> ThreadRecord | PendingThread:
         """A new (pending) thread; an existing id is 409 unless ``exist_ok`` (then the existing one)."""
         tid = thread_id or ids.new_id()
@@ -114,9 +126,9 @@ class Service:
             raise ApiError(409, "ThreadConflictError", f"thread {tid!r} already exists")
         graph = graph_id if graph_id is not None else self.graphs.default
         self.graphs.app(graph)
-        thread = PendingThread(tid, dict(metadata), graph)
+        thread = PendingThread(tid, dict(metadata), graph, ttl=ttl)
         if not await self._store_created(sid, thread):  # another request created it meanwhile
-            return await self.create_thread(ns, thread_id, metadata, graph_id, exist_ok=exist_ok)
+            return await self.create_thread(ns, thread_id, metadata, graph_id, exist_ok=exist_ok, ttl=ttl)
         return thread
 
     async def create_missing(self, ns: str, thread_id: str, graph_id: str | None) -> ThreadRecord | PendingThread:

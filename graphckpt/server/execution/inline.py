@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from graphckpt import ids
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
+from graphckpt.savers.queue import RunQueue
 from graphckpt.server.execution.base import (
     RunConflict,
     RunInfo,
@@ -27,6 +29,7 @@ from graphckpt.server.execution.base import (
     inherited_tags,
 )
 from graphckpt.server.graphs import Graphs
+from graphckpt.server.records import thread_tags
 from graphckpt.subgraph import link_of
 
 __all__ = ["InProcessRuns"]
@@ -174,6 +177,18 @@ class InProcessRuns:
             self._tasks.pop(sid, None)
             self._queues.pop(sid, None)
 
+    async def _ttl_tag(self, thread_id: str) -> dict[str, Any]:
+        """The TTL tag a new input run keeps: the thread's (its head's, or given when it was created)."""
+        saver = self.graphs.saver
+        record = await saver.get_thread(thread_id)
+        if record is not None:
+            ttl = thread_tags(record).get("ttl")
+        elif isinstance(saver, RunQueue) and (created := await saver.get_created_thread(thread_id)) is not None:
+            ttl = json.loads(created[0]).get("ttl")
+        else:
+            ttl = None
+        return {"ttl": ttl} if ttl is not None else {}
+
     async def _execute(self, info: RunInfo) -> None:
         request = info.request
         app = self.graphs.app(request.graph_id)
@@ -190,7 +205,11 @@ class InProcessRuns:
                     tags=dict(tags) if tags is not None else None,
                 )
             else:
-                tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
+                tags = {
+                    "graph": request.graph_id,
+                    "metadata": dict(request.metadata),
+                    **await self._ttl_tag(request.thread_id),
+                }
                 snap = await app.ainvoke(
                     request.input or {},
                     thread_id=request.thread_id,

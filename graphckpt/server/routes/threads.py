@@ -48,7 +48,9 @@ def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
 async def create_thread(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadBody, config.max_body)
-    thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=b.if_exists == "do_nothing")
+    ttl = b.ttl.model_dump() if b.ttl is not None else None
+    exist_ok = b.if_exists == "do_nothing"
+    thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=exist_ok, ttl=ttl)
     return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
 
 
