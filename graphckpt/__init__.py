@@ -42,6 +42,7 @@ from graphckpt.errors import (
     SyncCallError,
     ThreadBusyError,
     ThreadConflictError,
+    ThreadHasForksError,
     ThreadNotFoundError,
     ThreadStateError,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "TaskError",
     "ThreadBusyError",
     "ThreadConflictError",
+    "ThreadHasForksError",
     "ThreadInfo",
     "ThreadNotFoundError",
     "ThreadStateError",

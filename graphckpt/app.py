@@ -18,6 +18,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import Command
 from graphckpt.fork import fork, update_state
+from graphckpt.lifecycle import DataLifecycle
 from graphckpt.reads import Reader
 from graphckpt.records import NO_ANSWER, CrashedThread, Goto, RecoveryResult
 from graphckpt.savers.base import Saver
@@ -25,13 +26,13 @@ from graphckpt.savers.memory import MemorySaver
 from graphckpt.savers.queue import RunRecord, RunStatus
 from graphckpt.store import ThreadStore
 from graphckpt.streams import StreamMode, check_modes, stream
-from graphckpt.subgraph import codec_for, delete_with_subgraphs
+from graphckpt.subgraph import codec_for
 from graphckpt.sync import sync_iter_twin, sync_twin
 
 __all__ = ["App", "StreamMode"]
 
 
-class App(Reader):
+class App(Reader, DataLifecycle):
     """A compiled graph bound to a saver. Create it with :meth:`StateGraph.compile`."""
 
     def __init__(
@@ -284,12 +285,7 @@ class App(Reader):
         The thread is taken over for the edit, so a run still going on it fails its next write."""
         return await update_state(self.graph, self.store, thread_id, update, as_node, tags)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Delete a thread and the child threads its subgraphs ran. Checkpoints its forks still need are kept (see
-        the saver spec)."""
-        await delete_with_subgraphs(self.saver, thread_id)
-
-    update_state, delete_thread = sync_twin(aupdate_state), sync_twin(adelete_thread)
+    update_state = sync_twin(aupdate_state)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 

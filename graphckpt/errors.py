@@ -13,6 +13,7 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     │   ├── ThreadBusyError                  a live process holds the thread's lease (names host, pid, worker)
     │   └── LeaseLostError                   this process's lease was taken over: it writes nothing more
     ├── ThreadStateError                     the thread's status does not allow the call (invoke on a failed thread)
+    │   └── ThreadHasForksError              a delete of a thread that forks depend on (names them)
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
     ├── NodeError                            a node failed a run (thread, node, step); the original is ``__cause__``
     │   ├── InvalidNodeUpdateError(InvalidUpdateError)   its update does not fit the state schema
@@ -51,6 +52,7 @@ __all__ = [
     "SyncCallError",
     "ThreadBusyError",
     "ThreadConflictError",
+    "ThreadHasForksError",
     "ThreadNotFoundError",
     "ThreadStateError",
 ]
@@ -134,6 +136,14 @@ class LeaseLostError(_LeaseError):
 
 class ThreadStateError(GraphckptError):
     """The call does not fit the thread's status, e.g. ``invoke`` on a thread that must be resumed."""
+
+
+class ThreadHasForksError(ThreadStateError):
+    """A delete of a thread whose lineage forks still use, without ``cascade``; :attr:`forks` names them."""
+
+    def __init__(self, message: str, forks: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.forks: list[str] = list(forks or [])
 
 
 class RecursionLimitError(GraphckptError, RecursionError):

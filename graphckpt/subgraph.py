@@ -58,7 +58,6 @@ __all__ = [
     "SubgraphNode",
     "child_thread_id",
     "codec_for",
-    "delete_with_subgraphs",
     "level_for",
     "link_of",
     "store_for",
@@ -285,13 +284,6 @@ async def subgraph_threads(saver: Saver, thread_ids: Sequence[str]) -> list[Thre
     """The child threads (at any depth) of the threads ``thread_ids``: one listing of the saver's threads."""
     prefixes = tuple(f"{t}{SEPARATOR}" for t in thread_ids)
     return [r for r in await saver.list_threads() if r.thread_id.startswith(prefixes) and link_of(r.metadata)]
-
-
-async def delete_with_subgraphs(saver: Saver, thread_id: str) -> None:
-    """Delete ``thread_id`` and the child threads its subgraphs ran (at any depth)."""
-    for child in await subgraph_threads(saver, [thread_id]):
-        await saver.delete_thread(child.thread_id)
-    await saver.delete_thread(thread_id)
 
 
 async def subgraph_heads(

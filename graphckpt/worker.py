@@ -50,6 +50,7 @@ from graphckpt.errors import (
     ThreadBusyError,
     ThreadConflictError,
 )
+from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
 from graphckpt.runs import begin_queued, queue_of, unpack
 from graphckpt.savers.crons import CronTable
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
@@ -93,7 +94,8 @@ class Worker:
     """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
     database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
     it; the sweeper runs every :data:`SWEEP_EVERY` seconds. A run is tried ``store_attempts`` times when the store
-    fails it, each time after a backoff starting at ``store_backoff`` seconds (see :data:`STORE_ATTEMPTS`)."""
+    fails it, each time after a backoff starting at ``store_backoff`` seconds (see :data:`STORE_ATTEMPTS`). Every
+    ``ttl_sweep_every`` seconds it removes the threads whose TTL ran out (:func:`graphckpt.prune.sweep_expired`)."""
 
     def __init__(
         self,
@@ -103,6 +105,7 @@ class Worker:
         poll: float = 1.0,
         store_attempts: int = STORE_ATTEMPTS,
         store_backoff: float = STORE_BACKOFF,
+        ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
     ) -> None:
         if not apps:
             raise ValueError("a Worker needs at least one graph")
@@ -113,6 +116,8 @@ class Worker:
         if isinstance(store_backoff, bool) or not isinstance(store_backoff, int | float) or not store_backoff >= 0:
             raise ValueError(f"store_backoff must be a number of seconds >= 0, not {store_backoff!r}")
         self.store_attempts, self.store_backoff = store_attempts, float(store_backoff)
+        self.ttl_sweep_every = ttl_sweep_every
+        """Seconds between this worker's sweeps of expired threads (``None``: it does not sweep)."""
         self.apps = dict(apps)
         for ref, app in self.apps.items():
             app.graph_ref = app.graph_ref or ref
@@ -169,7 +174,7 @@ class Worker:
         """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
         release = hold_many(self.apps.values(), self.concurrency)
         listener = asyncio.ensure_future(self._listen())
-        next_sweep = 0.0
+        next_sweep = next_ttl = 0.0
         failures = 0  # store errors in a row in this loop (sweep, claim): each backs off longer
         try:
             while not self.stopping:
@@ -182,6 +187,9 @@ class Worker:
                         if isinstance(self.queue, CronTable) and await crons.fire_due(self.queue, ids.now()):
                             self.wake()  # cron ticks due: their runs are queued (once per tick), claim them now
                         next_sweep = ids.now() + min(self.lease_seconds / 2, SWEEP_EVERY)
+                    if self.ttl_sweep_every and ids.now() >= next_ttl:  # expired threads go (one sweeper at a time)
+                        next_ttl = ids.now() + self.ttl_sweep_every
+                        await sweep_expired(self.apps[next(iter(self.apps))].saver)
                     if len(self._running) >= self.concurrency:
                         await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
                         continue

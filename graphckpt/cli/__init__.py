@@ -281,11 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "delete",
         "delete a thread",
-        "Delete a thread. Checkpoints that its forks need are kept. On a terminal it asks first; elsewhere (a "
-        "script) it needs --yes.",
+        "Delete a thread with every row holding its data (checkpoints, writes, journal, events, runs, its "
+        "subgraphs' threads). A thread that forks depend on is refused, naming them, unless --cascade deletes them "
+        "too. On a terminal it asks first; elsewhere (a script) it needs --yes.",
     )
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--cascade", action="store_true", help="also delete the forks that depend on the thread")
 
     p = command(
         "submit",
@@ -388,7 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
         db=False,
         json=False,
     )
+    from graphckpt.cli.lifecycle import add_parsers as add_lifecycle
     from graphckpt.cli.serve import add_parser as add_serve
+
+    add_lifecycle(command, positive_int)
 
     add_serve(sub, common)
     return parser

@@ -25,6 +25,7 @@ from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
 from graphckpt.cli.cron import cmd_cron
+from graphckpt.cli import lifecycle
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.output import prices_of as _prices
 from graphckpt.cli.output import print_json as _print_json
@@ -388,8 +389,8 @@ async def _confirmed(args: argparse.Namespace, question: str) -> bool:
 
 
 async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
-    """Delete a thread and its subgraphs' child threads (checkpoints its forks still need are kept); on a terminal,
-    after a yes; else with --yes."""
+    """Erase a thread and its subgraphs' child threads (refused when forks depend on it, unless --cascade); on a
+    terminal, after a yes; else with --yes."""
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"not deleting thread {args.thread!r} without confirmation: pass --yes (not a terminal)")
@@ -402,13 +403,14 @@ async def cmd_delete(args: argparse.Namespace, s: Session) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             sys.stderr.write("graphckpt: not deleted\n")
             return 1
-    from graphckpt.subgraph import delete_with_subgraphs
+    from graphckpt.erase import erase_thread
 
-    await delete_with_subgraphs(s.reader().saver, args.thread)  # and the child threads of its subgraphs
+    deleted = await erase_thread(s.reader().saver, args.thread, cascade=args.cascade)  # and its subgraphs' threads
     if args.json:
-        _print_json({"deleted": args.thread})
+        _print_json({"deleted": args.thread, "threads": deleted})
     else:
-        print(f"deleted thread {args.thread}")
+        others = deleted[:-1]
+        print(f"deleted thread {args.thread}" + (f" and {len(others)} other(s): {', '.join(others)}" if others else ""))
     return 0
 
 
@@ -551,6 +553,8 @@ ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace, Session], Any]] = {
     "runs": cmd_runs,
     "worker": cmd_worker,
     "cron": cmd_cron,  # wave3 issue 29
+    "stats": lifecycle.cmd_stats,
+    "prune": lifecycle.cmd_prune,
 }
 SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,

@@ -173,3 +173,9 @@ class MemoryRuns(RunQueue):
 
     async def delete_created_thread(self, thread_id: str) -> None:
         self._created.pop(thread_id, None)
+
+    def forget_runs(self, thread_id: str) -> None:
+        """Drop the thread's runs and its created-thread row (a delete erases them)."""
+        for run_id in [r.run_id for r in self._runs.values() if r.thread_id == thread_id]:
+            del self._runs[run_id]
+        self._created.pop(thread_id, None)

@@ -17,6 +17,7 @@ from graphckpt.savers._pg_waits import WAIT_SQL
 from graphckpt.savers._thread_pages import decode_cursor
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
+from graphckpt.savers.usage import PG_TABLE_BYTES, PG_THREAD_BYTES
 
 THREAD_COLS: LiteralString = (
     "thread_id, head_checkpoint_id, head_step, status, run_id, created_at, updated_at, "
@@ -40,6 +41,8 @@ NUL_FREE_METADATA: LiteralString = r"""(CASE
 (``compact_json`` writes ASCII only, with lowercase escapes). An escape counts only where its backslash is not the
 second half of an escaped backslash (``\\u0000`` in the text is a backslash and the letters ``u0000``)."""
 SQL: dict[str, LiteralString] = {
+    "usage_tables": PG_TABLE_BYTES,
+    "usage_threads": PG_THREAD_BYTES,
     "read_events": PG_READ_EVENTS,
     "event_kind": PG_EVENT_KIND,
     "events_version": PG_VERSION,
@@ -118,10 +121,20 @@ SQL: dict[str, LiteralString] = {
         WHERE f.parent_thread_id = %(tid)s""",
     "prune": """WITH c AS (
         DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
-    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s)
+    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s
+    ), e AS (DELETE FROM {events} WHERE thread_id = %(tid)s AND step > %(keep)s
+    ), r AS (DELETE FROM {runs} WHERE thread_id = %(tid)s
+    ), n AS (DELETE FROM {created_threads} WHERE thread_id = %(tid)s)
     DELETE FROM {writes} WHERE thread_id = %(tid)s
         AND checkpoint_id IN (SELECT checkpoint_id FROM c UNION ALL SELECT checkpoint_id || '#kept' FROM c)""",
-    "mark_deleted": "UPDATE {threads} SET deleted = true WHERE thread_id = %(tid)s",
+    # a placeholder: its tags, error and lease go; its lineage up to the fork point stays
+    "mark_deleted": """UPDATE {threads} SET deleted = true, metadata = '{{}}', error = NULL, lease_worker = NULL,
+        lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL, lease_until = NULL WHERE thread_id = %(tid)s""",
+    # the live threads whose lineage runs through a thread (through deleted placeholders too)
+    "thread_forks": """WITH RECURSIVE d(tid) AS (
+            SELECT thread_id FROM {threads} WHERE parent_thread_id = %(tid)s AND thread_id <> %(tid)s
+            UNION SELECT t.thread_id FROM {threads} t JOIN d ON t.parent_thread_id = d.tid)
+        SELECT t.thread_id FROM d JOIN {threads} t ON t.thread_id = d.tid WHERE NOT t.deleted ORDER BY 1""",
     "drop_thread": "DELETE FROM {threads} WHERE thread_id = %(tid)s",
     # a family's members (graphckpt.savers.base.FAMILY_SEP): a range scan of the primary key (COLLATE "C")
     "list_family": "SELECT "

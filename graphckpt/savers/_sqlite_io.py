@@ -183,6 +183,29 @@ class SqliteConnections:
         assert self._writer_thread is not None
         return await asyncio.get_running_loop().run_in_executor(self._writer_thread, fn)
 
+    async def truncate_wal(self) -> bool:
+        """Copy the WAL into the database and truncate it to zero bytes (``PRAGMA wal_checkpoint(TRUNCATE)``),
+        waiting up to ``busy_timeout`` for readers; ``False`` when a reader kept it from finishing.
+
+        Erasure: every connection runs with ``secure_delete = ON``, so a page or cell freed by a delete is
+        overwritten with zeros in the WAL frame that frees it; once that frame is copied back and the WAL is
+        truncated, no byte of a deleted row remains in the database, WAL or ``-shm`` file (which holds only the WAL
+        index). The next write extends the WAL again with zeros (see ``preallocate_wal``)."""
+
+        def run() -> bool:
+            assert self.writer is not None
+            with self.writer_lock:
+                try:
+                    busy = self.writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                except sqlite3.Error as exc:
+                    raise self.error(exc) from exc
+                self._wal_ready = self.synchronous != "FULL" or not self.preallocate_wal
+                return not busy
+
+        if self.path == ":memory:":
+            return True
+        return await self.on_writer(run)
+
     def error(self, exc: sqlite3.Error) -> SaverError:
         return saver_error(exc, self.path, self.busy_timeout)
 
@@ -249,6 +272,7 @@ class SqliteConnections:
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated by the saver; set per connection
+            conn.execute("PRAGMA secure_delete = ON")  # see truncate_wal
             if read_only:
                 conn.execute("PRAGMA query_only = ON")
         except BaseException:
@@ -278,6 +302,7 @@ class SqliteConnections:
             if mode != "wal" and self.path != ":memory:":
                 raise SaverError(f"SQLite database {self.path!r} cannot use WAL mode (journal_mode is {mode!r})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA secure_delete = ON")
             if conn.execute("PRAGMA user_version").fetchone()[0] != len(MIGRATIONS):
                 transaction(conn, lambda conn: migrate(conn, self.path))
         except BaseException:

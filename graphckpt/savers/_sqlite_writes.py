@@ -95,6 +95,21 @@ def cas_failed(conn: sqlite3.Connection, thread_id: str, run_id: str, expected_h
     )
 
 
+PLACEHOLDER = (
+    "deleted = 1, updated_at = ?, metadata = '{}', error = NULL, lease_worker = NULL, lease_host = NULL,"
+    " lease_pid = NULL, heartbeat_at = NULL, lease_until = NULL"
+)
+"""What a deleted thread kept for its forks' lineage becomes: no tags, no error, no lease."""
+
+FORKS = (
+    "WITH RECURSIVE d(tid) AS (SELECT thread_id FROM threads WHERE parent_thread_id = ?1 AND thread_id <> ?1"
+    " UNION SELECT t.thread_id FROM threads AS t JOIN d ON t.parent_thread_id = d.tid)"
+    " SELECT t.thread_id FROM d JOIN threads AS t ON t.thread_id = d.tid WHERE t.deleted = 0 ORDER BY t.thread_id"
+)
+"""The live threads whose lineage runs through thread ``?1``: its forks, their forks, and so on (through deleted
+placeholders too)."""
+
+
 def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | None:
     """Mark ``thread_id`` deleted and drop its rows above the highest step a fork still needs (all of them, and
     its thread row, when none is needed). Returns its parent thread when that one is deleted too and should be
@@ -114,8 +129,11 @@ def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | 
     )
     conn.execute("DELETE FROM blobs WHERE thread_id = ? AND step > ?", (thread_id, above))
     conn.execute("DELETE FROM checkpoints WHERE thread_id = ? AND step > ?", (thread_id, above))
-    if needed is not None:
-        conn.execute("UPDATE threads SET deleted = 1, updated_at = ? WHERE thread_id = ?", (now, thread_id))
+    conn.execute("DELETE FROM events WHERE thread_id = ? AND step > ?", (thread_id, above))
+    conn.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
+    conn.execute("DELETE FROM created_threads WHERE thread_id = ?", (thread_id,))
+    if needed is not None:  # a placeholder: its tags, error and lease go; its lineage up to the fork point stays
+        conn.execute(f"UPDATE threads SET {PLACEHOLDER} WHERE thread_id = ?", (now, thread_id))
         return None
     (parent,) = conn.execute(
         "DELETE FROM threads WHERE thread_id = ? RETURNING parent_thread_id", (thread_id,)

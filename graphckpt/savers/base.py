@@ -57,8 +57,9 @@ The rows are defined in :mod:`graphckpt.savers._rows` and the checks and lease e
 from __future__ import annotations
 
 import abc
+import contextlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -95,6 +96,7 @@ from graphckpt.savers._rows import (
     WriteKind,
 )
 from graphckpt.savers._thread_pages import ThreadPage, page_of
+from graphckpt.savers.usage import StorageUsage
 
 __all__ = [
     "BRIEF_MAX",
@@ -311,9 +313,45 @@ class Saver(abc.ABC):
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread. Checkpoints and blobs that a fork of it needs (its lineage up to each fork point) are
-        kept, but the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
-        that depends on it is deleted too. Raises :class:`ThreadNotFoundError` if it does not exist."""
+        """Delete a thread, in one transaction: its checkpoints, blobs, pending writes (journaled effects
+        included), events, runs, created-thread row and lease. Checkpoints, blobs and events that a fork of it
+        needs (its lineage up to each fork point) are kept, under a placeholder thread row without tags, error or
+        lease; the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
+        that depends on it is deleted too (then the kept rows go as well). Raises :class:`ThreadNotFoundError` if
+        it does not exist. (Refusing a delete that forks depend on is the caller's choice: see
+        :meth:`thread_forks` and :func:`graphckpt.erase.erase_thread`.) A backend that keeps freed bytes in its
+        files erases them as far as it can: SQLite overwrites them (``secure_delete``) and truncates its WAL."""
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        """Bytes per table and the ``top`` biggest threads (see :class:`~graphckpt.savers.usage.StorageUsage`), in
+        one read. Backends that cannot tell raise :class:`~graphckpt.errors.SaverError`."""
+        raise SaverError(f"{type(self).__name__} cannot report its storage usage")
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self, name: str) -> AsyncIterator[bool]:
+        """Whether this process is the one sweeper ``name`` (the TTL sweep) of this store right now: ``True`` while
+        the block runs for exactly one holder at a time across processes on a backend shared by several hosts
+        (PostgreSQL: a session advisory lock, released when the block ends or the connection drops), ``False`` when
+        another holds it. This default yields ``True``: a sweep's deletes are idempotent, so overlapping sweeps of a
+        local store only repeat work."""
+        yield True
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        """The live threads whose lineage runs through ``thread_id`` (its forks, their forks, ...; through deleted
+        placeholders too), sorted. This default walks :meth:`list_threads` and so misses forks of placeholders;
+        the bundled savers answer in one query."""
+        children: dict[str, list[str]] = {}
+        for record in await self.list_threads():
+            if record.parent_thread_id is not None:
+                children.setdefault(record.parent_thread_id, []).append(record.thread_id)
+        found: set[str] = set()
+        todo = [thread_id]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found and child != thread_id:
+                    found.add(child)
+                    todo.append(child)
+        return sorted(found)
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

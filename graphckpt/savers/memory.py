@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from graphckpt.savers.base import (
 )
 from graphckpt.savers.events import checkpoint_events
 from graphckpt.savers.lazyjson import LazyJsonMapping
+from graphckpt.savers.usage import StorageUsage, ThreadUsage
 
 __all__ = ["MemorySaver"]
 
@@ -260,8 +262,46 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
-        self._require(thread_id).deleted = True
+        thread = self._require(thread_id)
+        thread.deleted = True  # a placeholder while a fork needs its lineage: no tags, error or lease
+        thread.record = dataclasses.replace(thread.record, metadata={}, error=None, lease=None)
+        self.forget_runs(thread_id)
         self._collect()
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        per: dict[str, list[int]] = {}
+        tables = dict.fromkeys(("checkpoints", "blobs", "writes", "events"), 0)
+
+        def add(table: str, thread_id: str, n: int, cps: int = 0) -> None:
+            tables[table] += n
+            row = per.setdefault(thread_id, [0, 0])
+            row[0] += n
+            row[1] += cps
+
+        for tid, thread in self._threads.items():
+            for cp in thread.by_step.values():
+                add("checkpoints", tid, len(cp.body) + len(json.dumps(dict(cp.metadata), default=str)), 1)
+            for e in self._events.get(tid, []):
+                add("events", tid, len(json.dumps(e.payload, default=str)))
+        for (tid, _), blobs in self._blobs.items():
+            for blob in blobs.values():
+                add("blobs", tid, len(blob.data))
+        for (tid, _), writes in self._writes.items():
+            for w in writes.values():
+                add("writes", tid, len(w.data))
+        ranked = sorted(per.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
+        threads = [ThreadUsage(tid, n, cps) for tid, (n, cps) in ranked]
+        return StorageUsage(tables, threads, sum(tables.values()), len(per))
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        found: set[str] = set()
+        frontier = {thread_id}
+        while frontier:
+            frontier = {
+                t for t, th in self._threads.items() if th.record.parent_thread_id in frontier and t != thread_id
+            } - found
+            found |= frontier
+        return sorted(t for t in found if not self._threads[t].deleted)
 
     def _collect(self) -> None:
         """Drop the rows of deleted threads beyond what the lineage of a remaining thread needs. Repeats until
@@ -282,6 +322,8 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
             self._writes.pop((thread_id, cp.checkpoint_id), None)
             self._writes.pop((thread_id, kept_key(cp.checkpoint_id)), None)
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
+        events = self._events.get(thread_id, [])
+        events[:] = [e for e in events if needed is not None and e.step <= needed]
         for key, blobs in list(self._blobs.items()):
             if key[0] == thread_id:
                 for step in [s for s in blobs if needed is None or s > needed]:

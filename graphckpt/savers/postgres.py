@@ -115,6 +115,7 @@ from graphckpt.savers.base import (
     WriteKind,
 )
 from graphckpt.savers.events import checkpoint_events
+from graphckpt.savers.usage import StorageUsage, ThreadUsage
 
 __all__ = ["PostgresSaver"]
 
@@ -382,6 +383,29 @@ class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, S
                         row = await (await conn.execute(self._io.queries["lock_thread"], {"tid": source})).fetchone()
                     if row is not None and row[0]:
                         tid, source = source, row[1]
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        tables = dict(await self._fetch("storage usage", "usage_tables", {"schema": self._io.schema}))
+        rows = await self._fetch("storage usage", "usage_threads", {"top": top})
+        threads = [ThreadUsage(r[0], int(r[1]), int(r[2])) for r in rows]
+        return StorageUsage(tables, threads, sum(tables.values()), int(rows[0][3]) if rows else 0)
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self, name: str) -> AsyncIterator[bool]:
+        key = f"graphckpt:{self._io.schema or ''}:{name}"
+        with self._io.errors(f"sweep lock {name!r}"):
+            async with self._connection() as conn:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,))
+                [(mine,)] = await cur.fetchall()
+                try:
+                    yield bool(mine)
+                finally:
+                    if mine:
+                        await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        rows = await self._fetch(f"forks of thread {brief(thread_id)!r}", "thread_forks", {"tid": thread_id})
+        return [row[0] for row in rows]
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

@@ -130,6 +130,7 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
 )
+from graphckpt.savers.usage import SQLITE_THREAD_BYTES, StorageUsage, ThreadUsage
 
 __all__ = ["SqliteSaver"]
 
@@ -331,6 +332,27 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         now = ids.now()
 
         await self._write(lambda conn: tx.delete_thread(conn, thread_id, now))
+        await self._io.truncate_wal()  # erasure: see SqliteConnections.truncate_wal
+
+    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
+        def read(conn: sqlite3.Connection) -> StorageUsage:
+            tables: dict[str, int] = {}
+            owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE tbl_name IS NOT NULL"))
+            for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
+                table = owner.get(name, name)  # an index counts for its table
+                tables[table] = tables.get(table, 0) + int(size)
+            rows = conn.execute(SQLITE_THREAD_BYTES, (top,)).fetchall()
+            files = [self.path, f"{self.path}-wal"] if self.path != ":memory:" else []
+            total = sum(os.path.getsize(f) for f in files if os.path.exists(f)) or sum(tables.values())
+            threads = [ThreadUsage(r[0], int(r[1]), int(r[2])) for r in rows]
+            return StorageUsage(tables, threads, total, int(rows[0][3]) if rows else 0)
+
+        if not self._open:
+            await self.setup()
+        return await self._io.run(read, write=False, inline=self.read_inline)
+
+    async def thread_forks(self, thread_id: str) -> list[str]:
+        return [row[0] for row in await self._fetch(tx.FORKS, (thread_id,))]
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

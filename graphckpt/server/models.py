@@ -50,11 +50,19 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class TtlBody(_Body):
+    """LangGraph's thread TTL: delete the thread ``ttl`` minutes after its last activity."""
+
+    strategy: Literal["delete"] = "delete"
+    ttl: float = Field(gt=0, le=1e9)
+
+
 class ThreadBody(_Body):
     thread_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^[^/\s]+$")
     metadata: dict[str, Any] = Field(default_factory=dict)
     if_exists: Literal["raise", "do_nothing"] = "raise"
     graph_id: str | None = None
+    ttl: TtlBody | None = None
 
 
 class ThreadPatchBody(_Body):

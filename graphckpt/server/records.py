@@ -26,11 +26,14 @@ class PendingThread:
     metadata: dict[str, Any]
     graph_id: str
     created_at: float = field(default_factory=ids.now)
+    ttl: dict[str, Any] | None = None
+    """LangGraph's ``{"strategy": "delete", "ttl": minutes}`` given at creation (see :mod:`graphckpt.prune`)."""
 
     @property
     def tags(self) -> dict[str, Any]:
         """The tags its first run's checkpoints take (before the run's own metadata is applied)."""
-        return {"graph": self.graph_id, "metadata": self.metadata}
+        ttl = {"ttl": self.ttl} if self.ttl is not None else {}
+        return {"graph": self.graph_id, "metadata": self.metadata, **ttl}
 
 
 def thread_tags(record: ThreadRecord) -> Mapping[str, Any]:

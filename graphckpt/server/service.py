@@ -17,6 +17,7 @@ from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
 from graphckpt.diff import Diff
 from graphckpt.encryption import encrypted
+from graphckpt.erase import refuse_forked
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -92,8 +93,13 @@ class Service:
         tags = json.loads(found[0])
         graph = tags.get("graph")
         metadata = tags.get("metadata")
+        ttl = tags.get("ttl")
         return PendingThread(
-            thread_id, dict(metadata) if isinstance(metadata, dict) else {}, self.graphs.served(graph), found[1]
+            thread_id,
+            dict(metadata) if isinstance(metadata, dict) else {},
+            self.graphs.served(graph),
+            found[1],
+            ttl if isinstance(ttl, dict) else None,
         )
 
     async def _store_created(self, sid: str, thread: PendingThread, *, replace: bool = False) -> bool:
@@ -102,11 +108,18 @@ class Service:
             return True
         if replace:
             await self.saver.delete_created_thread(sid)
-        tags = json.dumps({"graph": thread.graph_id, "metadata": thread.metadata})
+        tags = json.dumps(thread.tags)
         return await self.saver.put_created_thread(sid, tags, thread.created_at)
 
     async def create_thread(
-        self, ns: str, thread_id: str | None, metadata: Mapping[str, Any], graph_id: str | None, *, exist_ok: bool
+        self,
+        ns: str,
+        thread_id: str | None,
+        metadata: Mapping[str, Any],
+        graph_id: str | None,
+        *,
+        exist_ok: bool,
+        ttl: dict[str, Any] | None = None,
     ) -> ThreadRecord | PendingThread:
         """A new (pending) thread; an existing id is 409 unless ``exist_ok`` (then the existing one)."""
         tid = thread_id or ids.new_id()
@@ -118,9 +131,9 @@ class Service:
             raise ApiError(409, "ThreadConflictError", f"thread {tid!r} already exists")
         graph = graph_id if graph_id is not None else self.graphs.default
         self.graphs.app(graph)
-        thread = PendingThread(tid, dict(metadata), graph)
+        thread = PendingThread(tid, dict(metadata), graph, ttl=ttl)
         if not await self._store_created(sid, thread):  # another request created it meanwhile
-            return await self.create_thread(ns, thread_id, metadata, graph_id, exist_ok=exist_ok)
+            return await self.create_thread(ns, thread_id, metadata, graph_id, exist_ok=exist_ok, ttl=ttl)
         return thread
 
     async def create_missing(self, ns: str, thread_id: str, graph_id: str | None) -> ThreadRecord | PendingThread:
@@ -155,7 +168,7 @@ class Service:
         await self.graphs.app_of(record).aupdate_state(sid, None, tags=tags)
         return await self.record(ns, thread_id)
 
-    async def delete_thread(self, ns: str, thread_id: str) -> None:
+    async def delete_thread(self, ns: str, thread_id: str, *, cascade: bool = False) -> None:
         sid = store_id(ns, thread_id)
         if self.pending.pop(sid, None) is not None:
             return
@@ -166,8 +179,10 @@ class Service:
                 await self.runs.cancel_thread(sid)
                 return
         record = await self.record(ns, thread_id)
+        if not cascade:
+            refuse_forked(thread_id, [api_id(ns, f) or f for f in await self.saver.thread_forks(sid)])
         await self.runs.cancel_thread(sid)
-        await self.graphs.app_of(record).adelete_thread(sid)
+        await self.graphs.app_of(record).adelete_thread(sid, cascade=cascade)
 
     async def state(
         self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None

@@ -16,6 +16,7 @@ data are arbitrary bytes: a saver stores them and never looks inside.
 from __future__ import annotations
 
 from graphckpt.testing._commits import CommitCases
+from graphckpt.testing._erase import EraseCases
 from graphckpt.testing._filters import FilterCases
 from graphckpt.testing._forks import ForkAndDeleteCases
 from graphckpt.testing._hostile import HostileValueCases
@@ -38,6 +39,7 @@ class SaverConformance(
     BlobAndWriteCases,
     CommitCases,
     ForkAndDeleteCases,
+    EraseCases,
     HostileValueCases,
     KeptWriteAndFamilyCases,
     LeaseCases,

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from graphckpt import ids
 from graphckpt.errors import GraphckptError
+from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
+from graphckpt.savers.queue import RunQueue
 from graphckpt.server.execution.base import (
     RunConflict,
     RunInfo,
@@ -26,6 +29,7 @@ from graphckpt.server.execution.base import (
     inherited_tags,
 )
 from graphckpt.server.graphs import Graphs
+from graphckpt.server.records import thread_tags
 from graphckpt.subgraph import link_of
 
 __all__ = ["InProcessRuns"]
@@ -41,15 +45,18 @@ class InProcessRuns:
         self.recover = recover
         self.recover_interval = recover_interval
         self._recovery: asyncio.Task[None] | None = None
+        self._ttl: asyncio.Task[None] | None = None
         self._runs: dict[str, RunInfo] = {}
         self._queues: dict[str, list[RunInfo]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
 
     async def start(self) -> None:
-        """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off)."""
+        """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off); sweep
+        expired threads every :data:`~graphckpt.prune.TTL_SWEEP_EVERY` seconds."""
         if self.recover:
             self._recovery = asyncio.create_task(self._recover_loop(), name="graphckpt-recovery")
+        self._ttl = asyncio.create_task(self._ttl_loop(), name="graphckpt-ttl-sweep")
 
     async def _recover_loop(self) -> None:
         while True:
@@ -58,6 +65,14 @@ class InProcessRuns:
             except Exception as exc:  # the store is unreachable for a moment: try again next time
                 logger.warning("recovery scan failed: %s", exc)
             await asyncio.sleep(self.recover_interval)
+
+    async def _ttl_loop(self) -> None:
+        while True:
+            try:
+                await sweep_expired(self.graphs.saver)
+            except Exception as exc:  # the store is unreachable for a moment: try again next time
+                logger.warning("ttl sweep failed: %s", exc)
+            await asyncio.sleep(TTL_SWEEP_EVERY)
 
     async def recover_crashed(self) -> None:
         """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
@@ -71,10 +86,11 @@ class InProcessRuns:
             await self.submit(request, thread=record, multitask="enqueue", start=(record.head_step, -1), recovery=True)
 
     async def stop(self) -> None:
-        if self._recovery is not None:
-            self._recovery.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._recovery
+        for loop in (self._recovery, self._ttl):
+            if loop is not None:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -161,6 +177,18 @@ class InProcessRuns:
             self._tasks.pop(sid, None)
             self._queues.pop(sid, None)
 
+    async def _ttl_tag(self, thread_id: str) -> dict[str, Any]:
+        """The TTL tag a new input run keeps: the thread's (its head's, or given when it was created)."""
+        saver = self.graphs.saver
+        record = await saver.get_thread(thread_id)
+        if record is not None:
+            ttl = thread_tags(record).get("ttl")
+        elif isinstance(saver, RunQueue) and (created := await saver.get_created_thread(thread_id)) is not None:
+            ttl = json.loads(created[0]).get("ttl")
+        else:
+            ttl = None
+        return {"ttl": ttl} if ttl is not None else {}
+
     async def _execute(self, info: RunInfo) -> None:
         request = info.request
         app = self.graphs.app(request.graph_id)
@@ -177,7 +205,11 @@ class InProcessRuns:
                     tags=dict(tags) if tags is not None else None,
                 )
             else:
-                tags = {"graph": request.graph_id, "metadata": dict(request.metadata)}
+                tags = {
+                    "graph": request.graph_id,
+                    "metadata": dict(request.metadata),
+                    **await self._ttl_tag(request.thread_id),
+                }
                 snap = await app.ainvoke(
                     request.input or {},
                     thread_id=request.thread_id,

@@ -22,6 +22,10 @@ class StateQuery(BaseModel):
     step: int | None = Field(default=None, ge=0, le=models.MAX_INT)
 
 
+class DeleteQuery(BaseModel):
+    cascade: bool = False
+
+
 class HistoryQuery(BaseModel):
     limit: int = Field(default=10, ge=1, le=1000)
     before: str | None = None
@@ -44,7 +48,9 @@ def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
 async def create_thread(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadBody, config.max_body)
-    thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=b.if_exists == "do_nothing")
+    ttl = b.ttl.model_dump() if b.ttl is not None else None
+    exist_ok = b.if_exists == "do_nothing"
+    thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=exist_ok, ttl=ttl)
     return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
 
 
@@ -82,7 +88,8 @@ async def patch_thread(request: Request) -> Response:
 
 async def delete_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
-    await service.delete_thread(ns, request.path_params["thread_id"])
+    q = models.query(request, DeleteQuery)
+    await service.delete_thread(ns, request.path_params["thread_id"], cascade=q.cascade)
     return Response(status_code=204)
 
 
