@@ -24,8 +24,8 @@ from typing import Any
 from graphckpt import ids, lease, plain
 from graphckpt.app import App
 from graphckpt.checkpoint import Snapshot
-from graphckpt.cli.cron import cmd_cron
 from graphckpt.cli import lifecycle
+from graphckpt.cli.cron import cmd_cron
 from graphckpt.cli.exits import WAITING
 from graphckpt.cli.output import prices_of as _prices
 from graphckpt.cli.output import print_json as _print_json

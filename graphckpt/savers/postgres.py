@@ -82,8 +82,9 @@ from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers._pg_crons import PostgresCrons
 from graphckpt.savers._pg_io import PostgresConnections
 from graphckpt.savers._pg_items import PostgresItems
+from graphckpt.savers._pg_listing import PostgresListings
 from graphckpt.savers._pg_runs import PostgresRuns
-from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, page_query, thread_from_row
+from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
 from graphckpt.savers._pg_waits import PostgresWaits
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
@@ -100,22 +101,18 @@ from graphckpt.savers._pg_wire import (
     bytes_elements,
 )
 from graphckpt.savers._sealing import Sealer
-from graphckpt.savers._thread_pages import ThreadPage, check_limit, page_from_rows
 from graphckpt.savers.base import (
-    FAMILY_SEP,
     Blob,
     BlobRange,
     Owner,
     Saver,
     Status,
     StoredCheckpoint,
-    StoredEvent,
     StoredWrite,
     ThreadRecord,
     WriteKind,
 )
 from graphckpt.savers.events import checkpoint_events
-from graphckpt.savers.usage import StorageUsage, ThreadUsage
 
 __all__ = ["PostgresSaver"]
 
@@ -125,7 +122,7 @@ _COMPRESS_MIN = 128
 """Blobs shorter than this are stored as they are."""
 
 
-class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, Saver):
+class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, Saver):
     """A :class:`~graphckpt.savers.base.Saver` on PostgreSQL: one dedicated connection, plus an
     ``AsyncConnectionPool`` for calls that overlap it.
 
@@ -384,65 +381,11 @@ class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, S
                     if row is not None and row[0]:
                         tid, source = source, row[1]
 
-    async def storage_usage(self, *, top: int = 10) -> StorageUsage:
-        tables = dict(await self._fetch("storage usage", "usage_tables", {"schema": self._io.schema}))
-        rows = await self._fetch("storage usage", "usage_threads", {"top": top})
-        threads = [ThreadUsage(r[0], int(r[1]), int(r[2])) for r in rows]
-        return StorageUsage(tables, threads, sum(tables.values()), int(rows[0][3]) if rows else 0)
-
-    @contextlib.asynccontextmanager
-    async def sweep_lock(self, name: str) -> AsyncIterator[bool]:
-        key = f"graphckpt:{self._io.schema or ''}:{name}"
-        with self._io.errors(f"sweep lock {name!r}"):
-            async with self._connection() as conn:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,))
-                [(mine,)] = await cur.fetchall()
-                try:
-                    yield bool(mine)
-                finally:
-                    if mine:
-                        await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
-
-    async def thread_forks(self, thread_id: str) -> list[str]:
-        rows = await self._fetch(f"forks of thread {brief(thread_id)!r}", "thread_forks", {"tid": thread_id})
-        return [row[0] for row in rows]
-
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = await self._fetch(f"get_thread {brief(thread_id)!r}", "get_thread", {"tid": thread_id})
         return self.sealer.open_thread(thread_from_row(rows[0], ids.now())) if rows else None
-
-    async def list_threads(self, *, status: Status | None = None) -> list[ThreadRecord]:
-        now = ids.now()
-        query = {None: "list_threads", "running": "list_threads_running", "crashed": "list_threads_leased"}
-        rows = await self._fetch("list_threads", query.get(status, "list_threads_status"), {"status": status})
-        records = self.sealer.open_threads([thread_from_row(row, now) for row in rows])
-        return [r for r in records if r.status == status] if status in ("crashed", "running") else records
-
-    async def list_family(self, family: str) -> list[ThreadRecord]:
-        params = {"tid": family, "lo": family + FAMILY_SEP, "hi": family + "\x7f"}
-        now, rows = ids.now(), await self._fetch("list_family", "list_family", params)
-        return self.sealer.open_threads([thread_from_row(row, now) for row in rows])
-
-    async def page_threads(
-        self,
-        *,
-        limit: int = 50,
-        after: str | None = None,
-        status: Status | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        parent_thread_id: str | None = None,
-    ) -> ThreadPage:
-        check_limit(limit)
-        query, params = page_query(limit, after, status, metadata, parent_thread_id)  # checks the cursor
-        if metadata and not filter_can_match(metadata):
-            return ThreadPage([], None)
-        now = ids.now()
-        rows = await self._fetch("page_threads", query, params)
-        return page_from_rows(
-            self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=limit, status=status
-        )
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None
@@ -531,33 +474,6 @@ class PostgresSaver(PostgresRuns, PostgresItems, PostgresWaits, PostgresCrons, S
         rows = await self._fetch(f"get_writes of thread {brief(thread_id)!r}", "get_writes", params)
         writes = [StoredWrite(task_id=t, kind=cast(WriteKind, k), index=i, data=bytes(d)) for t, k, i, d in rows]
         return self.sealer.open_writes(thread_id, checkpoint_id, writes)
-
-    # -- events ------------------------------------------------------------------------------------------------------
-
-    async def read_events(
-        self, segments: Sequence[tuple[str, int, int]], *, after: tuple[int, int], limit: int
-    ) -> list[StoredEvent]:
-        params = {
-            "tids": [t for t, _, _ in segments],
-            "firsts": [f for _, f, _ in segments],
-            "uppers": [u for _, _, u in segments],
-            "step": after[0],
-            "seq": after[1],
-            "limit": limit,
-        }
-        rows = await self._fetch("read of events", "read_events", params)
-        return self.sealer.open_events(
-            [StoredEvent(t, int(st), int(sq), k, p, float(at)) for t, st, sq, k, p, at in rows]
-        )
-
-    async def event_kind(self, thread_id: str, step: int, seq: int) -> str | None:
-        params = {"tid": thread_id, "step": step, "seq": seq}
-        rows = await self._fetch("read of an event", "event_kind", params)
-        return str(rows[0][0]) if rows else None
-
-    async def events_version(self) -> int:
-        [(version,)] = await self._fetch("read of the event counter", "events_version", {})
-        return int(version)
 
     @property
     def dsn(self) -> str:
