@@ -65,10 +65,12 @@ from typing import Any, Self
 from graphckpt.errors import SaverError
 from graphckpt.savers._checks import (
     BRIEF_MAX,
+    MAX_ID_BYTES,
     brief,
+    check_filter,
+    check_id,
     check_storable,
     claim_lost,
-    filter_can_match,
     json_equal,
     lease_from_columns,
     lease_lost,
@@ -97,6 +99,7 @@ from graphckpt.savers._rows import (
 
 __all__ = [
     "BRIEF_MAX",
+    "MAX_ID_BYTES",
     "TERMINAL_EVENTS",
     "Blob",
     "BlobKind",
@@ -113,9 +116,10 @@ __all__ = [
     "ThreadRecord",
     "WriteKind",
     "brief",
+    "check_filter",
+    "check_id",
     "check_storable",
     "claim_lost",
-    "filter_can_match",
     "json_equal",
     "lease_from_columns",
     "lease_lost",
@@ -309,7 +313,8 @@ class Saver(abc.ABC):
         """Checkpoints stored under ``thread_id``, newest (highest step) first, in one query: only those with
         ``step < before_step`` when given, only those whose metadata matches ``filter`` (see
         :func:`metadata_matches`; evaluated by the backend, with keys and values as bound parameters), at most
-        ``limit``. ``blobs`` is empty."""
+        ``limit``. ``blobs`` is empty. A filter that is not JSON (:func:`check_filter`) raises
+        :class:`~graphckpt.errors.InvalidArgumentError` naming its key, before any query."""
 
     @abc.abstractmethod
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:

@@ -11,6 +11,7 @@ from graphckpt import ids
 from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers._checks import (
     brief,
+    check_filter,
     check_storable,
     claim_lost,
     lease_lost,
@@ -336,6 +337,8 @@ class MemorySaver(MemoryRuns, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter:
+            check_filter(filter)
         thread = self._threads.get(thread_id)
         if thread is None:
             return []

@@ -70,9 +70,9 @@ from graphckpt.errors import (
 )
 from graphckpt.savers._checks import (
     brief,
+    check_filter,
     check_storable,
     claim_lost,
-    filter_can_match,
     lease_lost,
     nul_free,
     utf8_safe,
@@ -408,8 +408,8 @@ class PostgresSaver(PostgresRuns, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
-        if filter and not filter_can_match(filter):
-            return []
+        if filter:
+            check_filter(filter)
         params = {
             "tid": thread_id,
             "limit": limit,

@@ -92,7 +92,7 @@ from typing import Any, Literal, TypeVar
 
 from graphckpt import ids
 from graphckpt.savers import _sqlite_writes as tx
-from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
+from graphckpt.savers._checks import brief, check_filter, check_storable, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
 from graphckpt.savers._sqlite_io import SqliteConnections
 from graphckpt.savers._sqlite_runs import SqliteRuns
@@ -357,8 +357,8 @@ class SqliteSaver(SqliteRuns, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
-        if filter and not filter_can_match(filter):
-            return []
+        if filter:
+            check_filter(filter)
         clauses, params = ["c.thread_id = ?"], list[Any]([thread_id])
         if before_step is not None:
             clauses.append("c.step < ?")
