@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
+from graphckpt.savers._sqlite_readonly import open_read_only, read_only_error, read_only_reason
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -74,6 +75,8 @@ class SqliteConnections:
         self._reader: sqlite3.Connection | None = None  # used only on the reader thread
         self._wal_ready = True  # set at each open: whether the WAL file is written ahead yet
         self._wal_path = ""
+        self.read_only: str | None = None  # why the file is open read-only (see _sqlite_readonly), or None
+        self._uri: str | None = None  # the read-only URI every connection opens, or None (the path)
 
     # -- the seam ----------------------------------------------------------------------------------------------------
 
@@ -85,6 +88,8 @@ class SqliteConnections:
         ``synchronous=FULL``. A :class:`sqlite3.Error` is raised as :class:`~graphckpt.errors.SaverError` naming
         the file; other exceptions of ``fn`` pass through (after the rollback of a write)."""
         if write:
+            if self.read_only is not None:
+                raise read_only_error(self.path, self.read_only)
             if not self._wal_ready:
                 fn = self._preallocating_wal(fn)
             relaxed = relaxed and self.synchronous == "FULL"
@@ -256,6 +261,8 @@ class SqliteConnections:
     def _connection(self, *, timeout: float, read_only: bool = False) -> sqlite3.Connection:
         """A connection with the saver's pragmas. ``check_same_thread=False``: each one is used by one thread at a
         time (under its lock, or only on its own thread), not always the thread that opened it."""
+        if self._uri is not None:
+            return sqlite3.connect(self._uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated by the saver; set per connection
@@ -274,6 +281,16 @@ class SqliteConnections:
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
         if not create and (self.path == ":memory:" or not os.path.exists(self.path)):
             raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file does not exist")
+        self.read_only = read_only_reason(self.path)
+        if self.read_only is not None:  # every read works, every write is refused (see run)
+            conn, self._uri = open_read_only(self.path, self.busy_timeout)
+            try:
+                check_owner(conn, self.path, create=False)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+        self._uri = None
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
