@@ -9,6 +9,7 @@ from typing import Any, LiteralString
 from graphckpt.savers._checks import lease_from_columns, thread_status
 from graphckpt.savers._events_sql import PG_EVENT_KIND, PG_READ_EVENTS, PG_VERSION
 from graphckpt.savers._pg_runs import RUN_SQL
+from graphckpt.savers._row_checks import checked_checkpoint, checked_lease_columns, checked_thread
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -166,36 +167,40 @@ SQL.update(RUN_SQL)
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
     tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row[:11]
-    lease = lease_from_columns(*row[11:17])
-    return ThreadRecord(
-        thread_id=tid,
-        head_checkpoint_id=head,
-        head_step=step,
-        status=thread_status(status, lease, now),
-        run_id=run_id,
-        created_at=created,
-        updated_at=updated,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        error=error,
-        metadata=_mapping(metadata),
-        lease=lease,
-        epoch=row[14],
+    lease = lease_from_columns(*checked_lease_columns(tid, row[11:17]))
+    return checked_thread(
+        ThreadRecord(
+            thread_id=tid,
+            head_checkpoint_id=head,
+            head_step=step,
+            status=thread_status(status, lease, now),
+            run_id=run_id,
+            created_at=created,
+            updated_at=updated,
+            parent_thread_id=ptid,
+            parent_checkpoint_id=pcp,
+            error=error,
+            metadata=_mapping(metadata),
+            lease=lease,
+            epoch=row[14],
+        )
     )
 
 
 def checkpoint_from_row(row: tuple[Any, ...]) -> StoredCheckpoint:
     tid, cp, ptid, pcp, step, created, status, metadata, body = row
-    return StoredCheckpoint(
-        thread_id=tid,
-        checkpoint_id=cp,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        step=step,
-        created_at=created,
-        status=status,
-        metadata=_mapping(metadata),
-        body=bytes(body),
+    return checked_checkpoint(
+        StoredCheckpoint(
+            thread_id=tid,
+            checkpoint_id=cp,
+            parent_thread_id=ptid,
+            parent_checkpoint_id=pcp,
+            step=step,
+            created_at=created,
+            status=status,
+            metadata=_mapping(metadata),
+            body=bytes(body),
+        )
     )
 
 

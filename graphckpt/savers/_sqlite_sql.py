@@ -9,6 +9,7 @@ from typing import Any
 
 from graphckpt.errors import SerializationError
 from graphckpt.savers._checks import brief, lease_from_columns, nul_free, thread_status
+from graphckpt.savers._row_checks import checked_checkpoint, checked_lease_columns, checked_thread
 from graphckpt.savers.base import BlobRange, StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -165,14 +166,18 @@ def _number_clause(value: float) -> tuple[str, list[Any]]:
 
 
 def checkpoint_from_row(row: Row) -> StoredCheckpoint:
-    # positional, in CP_COLUMNS order: a history page builds one per row
-    return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
+    # positional, in CP_COLUMNS order: a history page builds one per row; each column's type checked
+    return checked_checkpoint(
+        StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
+    )
 
 
 def thread_from_row(row: Row, now: float) -> ThreadRecord:
-    metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*row[11:17])
+    metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*checked_lease_columns(row[0], row[11:17]))
     status = thread_status(row[3], lease, now)
     # positional, in THREAD_SELECT's column order
-    return ThreadRecord(
-        row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
+    return checked_thread(
+        ThreadRecord(
+            row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
+        )
     )

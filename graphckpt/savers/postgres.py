@@ -95,6 +95,7 @@ from graphckpt.savers._pg_wire import (
     array,
     bytes_elements,
 )
+from graphckpt.savers._row_checks import checked_checkpoint
 from graphckpt.savers.base import (
     Blob,
     BlobRange,
@@ -418,7 +419,10 @@ class PostgresSaver(PostgresRuns, Saver):
         }
         rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
         # columns in field order; bytea arrives as bytes; metadata that is not an object is corrupt when read
-        return [StoredCheckpoint(*row) if isinstance(row[7], Mapping) else checkpoint_from_row(row) for row in rows]
+        return [
+            checked_checkpoint(StoredCheckpoint(*row)) if isinstance(row[7], Mapping) else checkpoint_from_row(row)
+            for row in rows
+        ]
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:
         if not ranges:
