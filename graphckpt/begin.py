@@ -18,7 +18,7 @@ from graphckpt.control import START, Command
 from graphckpt.engine import NodeRunner, Run, Step
 from graphckpt.errors import InvalidUpdateError, NodeError, ThreadStateError
 from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
-from graphckpt.savers.base import StoredCheckpoint, StoredWrite
+from graphckpt.savers.base import StoredCheckpoint, StoredWrite, check_id
 from graphckpt.store import ThreadStore, partial_thread_error
 
 __all__ = ["RunOptions", "check_limit", "resume", "resumed_thread", "start", "streamed"]
@@ -85,6 +85,8 @@ async def start(
         thread_id = ids.new_id()
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
+    else:
+        check_id("thread_id", thread_id)
     update = graph.validate_input(input)
     record = await store.get_thread(thread_id)
     if record is None:

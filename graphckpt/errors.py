@@ -5,6 +5,7 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     GraphckptError
     ├── GraphSetupError(ValueError)          the graph definition is wrong (found at add_* or compile time)
     ├── InvalidUpdateError(ValueError)       a node, input or fork update does not fit the state schema
+    ├── InvalidArgumentError(ValueError)     an argument a saver refuses (a filter that is not JSON, an overlong id)
     ├── SerializationError(TypeError)        a value cannot be stored (names the field and its type)
     ├── CorruptCheckpointError(ValueError)   stored bytes cannot be loaded (names thread and checkpoint)
     ├── CheckpointNotFoundError(LookupError) no such checkpoint in that thread
@@ -39,6 +40,7 @@ __all__ = [
     "GraphckptError",
     "GraphckptWarning",
     "InvalidCursorError",
+    "InvalidArgumentError",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
     "LeaseLostError",
@@ -73,6 +75,12 @@ class GraphSetupError(GraphckptError, ValueError):
 
 class InvalidUpdateError(GraphckptError, ValueError):
     """An update (from a node, the input or a fork) does not fit the state schema. Nothing was committed."""
+
+
+class InvalidArgumentError(GraphckptError, ValueError):
+    """An argument of a call is not one it accepts, refused before anything is read or written: a metadata filter
+    that is not a JSON object (a ``datetime``, a ``set``, NaN, a key that is not text), an id longer than
+    :data:`~graphckpt.savers.base.MAX_ID_BYTES`. The message names the argument (the filter key, the id)."""
 
 
 class SerializationError(GraphckptError, TypeError):

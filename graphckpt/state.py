@@ -80,6 +80,11 @@ class Channel:
                 f"{node}: value for field {self.name!r} does not fit {_type_name(self.annotation)}{detail}: "
                 f"{first['msg']} (got {type(value).__name__})"
             ) from None
+        except Exception as exc:  # a validator of the user's raised something else: still the field's fault
+            raise InvalidUpdateError(
+                f"{node}: value for field {self.name!r} was refused: its validator raised {type(exc).__name__}: "
+                f"{str(exc)[:200]}"
+            ) from exc
 
     def fold(self, value: Any, writes: Sequence[Any]) -> Any:
         """The channel's value after ``writes`` (in order)."""

@@ -1,28 +1,35 @@
 """The checks and errors every saver shares, so all backends refuse, match and report alike.
 
-What no backend can store (:func:`check_storable`, :func:`utf8_safe`), how a metadata filter matches
-(:func:`metadata_matches`, :func:`filter_can_match`, :func:`nul_free` for SQL backends), how a message quotes an id
-(:func:`brief`), and the lease vocabulary of the specification (:mod:`graphckpt.savers.base`): the status reads
-report (:func:`thread_status`), a lease from its columns, and the errors of a busy thread, a lost claim and a lost
-lease.
+What no backend can store (:func:`check_storable`, :func:`utf8_safe`, ids past :data:`MAX_ID_BYTES`), what a
+metadata filter may hold and how it matches (:func:`check_filter`, :func:`metadata_matches`, :func:`nul_free` for SQL
+backends), how a message quotes an id (:func:`brief`), and the lease vocabulary of the specification
+(:mod:`graphckpt.savers.base`): the status reads report (:func:`thread_status`), a lease from its columns, and the
+errors of a busy thread, a lost claim and a lost lease.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from graphckpt.errors import LeaseLostError, SerializationError, ThreadBusyError, ThreadConflictError
+from graphckpt.errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    SerializationError,
+    ThreadBusyError,
+    ThreadConflictError,
+)
 from graphckpt.savers._rows import Lease, Owner, Status, StoredCheckpoint, ThreadRecord
 
 __all__ = [
     "BRIEF_MAX",
+    "MAX_ID_BYTES",
     "brief",
+    "check_filter",
+    "check_id",
     "check_storable",
     "claim_lost",
-    "filter_can_match",
     "json_equal",
     "lease_from_columns",
     "lease_lost",
@@ -43,6 +50,25 @@ def brief(text: str) -> str:
     return text if len(text) <= BRIEF_MAX else text[:BRIEF_MAX] + "…"
 
 
+MAX_ID_BYTES = 1024
+"""The longest id (thread, checkpoint, run, task) a saver stores, in bytes of UTF-8. Every saver refuses a longer one
+with :class:`~graphckpt.errors.InvalidArgumentError` before its database sees it (PostgreSQL's btree indexes fail
+on keys past about 2,700 bytes, with a message quoting the index)."""
+
+_ID_NAMES = frozenset({"thread_id", "checkpoint_id", "run_id", "task_id", "parent_thread_id", "parent_checkpoint_id"})
+
+
+def check_id(what: str, text: str | None) -> None:
+    """Refuse an id ``text`` longer than :data:`MAX_ID_BYTES` bytes of UTF-8, naming it as ``what``."""
+    if text is None or len(text) <= MAX_ID_BYTES // 4:  # 4 bytes a character at most: no encoding needed
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_BYTES:
+        raise InvalidArgumentError(
+            f"{what} {brief(text)!r} is {size:,} bytes long (UTF-8); an id is at most {MAX_ID_BYTES:,} bytes"
+        )
+
+
 def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str | None) -> None:
     """Refuse, before anything is written, what no backend can store: text with a lone surrogate (``"\\ud800"``,
     which has no UTF-8 form), and NaN or an infinity in metadata (JSON has neither). Checks ``checkpoint``'s ids,
@@ -51,13 +77,19 @@ def check_storable(checkpoint: StoredCheckpoint | None = None, /, **texts: str |
     values (a driver would fail with its own traceback, or store what it cannot read back)."""
     for what, text in texts.items():
         _check_text(what, text)
+        if what in _ID_NAMES:
+            check_id(what, text)
     if checkpoint is None:
         return
     cp = checkpoint
-    _check_text("thread_id", cp.thread_id)
-    _check_text("checkpoint_id", cp.checkpoint_id)
-    _check_text("parent_thread_id", cp.parent_thread_id)
-    _check_text("parent_checkpoint_id", cp.parent_checkpoint_id)
+    for what, text in (
+        ("thread_id", cp.thread_id),
+        ("checkpoint_id", cp.checkpoint_id),
+        ("parent_thread_id", cp.parent_thread_id),
+        ("parent_checkpoint_id", cp.parent_checkpoint_id),
+    ):
+        _check_text(what, text)
+        check_id(what, text)
     for b in cp.blobs:
         if not (b.channel.isascii() and b.thread_id.isascii()):
             _check_text(f"channel of a blob at step {b.step}", b.channel)
@@ -119,16 +151,73 @@ def utf8_safe(text: str | None) -> str | None:
     return text
 
 
-def filter_can_match(filter: Mapping[str, Any]) -> bool:
-    """False when ``filter`` holds NaN or an infinity: stored metadata never does (see :func:`check_storable`), and
-    NaN equals nothing, so such a filter matches no checkpoint (a backend need not send it to SQL)."""
+FILTER_DEPTH = 100
+"""How deep a metadata filter value may nest (objects and arrays); a deeper one is refused."""
+
+
+def check_filter(filter: Mapping[str, Any]) -> None:
+    """Refuse a metadata filter that is not a JSON object, before any SQL: keys must be text (``{1: 1}`` is not
+    JSON), values JSON values only: ``None``, booleans, integers, finite floats, text, lists (or tuples) and
+    mappings with text keys, nested at most :data:`FILTER_DEPTH` deep; no text with a lone surrogate. A ``datetime``,
+    a ``set``, bytes or NaN raise :class:`~graphckpt.errors.InvalidArgumentError` naming the filter key, so every
+    saver refuses the same filters (a driver would quote its SQL, or a JSON encoder would turn the value into
+    something that compares differently)."""
+    if not isinstance(filter, Mapping):
+        raise InvalidArgumentError(f"a metadata filter is a mapping of text keys to JSON values, not {_kind(filter)}")
+    for key, value in filter.items():
+        if not isinstance(key, str):
+            raise InvalidArgumentError(
+                f"metadata filter key {_quote(key)}: keys are text (top-level metadata names), not {_kind(key)}"
+            )
+        problem = _text_problem(key) or _json_problem(value, 0)
+        if problem is not None:
+            raise InvalidArgumentError(f"metadata filter key {brief(_quote(key))}: {problem}")
+
+
+def _quote(value: Any) -> str:
+    return repr(value) if not isinstance(value, str) else repr(value.encode("utf-8", "backslashreplace").decode())
+
+
+def _kind(value: Any) -> str:
+    name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _text_problem(text: str) -> str | None:
+    if text.isascii():
+        return None
     try:
-        json.dumps(dict(filter), allow_nan=False, default=str)
-    except ValueError as exc:
-        return "Out of range float" not in str(exc)
-    except TypeError:
-        pass
-    return True
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "text holds a lone surrogate (no UTF-8 form, so no stored metadata holds it)"
+    return None
+
+
+def _json_problem(value: Any, depth: int) -> str | None:
+    """What makes ``value`` no JSON value, or ``None``."""
+    if value is None or isinstance(value, bool | int):
+        return None
+    if isinstance(value, str):
+        return _text_problem(value)
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value!r} is not a JSON number (stored metadata never holds it)"
+    if depth >= FILTER_DEPTH:
+        return f"the value nests deeper than {FILTER_DEPTH} levels"
+    if isinstance(value, list | tuple):
+        for item in value:
+            problem = _json_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return f"an object key {_quote(k)} is {_kind(k)}; JSON keys are text"
+            problem = _text_problem(k) or _json_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    return f"{_kind(value)} is not a JSON value (use None, bool, int, float, str, list or dict)"
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
@@ -136,8 +225,9 @@ def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> 
     whose value equals the filter's value by JSON equality, at any depth: numbers by value (``1`` equals ``1.0``),
     booleans only booleans (``true`` is not ``1``), objects regardless of key order, arrays element by element.
     Numbers compare exactly, as Python compares an int with a float (``-2**63`` does not equal ``-2**63 - 1``, which
-    a double cannot tell apart), a number never equals a string (``1`` is not ``"1"``), and a NaN or infinite
-    filter value matches nothing (stored metadata holds neither). Keys and values are data, never code or SQL."""
+    a double cannot tell apart), a number never equals a string (``1`` is not ``"1"``). A filter that is not JSON
+    (NaN included) is refused by :func:`check_filter` before any saver matches it. Keys and values are data, never
+    code or SQL."""
     return all(key in metadata and json_equal(metadata[key], value) for key, value in filter.items())
 
 

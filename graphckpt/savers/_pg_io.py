@@ -155,12 +155,24 @@ class PostgresConnections:
         # The server's one-line message and its error code, never its detail, context or the statement's text (they
         # quote our SQL and the values bound to it: a megabyte thread id, say).
         primary = exc.diag.message_primary if isinstance(exc, psycopg.DatabaseError) and exc.sqlstate else None
-        message = f"{primary} (SQLSTATE {exc.sqlstate})" if primary else str(exc).strip() or type(exc).__name__
+        message = f"{primary} (SQLSTATE {exc.sqlstate})" if primary else _first_line(exc)
         message = message if len(message) <= _MESSAGE_MAX else message[:_MESSAGE_MAX] + "…"
         if self._password:
             message = message.replace(self._password, "***")
         message = scrub_password(message, self.dsn)  # also as written in a URL (percent-encoded)
         return SaverError(f"PostgreSQL at {self.where}: {action} failed: {message}")
+
+
+def _first_line(exc: psycopg.Error) -> str:
+    """libpq's own text of ``exc`` as one line: its first (``server closed the connection unexpectedly``), without
+    the indented lines that follow (``This probably means the server terminated abnormally ...``); a lost
+    connection says so."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    conn = getattr(exc, "pgconn", None)
+    if isinstance(exc, psycopg.OperationalError) and "connection" not in first and conn is not None:
+        first += " (the connection was lost)"
+    return first
 
 
 def _describe(dsn: str) -> tuple[str, str | None]:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphckpt import ids
-from graphckpt.savers._checks import brief, filter_can_match
+from graphckpt.savers._checks import brief, check_filter
 from graphckpt.savers._pg_sql import page_query, thread_from_row
 from graphckpt.savers._thread_pages import ThreadPage, check_limit, page_from_rows
 from graphckpt.savers.base import FAMILY_SEP, Status, StoredEvent, ThreadRecord
@@ -78,8 +78,8 @@ class PostgresListings:
     ) -> ThreadPage:
         check_limit(limit)
         query, params = page_query(limit, after, status, metadata, parent_thread_id)  # checks the cursor
-        if metadata and not filter_can_match(metadata):
-            return ThreadPage([], None)
+        if metadata:
+            check_filter(metadata)
         now = ids.now()
         rows = await self._fetch("page_threads", query, params)
         return page_from_rows(

@@ -14,6 +14,7 @@ from graphckpt.savers._pg_crons import CRON_SQL
 from graphckpt.savers._pg_items import ITEM_SQL
 from graphckpt.savers._pg_runs import RUN_SQL
 from graphckpt.savers._pg_waits import WAIT_SQL
+from graphckpt.savers._row_checks import checked_checkpoint, checked_lease_columns, checked_thread
 from graphckpt.savers._thread_pages import decode_cursor
 from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
@@ -262,36 +263,40 @@ _page_queries()
 
 def thread_from_row(row: tuple[Any, ...], now: float) -> ThreadRecord:
     tid, head, step, status, run_id, created, updated, ptid, pcp, error, metadata = row[:11]
-    lease = lease_from_columns(*row[11:17])
-    return ThreadRecord(
-        thread_id=tid,
-        head_checkpoint_id=head,
-        head_step=step,
-        status=thread_status(status, lease, now),
-        run_id=run_id,
-        created_at=created,
-        updated_at=updated,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        error=error,
-        metadata=_mapping(metadata),
-        lease=lease,
-        epoch=row[14],
+    lease = lease_from_columns(*checked_lease_columns(tid, row[11:17]))
+    return checked_thread(
+        ThreadRecord(
+            thread_id=tid,
+            head_checkpoint_id=head,
+            head_step=step,
+            status=thread_status(status, lease, now),
+            run_id=run_id,
+            created_at=created,
+            updated_at=updated,
+            parent_thread_id=ptid,
+            parent_checkpoint_id=pcp,
+            error=error,
+            metadata=_mapping(metadata),
+            lease=lease,
+            epoch=row[14],
+        )
     )
 
 
 def checkpoint_from_row(row: tuple[Any, ...]) -> StoredCheckpoint:
     tid, cp, ptid, pcp, step, created, status, metadata, body = row
-    return StoredCheckpoint(
-        thread_id=tid,
-        checkpoint_id=cp,
-        parent_thread_id=ptid,
-        parent_checkpoint_id=pcp,
-        step=step,
-        created_at=created,
-        status=status,
-        metadata=_mapping(metadata),
-        body=bytes(body),
+    return checked_checkpoint(
+        StoredCheckpoint(
+            thread_id=tid,
+            checkpoint_id=cp,
+            parent_thread_id=ptid,
+            parent_checkpoint_id=pcp,
+            step=step,
+            created_at=created,
+            status=status,
+            metadata=_mapping(metadata),
+            body=bytes(body),
+        )
     )
 
 

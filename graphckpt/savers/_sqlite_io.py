@@ -37,6 +37,7 @@ from typing import TypeVar, cast
 
 from graphckpt.errors import SaverError, StoreNotSetUpError
 from graphckpt.savers._sqlite_group import GroupCommit
+from graphckpt.savers._sqlite_readonly import open_read_only, read_only_error, read_only_reason
 from graphckpt.savers._sqlite_schema import (
     MIGRATIONS,
     PAGE_SIZE,
@@ -78,6 +79,8 @@ class SqliteConnections:
         self._wal_path = ""
         self._group = GroupCommit(lambda: self.writer, self.writer_lock, self.error, synchronous)
         """The writes handed to the writer thread, committed in groups (see :mod:`graphckpt.savers._sqlite_group`)."""
+        self.read_only: str | None = None  # why the file is open read-only (see _sqlite_readonly), or None
+        self._uri: str | None = None  # the read-only URI every connection opens, or None (the path)
 
     # -- the seam ----------------------------------------------------------------------------------------------------
 
@@ -89,6 +92,8 @@ class SqliteConnections:
         ``synchronous=FULL``. A :class:`sqlite3.Error` is raised as :class:`~graphckpt.errors.SaverError` naming
         the file; other exceptions of ``fn`` pass through (after the rollback of a write)."""
         if write:
+            if self.read_only is not None:
+                raise read_only_error(self.path, self.read_only)
             if not self._wal_ready:
                 fn = self._preallocating_wal(fn)
             relaxed = relaxed and self.synchronous == "FULL"
@@ -269,6 +274,8 @@ class SqliteConnections:
     def _connection(self, *, timeout: float, read_only: bool = False) -> sqlite3.Connection:
         """A connection with the saver's pragmas. ``check_same_thread=False``: each one is used by one thread at a
         time (under its lock, or only on its own thread), not always the thread that opened it."""
+        if self._uri is not None:
+            return sqlite3.connect(self._uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")  # validated by the saver; set per connection
@@ -288,6 +295,16 @@ class SqliteConnections:
             raise SaverError(f"cannot open SQLite database {self.path!r}: directory {str(parent)!r} does not exist")
         if not create and (self.path == ":memory:" or not os.path.exists(self.path)):
             raise StoreNotSetUpError(f"no graphckpt database at {self.path!r}: the file does not exist")
+        self.read_only = read_only_reason(self.path)
+        if self.read_only is not None:  # every read works, every write is refused (see run)
+            conn, self._uri = open_read_only(self.path, self.busy_timeout)
+            try:
+                check_owner(conn, self.path, create=False)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+        self._uri = None
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:

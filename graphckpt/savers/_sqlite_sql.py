@@ -9,6 +9,7 @@ from typing import Any
 
 from graphckpt.errors import SerializationError
 from graphckpt.savers._checks import brief, lease_from_columns, nul_free, thread_status
+from graphckpt.savers._row_checks import checked_checkpoint, checked_lease_columns, checked_thread
 from graphckpt.savers.base import BlobRange, StoredCheckpoint, ThreadRecord
 from graphckpt.savers.lazyjson import LazyJsonMapping
 
@@ -82,13 +83,31 @@ def _integral(value: Any) -> Any:
 
 
 _NUL_FREE_METADATA = r"""(CASE WHEN instr(c.metadata, '\u0000') OR instr(c.metadata, '\uffff')
-    THEN replace(replace(replace(replace(c.metadata, '\\', char(1)), '\uffff', '\uffff1'), '\u0000', '\uffff0'),
-        char(1), '\\')
+        OR instr(c.metadata, '\"')
+    THEN replace(replace(replace(replace(replace(
+        c.metadata, '\\', char(1)), '\uffff', '\uffff1'), '\u0000', '\uffff0'), '\"', '\uffff2'), char(1), '\\')
     ELSE c.metadata END)"""
-"""``c.metadata`` with :func:`~graphckpt.savers.base.nul_free`'s mapping applied when it escapes NUL or U+FFFF
-(``json_each`` stops a string or key at NUL). The text is ASCII (written by :func:`dump_json`), so a raw ``char(1)``
-never occurs in it and stands in for each escaped backslash meanwhile: ``\\u0000`` (a backslash, then the letters
-``u0000``) is not a NUL."""
+"""``c.metadata`` with :func:`_sql_free`'s mapping applied when it escapes NUL, U+FFFF or a quote (``json_each``
+stops a string or key at NUL, and SQLite's JSON paths, ``-> m.fullkey``, cannot name a key holding a quote). The
+text is ASCII (written by :func:`dump_json`), so a raw ``char(1)`` never occurs in it and stands in for each escaped
+backslash meanwhile: ``\\u0000`` (a backslash, then the letters ``u0000``) is not a NUL, ``\\"`` ends a string."""
+
+
+def _sql_free(value: Any) -> Any:
+    """``value`` through :func:`~graphckpt.savers.base.nul_free`, then each ``"`` written U+FFFF ``2``: one to one
+    (U+FFFF is always followed by a digit after ``nul_free``), the mapping :data:`_NUL_FREE_METADATA` applies to
+    stored metadata."""
+    return _quote_free(nul_free(value))
+
+
+def _quote_free(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace('"', "\uffff2") if '"' in value else value
+    if isinstance(value, Mapping):
+        return {_quote_free(k): _quote_free(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quote_free(v) for v in value]
+    return value
 
 
 def filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
@@ -97,9 +116,9 @@ def filter_clause(key: str, value: Any) -> tuple[str, list[Any]]:
     ``json_each`` decodes keys itself, so any key (quotes, dots, backslashes, non-ASCII) works, unlike a JSON path.
     Equality is JSON equality: null, true and false by type, numbers numerically (integers beyond 64 bits by their
     digits), strings as text, arrays and objects by their canonical text (both sides are written with sorted keys).
-    Keys and strings holding NUL go through :func:`~graphckpt.savers.base.nul_free` on both sides.
+    Keys and strings holding NUL or a quote go through :func:`_sql_free` on both sides.
     """
-    key, value = nul_free(key), nul_free(value)
+    key, value = _sql_free(key), _sql_free(value)
     where = f"EXISTS (SELECT 1 FROM json_each({_NUL_FREE_METADATA}) AS m WHERE m.key = ? AND {{}})"
     if value is None:
         return where.format("m.type = 'null'"), [key]
@@ -147,16 +166,20 @@ def _number_clause(value: float) -> tuple[str, list[Any]]:
 
 
 def checkpoint_from_row(row: Row) -> StoredCheckpoint:
-    # positional, in CP_COLUMNS order: a history page builds one per row
-    return StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
+    # positional, in CP_COLUMNS order: a history page builds one per row; each column's type checked
+    return checked_checkpoint(
+        StoredCheckpoint(row[0], row[1], row[2], row[3], row[4], row[5], row[6], LazyJsonMapping(row[7]), row[8])
+    )
 
 
 def thread_from_row(row: Row, now: float) -> ThreadRecord:
-    metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*row[11:17])
+    metadata, lease = LazyJsonMapping(row[10]), lease_from_columns(*checked_lease_columns(row[0], row[11:17]))
     status = thread_status(row[3], lease, now)
     # positional, in THREAD_SELECT's column order
-    return ThreadRecord(
-        row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
+    return checked_thread(
+        ThreadRecord(
+            row[0], row[1], row[2], status, row[4], row[5], row[6], row[7], row[8], row[9], metadata, lease, row[14]
+        )
     )
 
 

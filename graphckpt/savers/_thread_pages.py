@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphckpt.errors import InvalidCursorError
-from graphckpt.savers._checks import metadata_matches
+from graphckpt.savers._checks import check_filter, metadata_matches
 from graphckpt.savers._rows import Status, ThreadRecord
 
 __all__ = ["ThreadPage", "decode_cursor", "encode_cursor", "page_of", "thread_key"]
@@ -85,6 +85,8 @@ def page_of(
     """The page of ``records`` (every thread, any order) that the arguments select: the rule every saver implements,
     used as it is by a saver without an index (the memory saver)."""
     check_limit(limit)
+    if metadata:
+        check_filter(metadata)
     bound = decode_cursor(after) if after is not None else None
     chosen = sorted(
         (

@@ -66,10 +66,12 @@ from typing import Any, Self
 from graphckpt.errors import SaverError
 from graphckpt.savers._checks import (
     BRIEF_MAX,
+    MAX_ID_BYTES,
     brief,
+    check_filter,
+    check_id,
     check_storable,
     claim_lost,
-    filter_can_match,
     json_equal,
     lease_from_columns,
     lease_lost,
@@ -100,6 +102,7 @@ from graphckpt.savers.usage import StorageUsage
 
 __all__ = [
     "BRIEF_MAX",
+    "MAX_ID_BYTES",
     "TERMINAL_EVENTS",
     "Blob",
     "BlobKind",
@@ -118,9 +121,10 @@ __all__ = [
     "ThreadRecord",
     "WriteKind",
     "brief",
+    "check_filter",
+    "check_id",
     "check_storable",
     "claim_lost",
-    "filter_can_match",
     "json_equal",
     "kept_key",
     "lease_from_columns",
@@ -419,7 +423,8 @@ class Saver(abc.ABC):
         """Checkpoints stored under ``thread_id``, newest (highest step) first, in one query: only those with
         ``step < before_step`` when given, only those whose metadata matches ``filter`` (see
         :func:`metadata_matches`; evaluated by the backend, with keys and values as bound parameters), at most
-        ``limit``. ``blobs`` is empty."""
+        ``limit``. ``blobs`` is empty. A filter that is not JSON (:func:`check_filter`) raises
+        :class:`~graphckpt.errors.InvalidArgumentError` naming its key, before any query."""
 
     @abc.abstractmethod
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:

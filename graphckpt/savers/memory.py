@@ -12,6 +12,7 @@ from graphckpt import ids
 from graphckpt.errors import ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers._checks import (
     brief,
+    check_filter,
     check_storable,
     claim_lost,
     lease_lost,
@@ -384,6 +385,8 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter:
+            check_filter(filter)
         thread = self._threads.get(thread_id)
         if thread is None:
             return []

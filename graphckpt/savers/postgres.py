@@ -71,9 +71,9 @@ from graphckpt.errors import (
 )
 from graphckpt.savers._checks import (
     brief,
+    check_filter,
     check_storable,
     claim_lost,
-    filter_can_match,
     lease_lost,
     nul_free,
     utf8_safe,
@@ -100,6 +100,7 @@ from graphckpt.savers._pg_wire import (
     array,
     bytes_elements,
 )
+from graphckpt.savers._row_checks import checked_checkpoint
 from graphckpt.savers._sealing import Sealer
 from graphckpt.savers.base import (
     Blob,
@@ -422,9 +423,9 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter:
+            check_filter(filter)
         self.sealer.check_filter(filter)
-        if filter and not filter_can_match(filter):
-            return []
         params = {
             "tid": thread_id,
             "limit": limit,
@@ -433,7 +434,10 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         }
         rows = await self._fetch(f"list_checkpoints of thread {brief(thread_id)!r}", "list_cps", params)
         # columns in field order; bytea arrives as bytes; metadata that is not an object is corrupt when read
-        cps = [StoredCheckpoint(*row) if isinstance(row[7], Mapping) else checkpoint_from_row(row) for row in rows]
+        cps = [
+            checked_checkpoint(StoredCheckpoint(*row)) if isinstance(row[7], Mapping) else checkpoint_from_row(row)
+            for row in rows
+        ]
         return self.sealer.open_checkpoints(cps)
 
     async def get_blobs(self, ranges: Sequence[BlobRange]) -> list[Blob]:

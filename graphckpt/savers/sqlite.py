@@ -94,7 +94,7 @@ from typing import Any, Literal, TypeVar
 from graphckpt import ids
 from graphckpt.encryption import Keyring
 from graphckpt.savers import _sqlite_writes as tx
-from graphckpt.savers._checks import brief, check_storable, filter_can_match, utf8_safe
+from graphckpt.savers._checks import brief, check_filter, check_storable, utf8_safe
 from graphckpt.savers._events_sql import SQLITE_EVENT_KIND, SQLITE_VERSION, sqlite_read_events
 from graphckpt.savers._sealing import Sealer
 from graphckpt.savers._sqlite_crons import SqliteCrons
@@ -387,8 +387,8 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
     ) -> ThreadPage:
         check_limit(limit)
         bound = decode_cursor(after) if after is not None else None
-        if metadata and not filter_can_match(metadata):
-            return ThreadPage([], None)
+        if metadata:
+            check_filter(metadata)
         now = ids.now()
         rows = await self._fetch(*thread_page_query(limit, bound, status, metadata, parent_thread_id))
         return page_from_rows(
@@ -419,9 +419,9 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         before_step: int | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> list[StoredCheckpoint]:
+        if filter:
+            check_filter(filter)
         self.sealer.check_filter(filter)
-        if filter and not filter_can_match(filter):
-            return []
         clauses, params = ["c.thread_id = ?"], list[Any]([thread_id])
         if before_step is not None:
             clauses.append("c.step < ?")

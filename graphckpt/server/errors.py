@@ -38,6 +38,7 @@ STATUS: dict[type[e.GraphckptError], int] = {
     e.ThreadConflictError: 409,
     e.ThreadStateError: 409,
     e.InvalidUpdateError: 422,
+    e.InvalidArgumentError: 422,
     e.SerializationError: 422,
     e.GraphSetupError: 422,
     e.NodeError: 500,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
+import pytest
+
+from graphckpt.errors import InvalidArgumentError
 from graphckpt.ids import new_id
 from graphckpt.savers.base import (
     BlobRange,
@@ -177,3 +181,54 @@ class FilterCases:
         c = make_checkpoint(t, 2, parent=b)
         await saver.commit(c, expected_head=b.checkpoint_id, run_id=run)
         assert_stored(await saver.get_checkpoint(t), c)
+
+    async def test_filter_that_is_not_json_is_refused_naming_its_key(self, saver: Saver) -> None:
+        """A filter value that is no JSON value (a ``datetime``, a ``set``, bytes, NaN, an infinity, text with a
+        lone surrogate, an object with a key that is not text), or a filter key that is not text (``{1: 1}``), is
+        :class:`~graphckpt.errors.InvalidArgumentError` naming the key, before any query; the saver keeps working."""
+        [a] = await filter_thread(saver, [{"v": 1, "1": 1, "when": "2026-01-01T00:00:00"}])
+        t = a.thread_id
+        bad: list[tuple[dict[Any, Any], str]] = [
+            ({"when": datetime.datetime(2026, 1, 1)}, "'when'.*datetime"),
+            ({"v": {1, 2}}, "'v'.*set"),
+            ({"v": b"1"}, "'v'.*bytes"),
+            ({"v": float("nan")}, "'v'.*nan"),
+            ({"v": float("inf")}, "'v'.*inf"),
+            ({"v": [1, -float("inf")]}, "'v'.*inf"),
+            ({"v": "x\ud800"}, "'v'.*lone surrogate"),
+            ({"x\udc80": 1}, "x.*udc80.*lone surrogate"),
+            ({"v": {"k": {1: 1}}}, "'v'.*key 1 .*int"),
+            ({1: 1}, "key 1: keys are text.*int"),
+            ({None: 1}, "key None"),
+            ({"source": "loop", "v": object()}, "'v'.*object"),
+        ]
+        for flt, message in bad:
+            with pytest.raises(InvalidArgumentError, match=message):
+                await saver.list_checkpoints(t, filter=flt)
+            with pytest.raises(InvalidArgumentError):  # a thread that does not exist: the same answer
+                await saver.list_checkpoints(t + "-none", filter=flt)
+        deep: Any = 1
+        for _ in range(5000):
+            deep = [deep]
+        with pytest.raises(InvalidArgumentError, match=r"'v'.*deeper than"):
+            await saver.list_checkpoints(t, filter={"v": deep})
+        assert checkpoint_ids(await saver.list_checkpoints(t, filter={"1": 1})) == [a.checkpoint_id]
+        assert checkpoint_ids(await saver.list_checkpoints(t, filter={"v": (1.0)})) == [a.checkpoint_id]
+
+    async def test_filter_big_integers_under_keys_holding_quotes(self, saver: Saver) -> None:
+        """Integers past 64 bits, and floats near them, under keys holding quotes, backslashes, dots or NUL (at
+        the top level and inside objects and arrays) match exactly as
+        :func:`~graphckpt.savers.base.metadata_matches` says: every key and value pair probed."""
+        keys = ['k"', '"', 'a"b.c', 'q\\"', "\\", 'n\x00"', '"\uffff"', "plain", "a.b"]
+        numbers: list[Any] = [10**30, 10**30 + 1, -(10**40), 2**64, 2**63, 1.5e30, 7, "7", {'i"': 10**30}, [10**30]]
+        metas = [{key: numbers[(i + j) % len(numbers)] for j, key in enumerate(keys)} for i in range(len(numbers))]
+        cps = await filter_thread(saver, metas)
+        t = cps[0].thread_id
+        for key in keys:
+            for value in [*numbers, {'i"': 10**30 + 1}, [10**30 - 1], 1.5e30 + 2**60]:
+                flt = {key: value}
+                expected = [
+                    cps[i].checkpoint_id for i in reversed(range(len(metas))) if metadata_matches(metas[i], flt)
+                ]
+                assert checkpoint_ids(await saver.list_checkpoints(t, filter=flt)) == expected, flt
+        assert checkpoint_ids(await saver.list_checkpoints(t, filter={'k"': 10**30})) == [cps[0].checkpoint_id]

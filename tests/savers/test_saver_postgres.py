@@ -140,7 +140,8 @@ async def test_filter_is_a_bound_parameter(pg_dsn: str, pg_schema: str) -> None:
         assert await saver.list_checkpoints("t", filter={"a') OR 1=1 --": "y"}) == []
         assert len(await saver.list_checkpoints("t", filter={"a') OR 1=1 --": "x"})) == 1
     tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(pg_schema))
-    # threads, checkpoints, blobs, writes, events, runs, created_threads, graphckpt_migrations, store_items, waits, crons
+    # threads, checkpoints, blobs, writes, events, runs, created_threads, graphckpt_migrations, store_items, waits,
+    # crons
     assert tables == [(11,)]
 
 

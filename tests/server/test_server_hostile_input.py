@@ -156,3 +156,19 @@ def test_a_namespace_cannot_queue_past_its_limit_and_others_still_can(serve: Cal
         r = client.post("/threads/b/runs", json={"input": {"limit": 1}}, headers=bob)  # it has a queued run
         message = r.json()["message"]
         assert r.status_code == 409 and "'b'" in message and "bob/" not in message, message  # the API id
+
+
+def test_an_id_within_512_characters_but_past_1024_bytes_is_a_422_not_a_500(serve: Callable[..., Served]) -> None:
+    """The saver's limit is 1,024 bytes of UTF-8: 300 emoji (1,200 bytes) pass the API's 512-character rule and are
+    refused by the saver as InvalidArgumentError, which the API answers 422 naming the limit; nothing is stored."""
+    server = serve(COUNTER)
+    tid = "🧵" * 300
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for request in (
+            lambda: client.post("/threads", json={"thread_id": tid}),
+            lambda: client.post(f"/threads/{tid}/runs/wait", json={"input": {"limit": 1}}),
+        ):
+            r = request()
+            assert r.status_code == 422, (r.status_code, r.text[:300])
+            assert r.json()["error"] == "InvalidArgumentError" and "at most 1,024 bytes" in r.json()["message"]
+        assert client.get(f"/threads/{tid}").status_code == 404

@@ -177,7 +177,8 @@ def test_the_stand_alone_ui_serves_a_database(db: Path) -> None:
     from graphckpt.server.ui import create_ui_app
 
     saver = SqliteSaver(db)
-    with TestClient(create_ui_app(saver, {APPROVAL: approval_graph().compile(saver=saver)})) as client:
+    ui = create_ui_app(saver, {APPROVAL: approval_graph().compile(saver=saver)})
+    with TestClient(ui, base_url="http://127.0.0.1:8123") as client:
         home = client.get("/", follow_redirects=False)
         assert home.status_code == 307 and home.headers["location"] == "/ui/"
         page = client.get("/ui/")

@@ -23,7 +23,7 @@ or stand-alone, :func:`create_ui_app` (``python -m graphckpt.server.ui graphckpt
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from graphckpt.server.ui.data import LocalBackend, UIBackend, UIError
@@ -41,16 +41,27 @@ PREFIX = "/ui"
 
 
 def create_ui_app(
-    saver: Saver, apps: Mapping[str, App] | None = None, *, default_graph: str | None = None, prefix: str = PREFIX
+    saver: Saver,
+    apps: Mapping[str, App] | None = None,
+    *,
+    default_graph: str | None = None,
+    prefix: str = PREFIX,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
-    """A Starlette app serving the UI over ``saver`` at ``prefix`` (``/`` redirects there).
+    """A Starlette app serving the UI over ``saver`` at ``prefix`` (``/`` redirects there), behind the server's
+    front door (:class:`~graphckpt.server.guard.Guard`): it answers a ``Host`` that is a loopback name or one of
+    ``allowed_hosts`` only (a DNS-rebinding page reads nothing), refuses a write whose ``Origin`` is another site's,
+    and its forms carry CSRF tokens, as under ``graphckpt serve``.
 
     ``apps`` maps graph ids (the ``MODULE:ATTR`` threads record in ``tags.graph``) to the apps that run them: the UI
     forks, resumes and answers only threads whose graph is among them; ``default_graph`` is the one for threads
     that record none. The saver is closed when the app shuts down."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.responses import RedirectResponse
     from starlette.routing import Mount, Route
+
+    from graphckpt.server.guard import Guard
 
     backend = LocalBackend(saver, apps, default_graph=default_graph)
 
@@ -65,4 +76,5 @@ def create_ui_app(
             await backend.aclose()
 
     routes = [Route("/", home), Mount(prefix, routes=ui_routes(lambda request: backend))]
-    return Starlette(routes=routes, lifespan=lifespan)
+    guard = Middleware(Guard, check_host=True, allowed_hosts=tuple(allowed_hosts), ui_prefix=prefix)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[guard])
