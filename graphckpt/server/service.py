@@ -281,5 +281,5 @@ class Service:
         run = await self.runs.get(run_id)
         return run is not None and run.status == "cancelled"
 
-    async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str) -> Snapshot:
-        return await self.state(ns, thread_id, checkpoint_id)
+    async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str | None, step: int | None) -> Snapshot:
+        return await self.state(ns, thread_id, checkpoint_id, step)

@@ -18,6 +18,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server import models, queries
 from graphckpt.server.auth import store_id
+from graphckpt.server.branching import branch
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
@@ -45,6 +46,9 @@ async def _submit(
             "TooManyRuns",
             f"this namespace has {unfinished} runs queued or running: at most {config.queue_limit} (--queue-limit)",
         )
+    refused = b.unsupported()
+    if refused is not None:
+        raise ApiError(422, "ValidationError", refused)
     parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
     try:
         found = await service.find(ns, thread_id)
@@ -52,6 +56,17 @@ async def _submit(
         if b.if_not_exists == "reject":
             raise
         found = await service.create_missing(ns, thread_id, b.assistant_id)
+    source = b.branch_from()
+    if source is not None:  # time travel: the thread continues from that checkpoint, as a new head
+        if isinstance(found, PendingThread):
+            raise ApiError(404, "NotFound", f"thread {thread_id!r} has no checkpoint {source!r}")
+        frontier = (await service.state(ns, thread_id, source)).tasks
+        with_input = b.input is not None and b.command is None
+        snap = await branch(service, ns, thread_id, source, b.input if with_input and frontier else None)
+        if snap.tasks or b.command is not None or not with_input:
+            resume = True
+            b = b.model_copy(update={"input": None})
+        found = await service.record(ns, thread_id)
     segments = await service.segments_of(ns, found)
     if isinstance(found, PendingThread):
         graph, metadata, start = found.graph_id, found.metadata, (-1, -1)
@@ -70,10 +85,11 @@ async def _submit(
         resume=resume,
         answer=answer,
         metadata=metadata,
-        recursion_limit=b.recursion_limit,
+        recursion_limit=b.limit(),
     )
+    run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
-        run, thread=found, multitask=b.multitask_strategy, start=start, metadata=b.metadata
+        run, thread=found, multitask=b.multitask_strategy, start=start, metadata=run_metadata
     )
     return info, segments
 

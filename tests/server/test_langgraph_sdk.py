@@ -1,0 +1,99 @@
+"""langgraph-sdk (the official Python client, async and sync) against a real ``graphckpt serve``: what a LangGraph
+user hits first. Join streams with the sdk's defaults, time travel through ``checkpoint_id`` (the thread continues
+from the past checkpoint, the old branch stays in its history), ``config.recursion_limit``, ``__interrupt__`` in the
+``updates``/``values`` streams, the flat ``checkpoint_id``/``parent_checkpoint_id`` of a state, and a field the
+server cannot honour refused with a 422 naming it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from support.serving import Served
+
+COUNTER = "support.server_graphs:counter"
+GRAPHS = [COUNTER, "review=support.server_graphs:approval"]
+
+
+def _at(history: list[dict[str, Any]], n: int) -> str:
+    [found] = [h["checkpoint_id"] for h in history if h["values"]["n"] == n]
+    return str(found)
+
+
+def test_async_client_time_travel_join_stream_interrupts_and_refusals(serve: Callable[..., Served]) -> None:
+    from langgraph_sdk import get_client
+
+    server = serve(GRAPHS)
+
+    async def main() -> None:
+        client = get_client(url=server.url)
+        tid = (await client.threads.create())["thread_id"]
+        final = await client.runs.wait(tid, COUNTER, input={"limit": 5}, config={"recursion_limit": 50})
+        assert final["n"] == 5
+        state = await client.threads.get_state(tid)
+        assert state["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
+        assert state["parent_checkpoint_id"] == state["parent_checkpoint"]["checkpoint_id"] is not None
+        history = await client.threads.get_history(tid, limit=20)
+        at2 = _at(history, 2)
+        # time travel: from n == 2 with a new limit; the thread's state is the new branch
+        branched = await client.runs.wait(tid, COUNTER, input={"limit": 3}, checkpoint_id=at2)
+        assert branched["n"] == 3 and branched["log"] == ["tick 1", "tick 2", "tick 3"]
+        after = await client.threads.get_history(tid, limit=50)
+        assert after[0]["values"]["n"] == 3
+        assert 5 in [h["values"]["n"] for h in after]  # the old branch stays in the history
+        [mark] = [h for h in after if h["metadata"].get("branched_from")]
+        assert mark["metadata"]["branched_from"]["checkpoint_id"] == at2
+        # time travel without input: the run continues from that checkpoint as it was
+        again = await client.runs.wait(tid, COUNTER, checkpoint_id=_at(after, 1))
+        assert again["n"] == 5 and again["limit"] == 5  # that checkpoint had limit 5
+        # join_stream with the sdk's defaults (stream_mode="run_modes"); "0" replays everything
+        parts = [p async for p in await client.threads.join_stream(tid, last_event_id="0")]
+        assert parts[-1].event == "end"
+        values = [p.data["n"] for p in parts if p.event == "values"]
+        assert values[:6] == [0, 1, 2, 3, 4, 5] and values[-1] == 5
+        assert any(p.event == "updates" and p.data == {"tick": {"n": 1, "log": ["tick 1"]}} for p in parts)
+        lifecycle = [p.event async for p in await client.threads.join_stream(tid, stream_mode="lifecycle")]
+        assert set(lifecycle) - {"end"} <= {"run.started", "run.done", "run.failed", "run.interrupted"}
+        assert "run.done" in lifecycle
+        # config.recursion_limit stops a run after that many steps
+        limited = await client.threads.create()
+        await client.runs.wait(limited["thread_id"], COUNTER, input={"limit": 10}, config={"recursion_limit": 2})
+        assert (await client.threads.get_state(limited["thread_id"]))["values"]["n"] == 2
+        # __interrupt__ where LangGraph's clients read it
+        rid = (await client.threads.create())["thread_id"]
+        chunks = [p async for p in client.runs.stream(rid, "review", input={}, stream_mode=["updates", "values"])]
+        interrupts = [p for p in chunks if p.event in ("updates", "values") and "__interrupt__" in p.data]
+        assert {p.event for p in interrupts} == {"updates", "values"}
+        assert interrupts[0].data["__interrupt__"][0]["value"] == {"question": "approve 'a draft'?"}
+        resumed = await client.runs.wait(rid, "review", command={"resume": "yes"})
+        assert resumed["verdict"] == "yes"
+        # a field the server cannot honour is a 422 naming it
+        with pytest.raises(httpx.HTTPStatusError, match="webhook"):
+            await client.runs.wait(tid, COUNTER, input={}, webhook="http://127.0.0.1:9/hook")
+        with pytest.raises(httpx.HTTPStatusError, match="interrupt_before"):
+            await client.runs.create(tid, COUNTER, input={}, interrupt_before=["tick"])
+        await client.aclose()
+
+    asyncio.run(main())
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        refused = c.post("/threads/x/runs", json={"input": {}, "bogus": 1})
+        assert refused.status_code == 422 and "body.bogus" in refused.json()["message"]
+
+
+def test_sync_client_time_travel_and_join_stream(serve: Callable[..., Served]) -> None:
+    from langgraph_sdk import get_sync_client
+
+    server = serve(GRAPHS)
+    client = get_sync_client(url=server.url)
+    tid = client.threads.create()["thread_id"]
+    assert client.runs.wait(tid, COUNTER, input={"limit": 4})["n"] == 4
+    history = client.threads.get_history(tid, limit=20)
+    branched = client.runs.wait(tid, COUNTER, input={"limit": 2}, checkpoint={"checkpoint_id": _at(history, 1)})
+    assert branched["n"] == 2
+    parts = list(client.threads.join_stream(tid, last_event_id="0"))
+    assert [p.data["n"] for p in parts if p.event == "values"][-1] == 2 and parts[-1].event == "end"
+    state = client.threads.get_state(tid)
+    assert state["checkpoint_id"] and state["parent_checkpoint_id"]
