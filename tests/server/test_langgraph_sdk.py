@@ -97,3 +97,53 @@ def test_sync_client_time_travel_and_join_stream(serve: Callable[..., Served]) -
     assert [p.data["n"] for p in parts if p.event == "values"][-1] == 2 and parts[-1].event == "end"
     state = client.threads.get_state(tid)
     assert state["checkpoint_id"] and state["parent_checkpoint_id"]
+
+
+def test_thread_update_state_copy_count_prune_async_and_sync(serve: Callable[..., Served]) -> None:
+    from langgraph_sdk import get_client, get_sync_client
+
+    server = serve(GRAPHS)
+
+    async def main() -> None:
+        client = get_client(url=server.url)
+        tid = (await client.threads.create(metadata={"team": "a"}))["thread_id"]
+        await client.runs.wait(tid, COUNTER, input={"limit": 4})
+        # on the head: a new checkpoint of the same thread
+        done = await client.threads.update_state(tid, {"limit": 6})
+        assert set(done["checkpoint"]) >= {"thread_id", "checkpoint_id"} and done["checkpoint"]["thread_id"] == tid
+        state = await client.threads.get_state(tid)
+        assert state["checkpoint_id"] == done["checkpoint"]["checkpoint_id"] and state["values"]["limit"] == 6
+        # as a node: its edges route again (tick runs next)
+        await client.threads.update_state(tid, {"n": 4}, as_node="tick")
+        assert (await client.threads.get_state(tid))["next"] == ["tick"]
+        assert (await client.runs.wait(tid, COUNTER, command={}))["n"] == 6
+        # on a past checkpoint: the thread branches there, the rest stays in its history
+        history = await client.threads.get_history(tid, limit=50)
+        at1 = _at(history, 1)
+        branched = await client.threads.update_state(tid, {"limit": 2}, checkpoint_id=at1)
+        state = await client.threads.get_state(tid)
+        assert state["checkpoint_id"] == branched["checkpoint"]["checkpoint_id"]
+        assert state["values"]["n"] == 1 and state["values"]["limit"] == 2 and state["next"] == ["tick"]
+        assert (await client.runs.wait(tid, COUNTER, command={}))["n"] == 2
+        # copy: a new thread with the same state; count and prune
+        copy = await client.threads.copy(tid)
+        assert copy["thread_id"] != tid and copy["metadata"] == {"team": "a"}
+        assert (await client.threads.get_state(copy["thread_id"]))["values"]["n"] == 2
+        assert await client.threads.count() == 2
+        assert await client.threads.count(metadata={"team": "a"}) == 2
+        assert await client.threads.count(metadata={"team": "b"}) == 0
+        pruned = await client.threads.prune([copy["thread_id"], "no-such-thread"])
+        assert pruned == {"pruned_count": 1}
+        assert await client.threads.count() == 1
+        await client.aclose()
+
+    asyncio.run(main())
+    sync = get_sync_client(url=server.url)
+    tid = sync.threads.create()["thread_id"]
+    sync.runs.wait(tid, COUNTER, input={"limit": 3})
+    at1 = _at(sync.threads.get_history(tid, limit=20), 1)
+    sync.threads.update_state(tid, {"limit": 1}, checkpoint_id=at1)
+    assert sync.threads.get_state(tid)["values"] == {"n": 1, "limit": 1, "log": ["tick 1"], "last": ""}
+    assert sync.threads.count() == 2
+    assert sync.threads.copy(tid)["thread_id"] != tid and sync.threads.count() == 3
+    assert sync.threads.prune([tid])["pruned_count"] == 1

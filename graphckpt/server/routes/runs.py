@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
+from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
 from graphckpt.server.auth import store_id
 from graphckpt.server.branching import branch
@@ -78,6 +79,8 @@ async def _submit(
         graph = b.assistant_id
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
+    elif b.input is None and isinstance(found, ThreadRecord) and found.status != "done":
+        resume = True  # LangGraph's run without input: the thread continues from its head
     run = RunRequest(
         store_id(ns, thread_id),
         graph,

@@ -4,6 +4,9 @@ renders it with :mod:`graphckpt.server.queries`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -14,8 +17,9 @@ from graphckpt.server import models, queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, user_metadata
+from graphckpt.server.service import Service
 
-__all__ = ["routes"]
+__all__ = ["matching", "routes"]
 
 
 class StateQuery(BaseModel):
@@ -57,23 +61,40 @@ async def get_thread(request: Request) -> Response:
     return json_response(queries.thread_view(ns, thread, _graph(request, thread), values))
 
 
+async def matching(
+    service: Service,
+    ns: str,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    status: str | None = None,
+    graph_id: str | None = None,
+    parent_thread_id: str | None = None,
+) -> list[ThreadRecord]:
+    """The stored threads of ``ns`` that match every filter given, most recently updated first: the one thread
+    query of ``search`` and ``count`` (where a paged saver query will go)."""
+    store_status = queries.to_store_status(status) if status else None
+    found = []
+    for record in await service.threads(ns):
+        if store_status is not None and record.status != store_status:
+            continue
+        if graph_id is not None and service.graphs.graph_of(record) != graph_id:
+            continue
+        if parent_thread_id is not None and (
+            record.parent_thread_id is None or api_id(ns, record.parent_thread_id) != parent_thread_id
+        ):
+            continue
+        if metadata and not metadata_matches(user_metadata(record), metadata):
+            continue
+        found.append(record)
+    return found
+
+
 async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
-    status = queries.to_store_status(b.status) if b.status else None
-    found = []
-    for record in await service.threads(ns):
-        if status is not None and record.status != status:
-            continue
-        if b.graph_id is not None and service.graphs.graph_of(record) != b.graph_id:
-            continue
-        if b.parent_thread_id is not None and (
-            record.parent_thread_id is None or api_id(ns, record.parent_thread_id) != b.parent_thread_id
-        ):
-            continue
-        if b.metadata and not metadata_matches(user_metadata(record), b.metadata):
-            continue
-        found.append(record)
+    found = await matching(
+        service, ns, metadata=b.metadata, status=b.status, graph_id=b.graph_id, parent_thread_id=b.parent_thread_id
+    )
     page = found[b.offset : b.offset + b.limit]
     return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
 
