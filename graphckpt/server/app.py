@@ -35,7 +35,7 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, runs, thread_ops, threads
+from graphckpt.server.routes import assistants, runs, stateless, thread_ops, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ def create_app(
         *thread_ops.routes,
         *threads.routes,
         *runs.routes,
+        *stateless.routes,
         Route("/openapi.json", openapi_json),
     ]
     handlers: dict[Any, Any] = {}

@@ -12,13 +12,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.checkpoint import Snapshot
+from graphckpt.errors import CheckpointNotFoundError, ThreadNotFoundError
 from graphckpt.rebranch import rebranch
 from graphckpt.server.errors import ApiError
+from graphckpt.server.records import RunInfo
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
 
-__all__ = ["branch"]
+__all__ = ["branch", "roll_back"]
 
 
 async def branch(
@@ -36,3 +38,21 @@ async def branch(
         raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; branch it when it stops")
     app = service.graphs.app_of(record)
     return await rebranch(app.graph, app.store, record.thread_id, checkpoint_id, update, as_node, None)
+
+
+async def roll_back(service: Service, ns: str, thread_id: str, run: RunInfo) -> None:
+    """Undo a cancelled run (LangGraph's ``action="rollback"``): the thread branches back to its head before the
+    run (its first step: the thread is deleted). The run's checkpoints stay in the history, behind the branch."""
+    if run.start is None:
+        raise ApiError(409, "RunConflict", f"run {run.run_id!r} started before this server: where it began is unknown")
+    before = run.start[0]
+    try:
+        if before < 0:
+            await service.delete_thread(ns, thread_id)
+            return
+        snap = await service.state(ns, thread_id, None, before)
+    except (ThreadNotFoundError, CheckpointNotFoundError):
+        return  # nothing of the run was stored
+    record = await service.record(ns, thread_id)
+    if record.head_checkpoint_id != snap.checkpoint_id:
+        await branch(service, ns, thread_id, snap.checkpoint_id)

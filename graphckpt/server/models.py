@@ -31,7 +31,9 @@ __all__ = [
     "ThreadPatchBody",
     "ThreadSearchBody",
     "body",
+    "parsed_body",
     "query",
+    "validated",
 ]
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -194,6 +196,11 @@ class AnswerBody(_Body):
 
 async def body(request: Request, model: type[_M], max_body: int) -> _M:
     """The request's JSON body as ``model`` (an empty body is ``{}``)."""
+    return validated(model, await parsed_body(request, max_body), "body")
+
+
+async def parsed_body(request: Request, max_body: int) -> Any:
+    """The request's JSON body, parsed and checked (size, depth, numbers, text) but not validated."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body:
         raise ApiError(413, "PayloadTooLarge", f"the request body is larger than {max_body} bytes")
@@ -216,7 +223,7 @@ async def body(request: Request, model: type[_M], max_body: int) -> _M:
         json.dumps(parsed, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise ApiError(422, "ValidationError", "the request body holds text with a lone surrogate") from None
-    return validated(model, parsed, "body")
+    return parsed
 
 
 def nesting(data: bytes) -> int:

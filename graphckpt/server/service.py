@@ -9,6 +9,7 @@ exist. Views of the results as JSON are in :mod:`graphckpt.server.queries`; what
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,8 @@ class Service:
         self.graphs, self.hub, self.runs = graphs, hub, runs
         self.saver = graphs.saver
         self.pending: dict[str, PendingThread] = {}
+        self.tasks: set[asyncio.Future[None]] = set()
+        """Work a request left to finish after its answer (a stateless run's cleanup), held until it is done."""
         self.log = EventLog(graphs, hub)
         self.feed = Feed(self.log, hub, runs.active, self._cancelled, self._checkpoint_state)
 

@@ -147,3 +147,58 @@ def test_thread_update_state_copy_count_prune_async_and_sync(serve: Callable[...
     assert sync.threads.count() == 2
     assert sync.threads.copy(tid)["thread_id"] != tid and sync.threads.count() == 3
     assert sync.threads.prune([tid])["pruned_count"] == 1
+
+
+def test_stateless_runs_batch_cancel_many_and_rollback(serve: Callable[..., Served]) -> None:
+    from langgraph_sdk import get_client, get_sync_client
+    from support.waiting import await_for
+
+    server = serve(GRAPHS, env={"SERVE_TEST_DELAY": "0.05"})
+
+    async def main() -> None:
+        client = get_client(url=server.url)
+        # a run without a thread: its temporary thread is deleted after it (on_completion="delete" by default)
+        assert (await client.runs.wait(None, COUNTER, input={"limit": 2}))["n"] == 2
+        kept = await client.runs.wait(None, COUNTER, input={"limit": 3}, on_completion="keep")
+        assert kept["n"] == 3
+        parts = [p async for p in client.runs.stream(None, COUNTER, input={"limit": 2}, stream_mode="values")]
+        assert parts[0].event == "metadata" and [p.data["n"] for p in parts if p.event == "values"][-1] == 2
+
+        async def only_kept() -> bool:
+            return await client.threads.count() == 1
+
+        await await_for(only_kept, 20, what="the temporary threads deleted")
+        [thread] = await client.threads.search()
+        assert (await client.threads.get_state(thread["thread_id"]))["values"]["n"] == 3
+        background = await client.runs.create(None, COUNTER, input={"limit": 1}, on_completion="keep")
+        assert background["status"] in ("pending", "running", "success")
+        made = await client.runs.create_batch(
+            [{"assistant_id": COUNTER, "input": {"limit": 1}}, {"assistant_id": COUNTER, "input": {"limit": 2}}]
+        )
+        assert len(made) == 2 and all(set(r) >= {"run_id", "thread_id", "status"} for r in made)
+        # cancel_many on a thread's runs; rollback takes the thread back to before the run
+        tid = (await client.threads.create())["thread_id"]
+        await client.runs.wait(tid, COUNTER, input={"limit": 2})
+        before = (await client.threads.get_state(tid))["checkpoint_id"]
+        run = await client.runs.create(tid, COUNTER, input={"limit": 200})
+
+        async def stepped() -> bool:
+            return (await client.threads.get_state(tid))["values"]["n"] >= 4
+
+        await await_for(stepped, 20, what="the run's steps")
+        await client.runs.cancel_many(thread_id=tid, action="rollback")
+        assert (await client.runs.get(tid, run["run_id"]))["status"] in ("cancelled", "interrupted")
+        state = await client.threads.get_state(tid)
+        assert state["values"]["n"] == 2 and state["metadata"]["branched_from"]["checkpoint_id"] == before
+        # cancel one run with wait and action="rollback"
+        run = await client.runs.create(tid, COUNTER, input={"limit": 200})
+        await await_for(stepped, 20, what="the run's steps")
+        await client.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
+        assert (await client.threads.get_state(tid))["values"]["n"] == 2
+        await client.aclose()
+
+    asyncio.run(main())
+    sync = get_sync_client(url=server.url)
+    assert sync.runs.wait(None, COUNTER, input={"limit": 1})["n"] == 1
+    assert len(sync.runs.create_batch([{"assistant_id": COUNTER, "input": {"limit": 1}}])) == 1
+    sync.runs.cancel_many(status="all")
