@@ -26,7 +26,7 @@ from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint
 from graphckpt.store import ThreadStore, partial_thread_error
 from graphckpt.views import make_snapshot
 
-__all__ = ["Goto", "LoadLater", "fork", "update_state"]
+__all__ = ["Goto", "LoadLater", "check_as_node", "fork", "route_as", "update_state"]
 
 
 async def fork(
@@ -45,7 +45,7 @@ async def fork(
 ) -> Snapshot:
     """See ``App.afork``."""
     codec, state = store.codec, store.codec.state
-    _check_as_node(graph, as_node, goto)
+    check_as_node(graph, as_node, goto)
     src_cp, _ = await store.find(thread_id, checkpoint_id, step)
     new_thread_id = new_thread_id or ids.new_id()
     validated = state.validate_update(update, node="fork")
@@ -73,7 +73,7 @@ async def fork(
     cid = ids.new_id()
     barriers = src_body.barriers
     if as_node is not None:
-        tasks, barriers = _route_as(graph, as_node, src_values, values, validated, barriers, cid)
+        tasks, barriers = route_as(graph, as_node, src_values, values, validated, barriers, cid)
     elif goto is None:
         tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
     else:
@@ -134,7 +134,7 @@ async def update_state(
     tags: Mapping[str, Any] | None,
 ) -> Snapshot:
     """See ``App.aupdate_state``: a new head of the same thread, never a rewrite of history."""
-    _check_as_node(graph, as_node, None)
+    check_as_node(graph, as_node, None)
     state = store.codec.state
     record = await store.thread(thread_id)
     if record.status == "partial":
@@ -144,7 +144,7 @@ async def update_state(
     values, writes = state.apply(head.values, [validated], sources=[as_node or "update"])
     cid = ids.new_id()
     if as_node is not None:
-        tasks, barriers = _route_as(graph, as_node, head.values, values, validated, head.body.barriers, cid)
+        tasks, barriers = route_as(graph, as_node, head.values, values, validated, head.body.barriers, cid)
     else:  # the stored frontier runs next, as the tasks of the new checkpoint
         tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(head.body.tasks)]
         barriers = head.body.barriers
@@ -175,7 +175,7 @@ def _kept_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any]:
     return {"audit": audit} if audit else {}
 
 
-def _check_as_node(graph: CompiledGraph, as_node: str | None, goto: Goto | None) -> None:
+def check_as_node(graph: CompiledGraph, as_node: str | None, goto: Goto | None) -> None:
     if as_node is None:
         return
     if goto is not None:
@@ -184,7 +184,7 @@ def _check_as_node(graph: CompiledGraph, as_node: str | None, goto: Goto | None)
         raise InvalidUpdateError(f"as_node {as_node!r} is not a node of this graph")
 
 
-def _route_as(
+def route_as(
     graph: CompiledGraph,
     as_node: str,
     before: dict[str, Any],

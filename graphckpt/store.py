@@ -247,17 +247,21 @@ class ThreadStore:
         expected_head: str | None,
         claim: ThreadRecord | None = None,
         lease_until: float | None = None,
+        rewrite: bool = False,
     ) -> Head:
         """The one checkpoint recipe: the step after ``base`` (its changed channels, body and metadata), committed
         with ``expected_head`` as the head's compare-and-set. ``fork_into`` starts a new thread of that id whose
         first checkpoint has ``base`` as parent. ``claim`` (the thread's record) takes the thread over first, once
         the checkpoint is built: a value that cannot be stored raises :class:`SerializationError` before anything
         is written. With ``lease_until`` the thread (created or claimed) is leased to this process until then.
-        Returns the new head."""
+        ``rewrite``: every channel of ``record.values`` is stored in full (values that do not follow from the base's,
+        see :mod:`graphckpt.rebranch`). Returns the new head."""
         codec, step = self.codec, base.cp.step + 1
         checkpoint_id = checkpoint_id or ids.new_id()
         thread_id = fork_into or base.cp.thread_id
         channels, inline, full = codec.carry_over(base.body, record.values)
+        if rewrite:
+            full = [name for name in record.values if name in codec.state.channels]
         loose = None if fork_into else {name: list(rows) for name, rows in base.loose.items()}
         blobs = codec.channel_blobs(
             thread_id, step, record.values, record.writes, channels, inline, full=full, loose=loose

@@ -35,7 +35,7 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, crons, runs, store, threads
+from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -107,7 +107,14 @@ def create_app(
                 expose_headers=["Content-Location", "Location"],
             )
         )
-    routes: list[BaseRoute] = [*assistants.routes, *threads.routes, *runs.routes, Route("/openapi.json", openapi_json)]
+    routes: list[BaseRoute] = [
+        *assistants.routes,
+        *thread_ops.routes,
+        *threads.routes,
+        *runs.routes,
+        *stateless.routes,
+        Route("/openapi.json", openapi_json),
+    ]
     routes += [*store.routes, *crons.routes]  # wave3 issue 29
     handlers: dict[Any, Any] = {}
     if ui:

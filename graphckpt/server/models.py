@@ -26,11 +26,14 @@ __all__ = [
     "HistoryBody",
     "RunBody",
     "RunCommand",
+    "RunConfig",
     "ThreadBody",
     "ThreadPatchBody",
     "ThreadSearchBody",
     "body",
+    "parsed_body",
     "query",
+    "validated",
 ]
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -108,21 +111,89 @@ class ForkBody(_Body):
 
 
 class RunCommand(_Body):
+    model_config = ConfigDict(extra="forbid")
     resume: Any = None
 
 
-class RunBody(_Body):
+class RunConfig(BaseModel):
+    """A run's ``config`` (LangGraph's ``RunnableConfig``): what graphckpt applies; any other key is a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+    recursion_limit: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    configurable: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunBody(BaseModel):
+    """A run request in LangGraph's shape. A field graphckpt does not act on is refused (422 naming it), never
+    dropped: unknown fields by pydantic, known ones it cannot honour yet by :meth:`unsupported`."""
+
+    model_config = ConfigDict(extra="forbid")
     assistant_id: str | None = None
     input: dict[str, Any] | None = None
     command: RunCommand | None = None
     metadata: dict[str, Any] | None = None
+    config: RunConfig | None = None
+    context: dict[str, Any] | None = None
     stream_mode: str | list[str] | None = None
     stream_subgraphs: bool = False
     """Also stream the subgraphs' events, as ``event: MODE|node:task_id`` (ephemeral, see ``streams``)."""
-    multitask_strategy: Literal["reject", "enqueue"] = "reject"
+    stream_resumable: bool = False
+    """Every graphckpt stream is resumable (its durable events are stored): accepted either way."""
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
     if_not_exists: Literal["reject", "create"] = "create"
     on_disconnect: Literal["cancel", "continue"] = "continue"
+    on_completion: Literal["delete", "keep"] | None = None
     recursion_limit: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    checkpoint_id: str | None = None
+    """Time travel: the thread continues from this past checkpoint (a new head, the rest stays in its history)."""
+    checkpoint: CheckpointRefBody | None = None
+    interrupt_before: str | list[str] | None = None
+    interrupt_after: str | list[str] | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    """graphckpt always commits each step before the next starts (``sync``); the others only promise less."""
+    checkpoint_during: bool | None = None
+    strict_resume: bool | None = None
+    feedback_keys: list[str] | None = None
+    webhook: str | None = None
+    after_seconds: int | None = None
+    langsmith_tracer: dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        """The first field given that this server cannot honour yet, as a message naming it (``None``: all fine)."""
+        if self.webhook is not None:
+            return "body.webhook: webhooks are not supported by graphckpt serve yet"
+        if self.after_seconds:
+            return "body.after_seconds: delayed runs are not supported yet"
+        if self.langsmith_tracer:
+            return "body.langsmith_tracer: LangSmith tracing is not supported (graphckpt records its own trace)"
+        if self.feedback_keys:
+            return "body.feedback_keys: LangSmith feedback is not supported"
+        if self.interrupt_before or self.interrupt_after:
+            field = "interrupt_before" if self.interrupt_before else "interrupt_after"
+            return f"body.{field}: per-run interrupts are not supported yet (compile the graph with {field}=...)"
+        if self.context:
+            return "body.context: a run context is not supported yet (nodes read their state)"
+        if self.config is not None and self.config.tags:
+            return "body.config.tags: run tags are not supported (use metadata)"
+        if self.config is not None and self.config.configurable:
+            return "body.config.configurable: configurable values are not supported yet (nodes read their state)"
+        if self.multitask_strategy in ("interrupt", "rollback"):
+            return f"body.multitask_strategy: {self.multitask_strategy!r} is not supported yet (reject or enqueue)"
+        return None
+
+    def limit(self) -> int | None:
+        """The recursion limit asked for (``config.recursion_limit`` or the flat field)."""
+        if self.config is not None and self.config.recursion_limit is not None:
+            return self.config.recursion_limit
+        return self.recursion_limit
+
+    def branch_from(self) -> str | None:
+        """The checkpoint a time-travel run starts from."""
+        if self.checkpoint_id is not None:
+            return self.checkpoint_id
+        return self.checkpoint.checkpoint_id if self.checkpoint is not None else None
 
 
 class AnswerBody(_Body):
@@ -133,6 +204,11 @@ class AnswerBody(_Body):
 
 async def body(request: Request, model: type[_M], max_body: int) -> _M:
     """The request's JSON body as ``model`` (an empty body is ``{}``)."""
+    return validated(model, await parsed_body(request, max_body), "body")
+
+
+async def parsed_body(request: Request, max_body: int) -> Any:
+    """The request's JSON body, parsed and checked (size, depth, numbers, text) but not validated."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body:
         raise ApiError(413, "PayloadTooLarge", f"the request body is larger than {max_body} bytes")
@@ -155,7 +231,7 @@ async def body(request: Request, model: type[_M], max_body: int) -> _M:
         json.dumps(parsed, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise ApiError(422, "ValidationError", "the request body holds text with a lone surrogate") from None
-    return validated(model, parsed, "body")
+    return parsed
 
 
 def nesting(data: bytes) -> int:

@@ -12,7 +12,9 @@ from graphckpt.server.events.streams import StreamQuery
 from graphckpt.server.routes import crons as cron_routes
 from graphckpt.server.routes import store as store_routes
 from graphckpt.server.routes.assistants import AssistantSearchBody
-from graphckpt.server.routes.runs import RunsQuery
+from graphckpt.server.routes.runs import CancelQuery, RunsQuery
+from graphckpt.server.routes.stateless import CancelManyBody, CancelManyQuery
+from graphckpt.server.routes.thread_ops import CountBody, PruneBody, UpdateStateBody
 from graphckpt.server.routes.threads import DiffQuery, HistoryQuery, StateQuery
 
 __all__ = ["SPEC", "document"]
@@ -114,11 +116,26 @@ SPEC: dict[tuple[str, str], Entry] = {
     ),
     ("POST", "/threads/{thread_id}/runs/wait"): ("start a run and wait", models.RunBody, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}"): ("one run", None, None, 200, _RUN),
-    ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): ("cancel a run", None, None, 200, _RUN),
+    ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): ("cancel a run", None, CancelQuery, 200, _RUN),
     ("GET", "/threads/{thread_id}/runs/{run_id}/join"): ("wait for a run", None, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}/stream"): ("join a run's stream", None, StreamQuery, 200, _SSE),
     ("GET", "/threads/{thread_id}/stream"): ("the thread's event stream", None, StreamQuery, 200, _SSE),
     ("POST", "/threads/{thread_id}/answer"): ("answer open interrupts", models.AnswerBody, None, 202, _RUN),
+    ("POST", "/threads/{thread_id}/state"): (
+        "update the state (a past checkpoint: branch)",
+        UpdateStateBody,
+        None,
+        200,
+        _OBJECT,
+    ),
+    ("POST", "/threads/{thread_id}/copy"): ("copy a thread (a fork of its head)", None, None, 200, _THREAD),
+    ("POST", "/threads/count"): ("count threads", CountBody, None, 200, {"type": "integer"}),
+    ("POST", "/threads/prune"): ("delete the threads named", PruneBody, None, 200, _OBJECT),
+    ("POST", "/runs"): ("a background run on a new thread", models.RunBody, None, 200, _RUN),
+    ("POST", "/runs/stream"): ("a streamed run on a new thread", models.RunBody, None, 200, _SSE),
+    ("POST", "/runs/wait"): ("a run on a new thread, waited for", models.RunBody, None, 200, _OBJECT),
+    ("POST", "/runs/batch"): ("background runs on new threads (an array of run bodies)", None, None, 200, _array(_RUN)),
+    ("POST", "/runs/cancel"): ("cancel runs", CancelManyBody, CancelManyQuery, 204, None),
 }
 SPEC.update(store_routes.SPEC)  # wave3 issue 29
 SPEC.update(cron_routes.SPEC)

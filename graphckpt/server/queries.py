@@ -115,6 +115,8 @@ def state_view(ns: str, snap: Snapshot, *, values: bool = True) -> dict[str, Any
         "metadata": jsonable(dict(snap.metadata)),
         "created_at": snap.created_at.isoformat(),
         "parent_checkpoint": _ref(ns, parent.thread_id, parent.checkpoint_id) if parent else None,
+        "checkpoint_id": snap.checkpoint_id,
+        "parent_checkpoint_id": parent.checkpoint_id if parent else None,
         "tasks": [
             {
                 "id": t.id,

@@ -9,6 +9,7 @@ exist. Views of the results as JSON are in :mod:`graphckpt.server.queries`; what
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -47,6 +48,8 @@ class Service:
         self.graphs, self.hub, self.runs = graphs, hub, runs
         self.saver = graphs.saver
         self.pending: dict[str, PendingThread] = {}
+        self.tasks: set[asyncio.Future[None]] = set()
+        """Work a request left to finish after its answer (a stateless run's cleanup), held until it is done."""
         self.log = EventLog(graphs, hub)
         self.feed = Feed(self.log, hub, runs.active, self._cancelled, self._checkpoint_state)
 
@@ -334,5 +337,5 @@ class Service:
         run = await self.runs.get(run_id)
         return run is not None and run.status == "cancelled"
 
-    async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str) -> Snapshot:
-        return await self.state(ns, thread_id, checkpoint_id)
+    async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str | None, step: int | None) -> Snapshot:
+        return await self.state(ns, thread_id, checkpoint_id, step)

@@ -114,5 +114,5 @@ class Feed:
     """Whether a stored thread has a run going in this server."""
     cancelled: Callable[[str], Awaitable[bool]]
     """Whether a run (by id) was cancelled."""
-    state: Callable[[str, str, str], Awaitable[Snapshot]]
-    """The state of a checkpoint: ``(namespace, API thread id, checkpoint id)``."""
+    state: Callable[[str, str, str | None, int | None], Awaitable[Snapshot]]
+    """The state of a checkpoint: ``(namespace, API thread id, checkpoint id, or None and the step)``."""

@@ -1,8 +1,9 @@
 """How one durable event of the log looks on a stream: as itself (its kind, its payload with thread ids as the
 caller's namespace names them) and in each LangGraph stream mode that renders it (``checkpoint`` -> ``values``,
-``checkpoints``, ``debug``; ``task.finished`` -> ``updates``, ``tasks``, ``debug``). Encodings are cached on the
-event log (:class:`~graphckpt.server.events.log.EventLog`): an event never changes, so the subscribers of one
-thread encode it once."""
+``checkpoints``, ``debug``; ``task.finished`` -> ``updates``, ``tasks``, ``debug``; ``run.interrupted`` ->
+``{"__interrupt__": [...]}`` in ``values`` and ``updates``, where LangGraph's clients read interrupts). Encodings
+are cached on the event log (:class:`~graphckpt.server.events.log.EventLog`): an event never changes, so the
+subscribers of one thread encode it once."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sse_starlette import ServerSentEvent
 
 from graphckpt.checkpoint import Snapshot
 from graphckpt.engine import debug_event
+from graphckpt.errors import CheckpointNotFoundError
 from graphckpt.savers.base import StoredEvent
 from graphckpt.server import queries
 from graphckpt.server.auth import api_id
@@ -23,6 +25,7 @@ __all__ = ["DURABLE_MODES", "dump", "render_event"]
 DURABLE_MODES = {
     "checkpoint": ("values", "checkpoints", "debug"),
     "task.finished": ("updates", "tasks", "debug"),
+    "run.interrupted": ("values", "updates"),
 }
 """Which durable events each mode renders."""
 
@@ -73,7 +76,13 @@ async def _data(feed: Feed, ns: str, thread_id: str, e: StoredEvent, payload: di
         return debug_event(
             "task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs, interrupts=[]
         )
-    snap = await feed.state(ns, thread_id, str(e.payload["checkpoint_id"]))
+    if e.kind == "run.interrupted":  # LangGraph's ``{"__interrupt__": [...]}`` chunk of both modes
+        try:  # ended by a commit (interrupt_before/after): that step; by ctx.interrupt: the head before the step
+            snap = await feed.state(ns, thread_id, None, e.step)
+        except CheckpointNotFoundError:
+            snap = await feed.state(ns, thread_id, None, e.step - 1)
+        return {"__interrupt__": [queries.interrupt_view(i) for i in snap.interrupts]}
+    snap = await feed.state(ns, thread_id, str(e.payload["checkpoint_id"]), None)
     view = queries.state_view(ns, snap)
     if mode == "values":
         return view["values"]

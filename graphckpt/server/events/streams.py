@@ -90,6 +90,7 @@ __all__ = [
     "event_source",
     "parse_event_id",
     "parse_modes",
+    "thread_modes",
     "start_at",
 ]
 
@@ -114,10 +115,18 @@ MODES: tuple[str, ...] = get_args(ModeName)
 """The ``stream_mode`` names a stream accepts (``messages-tuple`` is ``messages``)."""
 
 
+ThreadModeName = Literal["run_modes", "lifecycle", "state_update"]
+"""langgraph-sdk's thread-stream modes (``threads.join_stream``): ``run_modes`` (its default) is ``values`` and
+``updates``, the run modes with a durable rendering; ``lifecycle`` the ``run.*`` events; ``state_update``
+``values``."""
+
+LIFECYCLE = frozenset({"run.started", "run.done", "run.failed", "run.interrupted"})
+
+
 class StreamQuery(BaseModel):
     after: str | None = None
     kinds: list[str] | None = None
-    stream_mode: list[ModeName] | None = None
+    stream_mode: list[ModeName | ThreadModeName] | None = None
     stream_subgraphs: bool | None = None
 
 
@@ -163,6 +172,23 @@ def parse_modes(modes: Iterable[str] | None, where: str = "query.stream_mode") -
             raise ApiError(422, "ValidationError", f"{where}: unknown stream mode {mode!r} (one of {', '.join(MODES)})")
         found.add("messages" if mode == "messages-tuple" else mode)
     return frozenset(found)
+
+
+def thread_modes(modes: Iterable[str]) -> tuple[list[str], set[str] | None]:
+    """langgraph-sdk's thread-stream modes in ``modes`` as run modes, with the event kinds they add (``None``:
+    none; see :data:`ThreadModeName`)."""
+    out: list[str] = []
+    kinds: set[str] | None = None
+    for mode in modes:
+        if mode == "run_modes":
+            out += ["values", "updates"]
+        elif mode == "state_update":
+            out.append("values")
+        elif mode == "lifecycle":
+            kinds = set(LIFECYCLE)
+        else:
+            out.append(mode)
+    return out, kinds
 
 
 @dataclass

@@ -6,6 +6,8 @@ goes to the executor, and its lineage to the stream."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Literal
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
@@ -16,15 +18,20 @@ from starlette.routing import Route
 
 from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
+from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
 from graphckpt.server.auth import store_id
+from graphckpt.server.branching import branch, roll_back
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
 from graphckpt.server.routes.streams import sse_response, thread_stream
 
-__all__ = ["routes"]
+__all__ = ["Starter", "routes", "start_run", "stream_new_run", "wait_new_run"]
+
+Starter = Callable[[Request, models.RunBody], Awaitable[Response]]
+"""How a run starts and what it answers (background, streamed, waited for)."""
 
 
 class RunsQuery(BaseModel):
@@ -45,6 +52,9 @@ async def _submit(
             "TooManyRuns",
             f"this namespace has {unfinished} runs queued or running: at most {config.queue_limit} (--queue-limit)",
         )
+    refused = b.unsupported()
+    if refused is not None:
+        raise ApiError(422, "ValidationError", refused)
     parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
     try:
         found = await service.find(ns, thread_id)
@@ -52,6 +62,17 @@ async def _submit(
         if b.if_not_exists == "reject":
             raise
         found = await service.create_missing(ns, thread_id, b.assistant_id)
+    source = b.branch_from()
+    if source is not None:  # time travel: the thread continues from that checkpoint, as a new head
+        if isinstance(found, PendingThread):
+            raise ApiError(404, "NotFound", f"thread {thread_id!r} has no checkpoint {source!r}")
+        frontier = (await service.state(ns, thread_id, source)).tasks
+        with_input = b.input is not None and b.command is None
+        snap = await branch(service, ns, thread_id, source, b.input if with_input and frontier else None)
+        if snap.tasks or b.command is not None or not with_input:
+            resume = True
+            b = b.model_copy(update={"input": None})
+        found = await service.record(ns, thread_id)
     segments = await service.segments_of(ns, found)
     if isinstance(found, PendingThread):
         graph, metadata, start = found.graph_id, found.metadata, (-1, -1)
@@ -63,6 +84,8 @@ async def _submit(
         graph = b.assistant_id
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
+    elif b.input is None and isinstance(found, ThreadRecord) and found.status != "done":
+        resume = True  # LangGraph's run without input: the thread continues from its head
     run = RunRequest(
         store_id(ns, thread_id),
         graph,
@@ -70,10 +93,11 @@ async def _submit(
         resume=resume,
         answer=answer,
         metadata=metadata,
-        recursion_limit=b.recursion_limit,
+        recursion_limit=b.limit(),
     )
+    run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
-        run, thread=found, multitask=b.multitask_strategy, start=start, metadata=b.metadata
+        run, thread=found, multitask=b.multitask_strategy, start=start, metadata=run_metadata
     )
     return info, segments
 
@@ -87,16 +111,26 @@ async def _run(request: Request) -> RunInfo:
 
 
 async def create_run(request: Request) -> Response:
-    _, ns, config = scope_of(request)
-    run, _ = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    _, _, config = scope_of(request)
+    return await start_run(request, await models.body(request, models.RunBody, config.max_body))
+
+
+async def start_run(request: Request, b: models.RunBody) -> Response:
+    """A background run of ``b`` on the request's thread."""
+    _, ns, _ = scope_of(request)
+    run, _ = await _submit(request, b)
     return json_response(queries.run_view(ns, run), headers=_locations(request, run))
 
 
 async def stream_run(request: Request) -> Response:
+    _, _, config = scope_of(request)
+    return await stream_new_run(request, await models.body(request, models.RunBody, config.max_body))
+
+
+async def stream_new_run(request: Request, b: models.RunBody) -> Response:
     """A new run's stream. Its ``Location`` (where langgraph-sdk reconnects, with ``Last-Event-ID``) carries the
     body's ``stream_mode`` as query parameters, so a reconnect streams the same modes."""
-    service, ns, config = scope_of(request)
-    b = await models.body(request, models.RunBody, config.max_body)
+    service, ns, _ = scope_of(request)
     modes = [b.stream_mode] if isinstance(b.stream_mode, str) else list(b.stream_mode or ())
     wanted = parse_modes(modes, "body.stream_mode")
     sid = store_id(ns, request.path_params["thread_id"])
@@ -122,8 +156,14 @@ async def stream_run(request: Request) -> Response:
 
 
 async def wait_run(request: Request) -> Response:
-    service, _, config = scope_of(request)
-    run, _ = await _submit(request, await models.body(request, models.RunBody, config.max_body))
+    _, _, config = scope_of(request)
+    return await wait_new_run(request, await models.body(request, models.RunBody, config.max_body))
+
+
+async def wait_new_run(request: Request, b: models.RunBody) -> Response:
+    """Start ``b`` on the request's thread and answer with the thread's values once it ends."""
+    service, _, _ = scope_of(request)
+    run, _ = await _submit(request, b)
     await service.runs.join(run.run_id)
     return await _final(request, run)
 
@@ -157,9 +197,20 @@ async def get_run(request: Request) -> Response:
     return json_response(queries.run_view(ns, await _run(request)))
 
 
+class CancelQuery(BaseModel):
+    wait: bool = False
+    """Answered once the run has stopped either way (a cancel always waits for that)."""
+    action: Literal["interrupt", "rollback"] = "interrupt"
+
+
 async def cancel_run(request: Request) -> Response:
+    """Cancel a run; ``action=rollback`` also takes the thread back to where it was before the run (see
+    :func:`~graphckpt.server.branching.roll_back`)."""
     service, ns, _ = scope_of(request)
+    q = models.query(request, CancelQuery)
     run = await service.runs.cancel((await _run(request)).run_id)
+    if q.action == "rollback":
+        await roll_back(service, ns, request.path_params["thread_id"], run)
     return json_response(queries.run_view(ns, run))
 
 

@@ -23,6 +23,7 @@ from graphckpt.server.events.streams import (
     event_source,
     parse_modes,
     start_at,
+    thread_modes,
 )
 from graphckpt.server.http import scope_of
 from graphckpt.server.service import Service
@@ -81,9 +82,18 @@ async def sse_response(
     read it already."""
     service, ns, config = scope_of(request)
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
-    wanted = parse_modes(q.stream_mode) if q.stream_mode else parse_modes(modes, "body.stream_mode")
+    kinds = set(q.kinds) if q.kinds else None
+    if q.stream_mode:
+        asked, lifecycle = thread_modes(q.stream_mode)
+        if lifecycle is not None:
+            kinds = (kinds or set()) | lifecycle
+        wanted = parse_modes(asked)
+    else:
+        wanted = parse_modes(modes, "body.stream_mode")
     subgraphs = q.stream_subgraphs if q.stream_subgraphs is not None else stream_subgraphs
     last_id = request.headers.get("last-event-id") or q.after or None
+    if last_id == "0":  # langgraph-sdk's "everything": the stream from its start
+        last_id, default = None, START
     ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
     start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral, segments=segments)
     first = list(preamble)
@@ -96,7 +106,7 @@ async def sse_response(
         start.segments,
         start.cursor,
         last_kind=start.kind,
-        kinds=set(q.kinds) if q.kinds else None,
+        kinds=kinds,
         modes=wanted,
         after_n=start.after_n,
         subgraphs=subgraphs,

@@ -4,6 +4,9 @@ renders it with :mod:`graphckpt.server.queries`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -14,8 +17,9 @@ from graphckpt.server import models, queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, user_metadata
+from graphckpt.server.service import Service
 
-__all__ = ["routes"]
+__all__ = ["matching", "routes"]
 
 
 class StateQuery(BaseModel):
@@ -63,18 +67,46 @@ async def get_thread(request: Request) -> Response:
     return json_response(queries.thread_view(ns, thread, _graph(request, thread), values))
 
 
+def keeper(
+    service: Service, metadata: Mapping[str, Any] | None, graph_id: str | None
+) -> Callable[[ThreadRecord], bool]:
+    """The check of a search's filters that the saver's pages do not make: the graph and the user's metadata."""
+
+    def keep(record: ThreadRecord) -> bool:
+        if graph_id is not None and service.graphs.graph_of(record) != graph_id:
+            return False
+        return not metadata or metadata_matches(user_metadata(record), metadata)
+
+    return keep
+
+
+async def matching(
+    service: Service,
+    ns: str,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    status: str | None = None,
+    graph_id: str | None = None,
+    parent_thread_id: str | None = None,
+) -> list[ThreadRecord]:
+    """The stored threads of ``ns`` that match every filter given, newest created first (``count`` and the
+    operations on many threads): the saver's indexed pages, read page by page."""
+    store_status = queries.to_store_status(status) if status else None
+    keep = keeper(service, metadata, graph_id)
+    return await service.search(ns, status=store_status, parent_thread_id=parent_thread_id, keep=keep)
+
+
 async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
     status = queries.to_store_status(b.status) if b.status else None
-
-    def keep(record: ThreadRecord) -> bool:
-        if b.graph_id is not None and service.graphs.graph_of(record) != b.graph_id:
-            return False
-        return not b.metadata or metadata_matches(user_metadata(record), b.metadata)
-
     page = await service.search(
-        ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
+        ns,
+        status=status,
+        parent_thread_id=b.parent_thread_id,
+        keep=keeper(service, b.metadata, b.graph_id),
+        limit=b.limit,
+        offset=b.offset,
     )
     return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
 

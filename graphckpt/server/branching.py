@@ -1,0 +1,58 @@
+"""Branches within one API thread: LangGraph's time travel (a run from a past ``checkpoint_id``) and
+``update_state`` on a past checkpoint. The thread's state becomes the new branch; the old branch stays in its history.
+
+Today a branch is a new head of the same stored thread (:func:`graphckpt.rebranch.rebranch`) recording the checkpoint
+it branches from (``metadata.branched_from``). Every caller goes through :func:`branch`, so when thread families land
+(the branches of one logical thread as graphckpt forks) only this module changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from graphckpt.checkpoint import Snapshot
+from graphckpt.errors import CheckpointNotFoundError, ThreadNotFoundError
+from graphckpt.rebranch import rebranch
+from graphckpt.server.errors import ApiError
+from graphckpt.server.records import RunInfo
+
+if TYPE_CHECKING:
+    from graphckpt.server.service import Service
+
+__all__ = ["branch", "roll_back"]
+
+
+async def branch(
+    service: Service,
+    ns: str,
+    thread_id: str,
+    checkpoint_id: str,
+    update: Mapping[str, Any] | None = None,
+    as_node: str | None = None,
+) -> Snapshot:
+    """Branch API thread ``thread_id`` (of namespace ``ns``) at its checkpoint ``checkpoint_id`` with ``update``;
+    a thread with a run going is 409."""
+    record = await service.record(ns, thread_id)
+    if record.status == "running" and service.runs.active(record.thread_id):
+        raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; branch it when it stops")
+    app = service.graphs.app_of(record)
+    return await rebranch(app.graph, app.store, record.thread_id, checkpoint_id, update, as_node, None)
+
+
+async def roll_back(service: Service, ns: str, thread_id: str, run: RunInfo) -> None:
+    """Undo a cancelled run (LangGraph's ``action="rollback"``): the thread branches back to its head before the
+    run (its first step: the thread is deleted). The run's checkpoints stay in the history, behind the branch."""
+    if run.start is None:
+        raise ApiError(409, "RunConflict", f"run {run.run_id!r} started before this server: where it began is unknown")
+    before = run.start[0]
+    try:
+        if before < 0:
+            await service.delete_thread(ns, thread_id)
+            return
+        snap = await service.state(ns, thread_id, None, before)
+    except (ThreadNotFoundError, CheckpointNotFoundError):
+        return  # nothing of the run was stored
+    record = await service.record(ns, thread_id)
+    if record.head_checkpoint_id != snap.checkpoint_id:
+        await branch(service, ns, thread_id, snap.checkpoint_id)
