@@ -125,9 +125,13 @@ SQL: dict[str, LiteralString] = {
     ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s
     ), e AS (DELETE FROM {events} WHERE thread_id = %(tid)s AND step > %(keep)s
     ), r AS (DELETE FROM {runs} WHERE thread_id = %(tid)s
-    ), n AS (DELETE FROM {created_threads} WHERE thread_id = %(tid)s)
-    DELETE FROM {writes} WHERE thread_id = %(tid)s
-        AND checkpoint_id IN (SELECT checkpoint_id FROM c UNION ALL SELECT checkpoint_id || '#kept' FROM c)""",
+    ), n AS (DELETE FROM {created_threads} WHERE thread_id = %(tid)s
+    ), w AS (DELETE FROM {waits} WHERE thread_id = %(tid)s
+    ), s AS (DELETE FROM {crons} WHERE thread_id = %(tid)s)
+    -- every write not of a kept checkpoint: kept writes of a checkpoint never committed included
+    DELETE FROM {writes} WHERE thread_id = %(tid)s AND checkpoint_id NOT IN (
+        SELECT checkpoint_id FROM {checkpoints} WHERE thread_id = %(tid)s AND step <= %(keep)s
+        UNION ALL SELECT checkpoint_id || '#kept' FROM {checkpoints} WHERE thread_id = %(tid)s AND step <= %(keep)s)""",
     # a placeholder: its tags, error and lease go; its lineage up to the fork point stays
     "mark_deleted": """UPDATE {threads} SET deleted = true, metadata = '{{}}', error = NULL, lease_worker = NULL,
         lease_host = NULL, lease_pid = NULL, heartbeat_at = NULL, lease_until = NULL WHERE thread_id = %(tid)s""",

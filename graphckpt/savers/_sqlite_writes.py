@@ -121,10 +121,11 @@ def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | 
         (thread_id,),
     ).fetchone()
     above = -1 if needed is None else int(needed)
+    # Every write not of a kept checkpoint goes: kept writes of a checkpoint never committed included.
     conn.execute(
-        "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id IN"
-        " (SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND step > ?"
-        " UNION ALL SELECT checkpoint_id || '#kept' FROM checkpoints WHERE thread_id = ? AND step > ?)",
+        "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id NOT IN"
+        " (SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND step <= ?"
+        " UNION ALL SELECT checkpoint_id || '#kept' FROM checkpoints WHERE thread_id = ? AND step <= ?)",
         (thread_id, thread_id, above, thread_id, above),
     )
     conn.execute("DELETE FROM blobs WHERE thread_id = ? AND step > ?", (thread_id, above))
@@ -132,6 +133,8 @@ def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | 
     conn.execute("DELETE FROM events WHERE thread_id = ? AND step > ?", (thread_id, above))
     conn.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
     conn.execute("DELETE FROM created_threads WHERE thread_id = ?", (thread_id,))
+    conn.execute("DELETE FROM waits WHERE thread_id = ?", (thread_id,))
+    conn.execute("DELETE FROM crons WHERE thread_id = ?", (thread_id,))
     if needed is not None:  # a placeholder: its tags, error and lease go; its lineage up to the fork point stays
         conn.execute(f"UPDATE threads SET {PLACEHOLDER} WHERE thread_id = ?", (now, thread_id))
         return None

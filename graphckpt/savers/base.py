@@ -318,7 +318,8 @@ class Saver(abc.ABC):
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> None:
         """Delete a thread, in one transaction: its checkpoints, blobs, pending writes (journaled effects
-        included), events, runs, created-thread row and lease. Checkpoints, blobs and events that a fork of it
+        included, and kept writes of checkpoints never committed), events, runs, created-thread row, lease, durable
+        wait and the crons that run turns of it. Checkpoints, blobs and events that a fork of it
         needs (its lineage up to each fork point) are kept, under a placeholder thread row without tags, error or
         lease; the thread no longer appears in :meth:`list_threads` and its id may be reused only after every fork
         that depends on it is deleted too (then the kept rows go as well). Raises :class:`ThreadNotFoundError` if

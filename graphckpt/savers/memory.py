@@ -267,6 +267,9 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
         thread.deleted = True  # a placeholder while a fork needs its lineage: no tags, error or lease
         thread.record = dataclasses.replace(thread.record, metadata={}, error=None, lease=None)
         self.forget_runs(thread_id)
+        self._waits.pop(thread_id, None)
+        for cron_id in [c.cron_id for c in self._crons.values() if c.thread_id == thread_id]:
+            del self._crons[cron_id]
         self._collect()
 
     async def storage_usage(self, *, top: int = 10) -> StorageUsage:
@@ -323,6 +326,9 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
             self._writes.pop((thread_id, cp.checkpoint_id), None)
             self._writes.pop((thread_id, kept_key(cp.checkpoint_id)), None)
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
+        kept = {k for cp in thread.by_id for k in (cp, kept_key(cp))}
+        for key in [k for k in self._writes if k[0] == thread_id and k[1] not in kept]:
+            del self._writes[key]  # kept writes of a checkpoint never committed too
         events = self._events.get(thread_id, [])
         events[:] = [e for e in events if needed is not None and e.step <= needed]
         for key, blobs in list(self._blobs.items()):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 
 from graphckpt.ids import new_id
-from graphckpt.savers.base import BlobRange, Saver, StoredWrite
+from graphckpt.savers.base import BlobRange, Saver, StoredWrite, kept_key
+from graphckpt.savers.crons import CronRow, CronTable
 from graphckpt.savers.queue import RunQueue, RunRecord
+from graphckpt.savers.waits import WaitTable
 from graphckpt.testing._records import commit_chain, new_thread_id
 
 
@@ -43,6 +45,46 @@ class EraseCases:
         if queue is not None:
             assert await queue.get_run(queued.run_id) is None
             assert await queue.get_created_thread(t) is None
+
+    async def test_delete_erases_waits_thread_crons_and_uncommitted_kept_writes(self, saver: Saver) -> None:
+        """A delete also removes the thread's durable wait, the crons that run turns of it (a graph cron and another
+        thread's cron stay) and kept writes recorded against a checkpoint it never committed; a placeholder kept for a
+        fork loses them too and keeps the writes of the checkpoints its fork reads."""
+        run = new_id()
+        t, other = new_thread_id("erase-w"), new_thread_id("erase-w-other")
+        cps = await commit_chain(saver, t, 3, run_id=run)
+        fork = await commit_chain(saver, new_thread_id("erase-w-fork"), 1, run_id=run, fork_from=cps[0])
+        await commit_chain(saver, other, 1, run_id=run)
+        ahead = new_id()  # a checkpoint id the thread never committed (LangGraph's writes before their checkpoint)
+        kept = [StoredWrite("task", "result", 0, b"kept-early")]
+        await saver.put_kept_writes(t, ahead, kept, run_id=run)
+        await saver.put_kept_writes(t, cps[0].checkpoint_id, kept, run_id=run)
+        await saver.put_kept_writes(t, cps[2].checkpoint_id, kept, run_id=run)
+        assert await saver.get_kept_writes(t, ahead) == kept
+        crons = saver if isinstance(saver, CronTable) else None
+        waits = saver if isinstance(saver, WaitTable) else None
+        mine = [CronRow(new_id(), "* * * * *", "UTC", "mod:graph", t, None, "{}", None, "once", 9e9, 1.0)]
+        kept_crons = [
+            CronRow(new_id(), "* * * * *", "UTC", "mod:graph", None, None, "{}", None, "once", 9e9, 1.0),
+            CronRow(new_id(), "* * * * *", "UTC", "mod:graph", other, None, "{}", None, "once", 9e9, 1.0),
+        ]
+        if crons is not None:
+            for row in mine + kept_crons:
+                await crons.put_cron(row)
+        if waits is not None:
+            await waits.put_wait(t, cps[2].checkpoint_id, 9e9, b"answer")
+            await waits.put_wait(other, new_id(), 9e9, None)
+        await saver.delete_thread(t)  # a placeholder: the fork reads its step 0
+        assert fork and await saver.get_writes(t, kept_key(ahead)) == []
+        assert await saver.get_kept_writes(t, cps[2].checkpoint_id) == []
+        assert await saver.get_kept_writes(t, cps[0].checkpoint_id) == kept
+        if crons is not None:
+            ids_left = {c.cron_id for c in await crons.list_crons()}
+            assert mine[0].cron_id not in ids_left and {c.cron_id for c in kept_crons} <= ids_left
+        if waits is not None:
+            assert [w.thread_id for w in await waits.list_waits() if w.thread_id in (t, other)] == [other]
+        await saver.delete_thread(fork[0].thread_id)  # the placeholder goes with its last fork
+        assert await saver.get_kept_writes(t, cps[0].checkpoint_id) == []
 
     async def test_thread_forks_names_forks_of_forks_through_placeholders(self, saver: Saver) -> None:
         """``thread_forks`` lists the live threads whose lineage runs through a thread, at any depth, sorted; a
