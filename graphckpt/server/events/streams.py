@@ -10,7 +10,9 @@ another process.
 
 - A malformed id is 400 before the stream starts. An id this stream cannot continue from (another thread, a
   position past a fork point, an event that is not stored: pruned, or never written) is never a silent full replay:
-  the stream opens with ``event: stream.reset`` (no id; ``data`` says why) and then replays from the start.
+  the stream opens with ``event: stream.reset`` (no id; ``data`` says why, with ``first_available``: the id of the
+  first event that follows) and then replays from the start. An id before the first event still stored in its
+  thread (a retention prune removed it) says ``"lost": "pruned"``.
 - **Stream modes** (``stream_mode``: the body of ``POST /threads/{id}/runs/stream``, a string or a list as
   langgraph-sdk sends it; the query of the GET streams, repeated or comma-separated, so a reconnect to the same URL
   applies them again), each event named by its mode:
@@ -225,8 +227,7 @@ async def start_at(
     inside = any(t == sid and first <= parsed.step < upper for t, first, upper in segments)
     kind = await feed.log.saver.event_kind(sid, parsed.step, parsed.seq) if inside else None
     if kind is None:
-        why = "not in this thread's lineage" if not inside else "not stored (pruned, or never written)"
-        return Start(segments, START, None, {"last_event_id": last_id, "reason": f"event {last_id!r} is {why}"})
+        return Start(segments, START, None, await _lost(feed, ns, segments, last_id, parsed, sid, inside))
     start = Start(segments, (parsed.step, parsed.seq), kind, None)
     if not ephemeral:
         return start
@@ -252,6 +253,28 @@ async def start_at(
         "served them, or they aged out); continuing after that durable event",
     }
     return start
+
+
+async def _lost(
+    feed: Feed, ns: str, segments: list[tuple[str, int, int]], last_id: str, at: EventId, sid: str, inside: bool
+) -> dict[str, Any]:
+    """The ``stream.reset`` data for an id the stream cannot continue from. An id inside the lineage but before the
+    first event still stored there was pruned (a retention policy removed the events of old checkpoints): ``lost``
+    is ``"pruned"`` and ``first_available`` the id of the first event the stream sends next."""
+    first = await feed.log.saver.read_events(segments, after=START, limit=1)
+    available = f"{api_id(ns, first[0].thread_id)}:{first[0].step}:{first[0].seq}" if first else None
+    if inside:
+        own = [seg for seg in segments if seg[0] == sid and seg[1] <= at.step < seg[2]]
+        kept = await feed.log.saver.read_events(own, after=START, limit=1)
+        if not kept or (at.step, at.seq) < (kept[0].step, kept[0].seq):
+            return {
+                "last_event_id": last_id,
+                "lost": "pruned",
+                "first_available": available,
+                "reason": f"the events up to {last_id!r} were pruned; replaying from the first event still stored",
+            }
+    why = "not in this thread's lineage" if not inside else "not stored (never written)"
+    return {"last_event_id": last_id, "first_available": available, "reason": f"event {last_id!r} is {why}"}
 
 
 async def event_source(

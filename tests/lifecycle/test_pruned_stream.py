@@ -1,0 +1,40 @@
+"""An SSE client reconnecting with a ``Last-Event-ID`` whose event was pruned gets ``event: stream.reset`` with
+``"lost": "pruned"`` and the first id still available, then the events still stored: never a silent gap.
+
+The events of old steps are removed here with SQL on the real SQLite file of a real ``graphckpt serve``, exactly the
+rows a retention prune of old checkpoints removes (``events`` rows of the thread below a step)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import httpx
+from support.serving import Served, durable, read_events
+
+
+def test_a_pruned_last_event_id_gets_a_reset_naming_the_first_available_id(serve: Callable[..., Served]) -> None:
+    server = serve(["support.server_graphs:counter"])
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        response = client.post("/threads/p/runs/wait", json={"input": {"limit": 8}})
+        assert response.status_code == 200, response.text
+        # No stream is read before the delete: the server shares reads of the log between streams until its event
+        # counter moves, which an out-of-band DELETE does not move.
+        with sqlite3.connect(server.db) as conn:
+            rows = conn.execute("SELECT step, seq FROM events WHERE thread_id = 'p' ORDER BY step, seq").fetchall()
+            assert conn.execute("DELETE FROM events WHERE thread_id = 'p' AND step < 4").rowcount > 0
+        old = [f"p:{step}:{seq}" for step, seq in rows if step == 2][-1]
+        whole = durable(read_events(client, "/threads/p/stream"))
+        assert whole[0][0] == "p:4:0" and len(whole) == len([r for r in rows if r[0] >= 4])
+        left = whole
+        events = read_events(client, "/threads/p/stream", last_id=old)
+        reset = events[0]
+        assert reset[0] is None and reset[1] == "stream.reset", events[:2]
+        assert reset[2]["lost"] == "pruned" and reset[2]["last_event_id"] == old
+        assert reset[2]["first_available"] == left[0][0] and "pruned" in reset[2]["reason"]
+        assert durable(events) == left  # said so, then everything still stored, from its first event
+        kept = read_events(client, "/threads/p/stream", last_id=left[2][0])
+        assert not any(k == "stream.reset" for _, k, _ in kept) and durable(kept) == left[3:]
+        never = read_events(client, "/threads/p/stream", last_id="p:5:999")
+        assert never[0][1] == "stream.reset" and "lost" not in never[0][2]
+        assert never[0][2]["first_available"] == left[0][0]
