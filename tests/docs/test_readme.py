@@ -49,7 +49,7 @@ def test_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block is not None
     commands = [line.split("  #")[0].strip() for line in block.group(1).strip().splitlines()]
-    assert [c.split()[1] for c in commands] == ["run", "threads", "resume", "history", "show", "fork", "diff", "export"]
+    assert [c.split()[1] for c in commands] == ["run", "threads", "threads", "resume", "history", "show", "fork", "diff", "export"]
     env = {**os.environ, "PYTHONPATH": str(README.parent), "NO_COLOR": "1"}
     env.pop("GRAPHCKPT_DB", None)
     cli = f"{shlex.quote(sys.executable)} -m graphckpt"
@@ -60,8 +60,8 @@ def test_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
             command = command.replace("01a2...", history[2]["checkpoint_id"])
         outputs.append(_run(re.sub(r"(^|&& )graphckpt ", rf"\g<1>{cli} ", command), tmp_path, env))
     assert "thread t1: done" in outputs[0]
-    assert json.loads(outputs[4].split("\n", 2)[2])["request"] == "weather"  # show: the state as JSON
-    assert "t2" in outputs[5] and "~ request" in outputs[6]
+    assert json.loads(outputs[5].split("\n", 2)[2])["request"] == "weather"  # show: the state as JSON
+    assert "t2" in outputs[6] and "~ request" in outputs[7]
     assert (tmp_path / "t2.jsonl").exists() and (tmp_path / "other.db").exists()
 
 
