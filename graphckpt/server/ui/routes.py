@@ -189,7 +189,33 @@ async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response
     thread_id, checkpoint_id = _split_ref(request.path_params["ref"])
     if checkpoint_id is None:
         return await _thread(request, backend, thread_id)
+    lineage = await backend.checkpoints_of(thread_id)
+    if all(s.checkpoint_id != checkpoint_id for s in lineage):  # a short id, as the CLI prints and accepts them
+        found = [s for s in lineage if s.checkpoint_id.startswith(checkpoint_id)]
+        if len(found) == 1:
+            return _redirect(request, f"/threads/{quote(thread_id, safe='')}@{found[0].checkpoint_id}")
+        if found:
+            ctx = {"thread_id": thread_id, "spec": checkpoint_id, "matches": found}
+            return render_page(request, "matches.html", ctx, 300)
     return await _checkpoint(request, backend, thread_id, checkpoint_id, {}, None)
+
+
+async def _full_ref(backend: UIBackend, ref: str) -> str:
+    """``thread@checkpoint`` with a unique checkpoint prefix completed (else as given: the diff names what is
+    wrong)."""
+    thread_id, checkpoint_id = _split_ref(ref)
+    if checkpoint_id is None:
+        return ref
+    found = [
+        s.checkpoint_id for s in await backend.checkpoints_of(thread_id) if s.checkpoint_id.startswith(checkpoint_id)
+    ]
+    if checkpoint_id in found or len(found) != 1:
+        if len(found) > 1 and checkpoint_id not in found:
+            raise UIError(
+                f"checkpoint prefix {checkpoint_id!r} is ambiguous in thread {thread_id!r} ({len(found)} match)"
+            )
+        return ref
+    return f"{thread_id}@{found[0]}"
 
 
 async def _live_context(request: Request, backend: UIBackend, thread_id: str) -> dict[str, Any]:
@@ -256,6 +282,9 @@ async def diff_page(request: Request, backend: UIBackend) -> Response:
     a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
     if not a or not b:
         raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
+    full_a, full_b = await _full_ref(backend, a), await _full_ref(backend, b)
+    if (full_a, full_b) != (a, b):
+        return _redirect(request, "/diff?" + urlencode({"a": full_a, "b": full_b}))
     diff = await backend.diff(_split_ref(a), _split_ref(b))
     changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
     return render_page(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
