@@ -246,6 +246,22 @@ def test_no_console_error_and_no_accessibility_violation_on_any_page(watched: Wa
     assert not watched.errors, watched.errors  # the CSP is enforced here: htmx injects no style
 
 
+def test_a_thread_created_by_post_threads_has_a_page(watched: Watched, server: Server) -> None:
+    status, text, _ = http(
+        server.base + "/threads", json_body={"thread_id": "fresh-0", "graph_id": CALLING, "metadata": {"team": "t9"}}
+    )
+    assert status == 200, text
+    page = watched.page
+    response = page.goto("/ui/threads/fresh-0")
+    assert response is not None and response.status == 200
+    facts = page.inner_text(".facts")
+    assert "created, no checkpoint yet" in facts and CALLING in facts and '"team": "t9"' in facts
+    watched.shoot("created-thread")
+    response = page.goto("/ui/threads/nothing-here")
+    assert response is not None and response.status == 404
+    watched.errors = [e for e in watched.errors if "404" not in e]  # Chromium logs the 404 status itself
+
+
 def test_a_killed_servers_thread_reads_crashed_since_with_its_lost_call(server: Server, world: Path) -> None:
     gate(world).unlink()
     start_calling(server, "fc-lost")

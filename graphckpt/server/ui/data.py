@@ -66,10 +66,8 @@ UI_TAG = "via"
 RECORD = {
     "replayed": "replayed_ms",  # checkpoint metadata: {node: ms of the journaled calls replayed}
     "audit": "audit",  # checkpoint metadata: {calls: [...], attempts: [...], answers: [...]} (graphckpt.audit)
-    "owner": "owner",  # thread record: who runs a running thread
-    "crashed": "crashed",  # thread status (leases): running with an expired lease
 }
-"""The names of the audit-record fields the UI reads, in one place (the leases branch adds ``owner``/``crashed``)."""
+"""The names of the audit-record fields the UI reads, in one place (leases: :mod:`~graphckpt.server.ui.liveness`)."""
 
 
 CLAIM_WAIT = 5.0
@@ -219,6 +217,8 @@ class UIBackend(Protocol):
 
     async def thread_view(self, thread_id: str) -> ThreadView: ...
 
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None: ...
+
     async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage: ...
 
     async def checkpoints_of(self, thread_id: str) -> list[StepRow]: ...
@@ -359,6 +359,10 @@ class LocalBackend:
             cancellable=self._cancellable(thread_id, info.status) and info.status in ("running", "crashed"),
             stopped=self._stopped(thread_id, info.status, metadata_of(head)),
         )
+
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None:
+        """A thread created without a checkpoint yet (``POST /threads``: the server's), else ``None``."""
+        return None
 
     def _stopped(self, thread_id: str, status: str, head_metadata: Mapping[str, Any] | None) -> bool:
         """Whether a ``running`` thread is known to have no run going (a stand-alone UI cannot know that)."""

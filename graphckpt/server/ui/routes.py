@@ -239,7 +239,13 @@ async def _live_context(request: Request, backend: UIBackend, thread_id: str) ->
 
 
 async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Response:
-    return render_page(request, "thread.html", await _live_context(request, backend, thread_id))
+    try:
+        return render_page(request, "thread.html", await _live_context(request, backend, thread_id))
+    except ThreadNotFoundError:
+        created = await backend.created_thread(thread_id)  # POST /threads made it; its first run stores it
+        if created is None:
+            raise
+        return render_page(request, "created.html", {"created": created})
 
 
 async def live_fragment(request: Request, backend: UIBackend) -> Response:

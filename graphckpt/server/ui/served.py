@@ -19,6 +19,7 @@ a server restart ends every session. An ``Authorization: Bearer`` header works t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -30,7 +31,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError
-from graphckpt.server.records import RunInfo, RunRequest
+from graphckpt.server.records import PendingThread, RunInfo, RunRequest
 from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, ThreadView
 
 if TYPE_CHECKING:
@@ -142,6 +143,15 @@ class ServiceBackend(LocalBackend):
     async def thread_view(self, thread_id: str) -> ThreadView:
         self._check(thread_id)
         return await super().thread_view(thread_id)
+
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None:
+        """The thread ``POST /threads`` created that has no checkpoint yet: its graph, metadata and creation time."""
+        self._check(thread_id)
+        found = await self.service.find("", thread_id)  # the UI names stored ids
+        if isinstance(found, PendingThread):
+            created = dt.datetime.fromtimestamp(found.created_at, dt.UTC)
+            return {"thread_id": thread_id, "graph": found.graph_id, "metadata": found.metadata, "created": created}
+        return None
 
     async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage:
         self._check(thread_id)
