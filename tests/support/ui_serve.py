@@ -43,6 +43,7 @@ SERVED = (
     "support.ui_world:approval_graph",
     "support.ui_world:gated_graph",
     "support.ui_world:calling_graph",
+    "support.ui_world:drafting_graph",
 )
 PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 

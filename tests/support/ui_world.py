@@ -157,6 +157,29 @@ def calling_graph(db: str | None = None) -> StateGraph:
     return g
 
 
+DRAFTING = "support.ui_world:drafting_graph"
+
+
+class Draft(BaseModel):
+    title: str = "Rain in Oslo"
+    final: dict[str, Any] = {}
+
+
+def drafting_graph() -> StateGraph:
+    """``review`` asks a person to edit a draft (an interrupt whose payload is a JSON object) and keeps the answer."""
+    from graphckpt import interrupt
+
+    def review(state: Draft) -> dict[str, Any]:
+        answer = interrupt({"question": "Edit the draft before it is sent", "title": state.title, "tags": ["weather"]})
+        return {"final": answer}
+
+    g = StateGraph(Draft)
+    g.add_node("review", review)
+    g.add_edge(START, "review")
+    g.add_edge("review", END)
+    return g
+
+
 def demo_graph(db: Path | None = None) -> StateGraph:
     from graphckpt.cli.commands import load_demo
 

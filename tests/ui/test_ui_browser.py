@@ -374,7 +374,7 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert "Deploy api to production?" in item.inner_text()
     item.locator("summary:has-text('Or answer as JSON')").click()
     item.locator("textarea[name=json]").fill('"maybe"')
-    item.locator("button:has-text('Answer and resume')").click()
+    item.locator("button:has-text('Answer with this JSON')").click()
     page.wait_for_url("**/ui/**")  # the inbox when the run re-asked at once, else the thread's page, which follows it
     with read_db(db) as reader:
         wait_for(lambda: reader.thread("deploy-api").status == "interrupted", 30, what="deploy-api to ask again")
@@ -384,9 +384,8 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert "an approval answer must be true, false" in error.inner_text()
     assert item.locator("form").get_attribute("aria-describedby") == error.get_attribute("id")
     shoot(page, "interrupt-invalid")
-    item.get_by_label("Approve", exact=True).check()
     item.locator("textarea[name=comment]").fill("ship it")
-    item.locator("button:has-text('Answer and resume')").click()
+    item.get_by_role("button", name="Approve", exact=True).click()
     page.wait_for_url("**/ui/threads/deploy-api")
     page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)  # followed live
     with read_db(db) as reader:
@@ -464,8 +463,7 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         shoot(pg, "thread-namespaced")
         pg.goto("/ui/interrupts")
         item = pg.locator("article.inbox", has_text="alpha/a1")
-        item.get_by_label("Approve", exact=True).check()
-        item.locator("button:has-text('Answer and resume')").click()
+        item.get_by_role("button", name="Approve", exact=True).click()
         pg.wait_for_url("**/ui/threads/alpha%2Fa1")
         # the answer returned at once; the page follows the run (polled from here: this context enforces the CSP)
         wait_for(lambda: pg.get_attribute("#live", "data-status") == "done", 30, what="alpha/a1 to finish")

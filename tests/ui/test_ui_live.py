@@ -12,6 +12,7 @@ Content-Security-Policy is enforced: no ``bypass_csp``) and axe finds no violati
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -166,9 +167,8 @@ def test_answering_returns_at_once_and_the_page_follows_the_run(watched: Watched
     page.goto("/ui/interrupts")
     item = page.locator("article.inbox", has_text="fc-0")
     assert "Send the forecast for Oslo?" in item.inner_text()
-    item.get_by_label("Approve", exact=True).check()
     started = time.monotonic()
-    item.locator("button:has-text('Answer and resume')").click()
+    item.get_by_role("button", name="Approve", exact=True).click()
     page.wait_for_url("**/ui/threads/fc-0")
     took = time.monotonic() - started
     print(f"answer: the thread page was back in {took * 1000:.0f} ms")
@@ -200,6 +200,29 @@ def test_fork_returns_at_once_and_the_page_follows_the_new_branch(watched: Watch
     live = live_text(page)
     page.reload()
     assert live_text(page) == live and "Send the forecast" not in live  # the question is on the inbox
+
+
+def test_an_object_payload_is_shown_in_full_and_answered_with_its_fields(watched: Watched, server: Server) -> None:
+    status, text, _ = http(
+        server.base + "/threads/draft-0/runs",
+        json_body={"assistant_id": "support.ui_world:drafting_graph", "input": {"title": "Rain in Oslo"}},
+    )
+    assert status == 200, text
+    page = watched.page
+    wait_for(lambda: "draft-0" in http(server.base + "/ui/interrupts")[1], 30, what="draft-0 to ask")
+    page.goto("/ui/interrupts")
+    item = page.locator("article.inbox", has_text="draft-0")
+    payload = item.locator("dl.payload").inner_text()  # in full, not folded
+    assert "Rain in Oslo" in payload and '"weather"' in payload
+    assert item.get_by_label("title").input_value() == "Rain in Oslo"
+    item.get_by_label("title").fill("Sun in Bergen")
+    item.get_by_label("tags (JSON)").fill('["weather", "good news"]')
+    watched.shoot("answer-fields")
+    item.locator("button:has-text('Answer and resume')").click()
+    page.wait_for_url("**/ui/threads/draft-0")
+    settled(page, "done")
+    _, text, _ = http(server.base + "/threads/draft-0/state")
+    assert json.loads(text)["values"]["final"] == {"title": "Sun in Bergen", "tags": ["weather", "good news"]}
 
 
 def test_short_ids_resolve_like_the_cli(watched: Watched) -> None:

@@ -43,6 +43,7 @@ from graphckpt.records import NO_ANSWER
 from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.graphsvg import graph_svg
+from graphckpt.server.ui.records import answer_fields
 
 __all__ = ["HERE", "BackendOf", "forbidden", "read_form", "render_page", "ui_routes"]
 
@@ -71,7 +72,9 @@ def _pretty(value: Any) -> str:
 
 def _templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
-    t.env.filters.update(short=_short, when=_when, pretty=_pretty, q=lambda s: quote(str(s), safe=""))
+    t.env.filters.update(
+        short=_short, when=_when, pretty=_pretty, answer_fields=answer_fields, q=lambda s: quote(str(s), safe="")
+    )
     t.env.globals.update(START=START, END=END)
     return t
 
@@ -398,27 +401,45 @@ async def cancel_action(request: Request, backend: UIBackend) -> Response:
 
 
 def _answer_of(form: Mapping[str, str]) -> Any:
-    """The answer a form gives: its JSON text when filled in, else the approval choice (and comment), else text."""
+    """The answer a form gives: continue (a stop before/after a node), the Approve/Reject button pressed (with its
+    comment), the JSON text when filled in, the choice, the object of the payload's fields, else the text."""
     if form.get("continue"):
         return NO_ANSWER
+    choice = form.get("approved")
+    if choice in ("true", "false") and not form.get("as_json"):
+        comment = form.get("comment", "").strip()
+        answer: dict[str, Any] = {"approved": choice == "true"}
+        if comment:
+            answer["comment"] = comment
+        return answer
     raw = form.get("json", "").strip()
     if raw:
         try:
             return json.loads(raw)
         except json.JSONDecodeError as exc:
             raise UIError(f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    choice = form.get("approved")
-    if choice in ("true", "false"):
-        comment = form.get("comment", "").strip()
-        answer: dict[str, Any] = {"approved": choice == "true"}
-        if comment:
-            answer["comment"] = comment
-        return answer
     if "choice" in form:
         return form["choice"]
+    fields = {k.removeprefix("answer."): v for k, v in form.items() if k.startswith("answer.")}
+    if fields:
+        return _object_of(fields, form)
     if "text" in form and form["text"].strip():
         return form["text"]
     raise UIError("choose an answer (or write it as JSON)")
+
+
+def _object_of(fields: Mapping[str, str], form: Mapping[str, str]) -> dict[str, Any]:
+    """The object an interrupt's field form answers: text fields as text, the others parsed as JSON."""
+    out: dict[str, Any] = {}
+    for name, text in fields.items():
+        if form.get(f"kind.{name}") == "text":
+            out[name] = text.replace("\r\n", "\n")
+            continue
+        try:
+            out[name] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UIError(f"field {name!r} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    return out
 
 
 async def answer_action(request: Request, backend: UIBackend) -> Response:
