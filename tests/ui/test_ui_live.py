@@ -147,6 +147,9 @@ def test_a_call_in_flight_is_running_then_the_interrupt_page_equals_a_reload(
         elapsed.append(float(found.group(1)))
         time.sleep(0.3)
     assert elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0], elapsed
+    shown = page.locator(".steps .elapsed")  # and on the page, between two refreshes, the time goes on
+    before = float(shown.inner_text().split()[1])
+    wait_for(lambda: float(shown.inner_text().split()[1]) >= before + 1.0, 10, what="the elapsed time to count")
     page.goto("/ui/")
     row = page.locator("table.threads tbody tr", has=page.locator("a", has_text="fc-0"))
     assert "running" in row.inner_text() and "s left" in row.inner_text()
