@@ -124,6 +124,62 @@ def effect_graph(db: str | None = None) -> StateGraph:
     return g
 
 
+CALLING = "support.ui_world:calling_graph"
+
+
+class Forecast(BaseModel):
+    city: str = "Oslo"
+    answer: str = ""
+    approved: bool | None = None
+    comment: str | None = None
+
+
+def calling_graph(db: str | None = None) -> StateGraph:
+    """``ask``, whose journaled external call (a model call, say) lasts until the gate file ``{db}.gate.call``
+    exists (default ``$UI_WORLD_GATES``): while it waits, the call is in flight; then ``approve`` asks a person
+    whether to send the answer (an interrupt)."""
+    db = db or os.environ.get("UI_WORLD_GATES") or None
+
+    async def model(city: str) -> str:
+        if db is not None:
+            await await_for(gate(db, "call").exists, GATE_TIMEOUT, what=f"gate {gate(db, 'call')} to open")
+        return f"sunny in {city}"
+
+    async def ask(state: Lookup, ctx: Any) -> dict[str, Any]:
+        return {"answer": await ctx.aeffect(model, state.city)}
+
+    g = StateGraph(Forecast)
+    g.add_node("ask", ask)
+    g.add_node("approve", approval_node("Send the forecast for {city}?", comment_key="comment"))
+    g.add_edge(START, "ask")
+    g.add_edge("ask", "approve")
+    g.add_edge("approve", END)
+    return g
+
+
+DRAFTING = "support.ui_world:drafting_graph"
+
+
+class Draft(BaseModel):
+    title: str = "Rain in Oslo"
+    final: dict[str, Any] = {}
+
+
+def drafting_graph() -> StateGraph:
+    """``review`` asks a person to edit a draft (an interrupt whose payload is a JSON object) and keeps the answer."""
+    from graphckpt import interrupt
+
+    def review(state: Draft) -> dict[str, Any]:
+        answer = interrupt({"question": "Edit the draft before it is sent", "title": state.title, "tags": ["weather"]})
+        return {"final": answer}
+
+    g = StateGraph(Draft)
+    g.add_node("review", review)
+    g.add_edge(START, "review")
+    g.add_edge("review", END)
+    return g
+
+
 def demo_graph(db: Path | None = None) -> StateGraph:
     from graphckpt.cli.commands import load_demo
 

@@ -42,6 +42,12 @@ async def test_with_the_graph_loaded_it_reads_runs_and_records_the_ui(db: Path) 
         with pytest.raises(UIError, match=r"thread 'deploy-1' has no open interrupt 'x:0' \(open: .+:0\)"):
             await backend.answer("deploy-1", "x:0", True)
         await backend.answer("deploy-1", next(i.interrupt.id for i in inbox if i.thread_id == "deploy-1"), False)
+        # the answer returns once its run claimed the thread; the run goes on in the background
+
+        async def answered() -> bool:
+            return (await backend.thread_view("deploy-1")).head.status == "done"
+
+        await await_for(answered, 30, what="the answered thread to finish")
         head = (await backend.thread_view("deploy-1")).head
         assert head.status == "done" and head.metadata["tags"] == {
             "graph": APPROVAL,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -32,6 +31,7 @@ from typing import Any
 import pytest
 from support import DATA, SUPPORT, TESTS, child_env
 from support.serving import free_port
+from support.ui_serve import Server, http
 from support.waiting import wait_for
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -52,67 +52,6 @@ pytestmark = [
     ),
     pytest.mark.xdist_group("ui_browser"),
 ]
-
-
-def http(
-    url: str,
-    data: dict[str, str] | None = None,
-    cookie: str | None = None,
-    *,
-    json_body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, str, Any]:
-    body = urllib.parse.urlencode(data).encode() if data is not None else None
-    sent = {"Cookie": cookie} if cookie else {}
-    if json_body is not None:
-        body, sent["Content-Type"] = json.dumps(json_body).encode(), "application/json"
-    request = urllib.request.Request(url, data=body, headers={**sent, **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, r.read().decode(), r.headers
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(), exc.headers
-
-
-SERVED = ("graphckpt.cli.demo:graph", "support.ui_world:approval_graph", "support.ui_world:gated_graph")
-PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
-
-
-class Server:
-    """``graphckpt serve`` (the ui_world graphs) in a child process on a free port; stopped with SIGKILL by its pid."""
-
-    def __init__(self, db: Path, port: int, tokens: Path | None = None) -> None:
-        self.db, self.port, self.proc, self.tokens = db, port, None, tokens
-        self.base = f"http://127.0.0.1:{port}"
-
-    def start(self) -> None:
-        prices = self.db.with_suffix(".prices.json")
-        prices.write_text(json.dumps(PRICES))
-        env = {
-            **child_env(),
-            "UI_WORLD_GATES": str(self.db),
-            "GRAPHCKPT_PRICES": str(prices),
-            "GRAPHCKPT_LEASE_SECONDS": "1.5",
-        }  # a killed server's runs are crashed, so taken over, that soon
-        argv = [sys.executable, "-m", "graphckpt", "--db", str(self.db), "serve", *SERVED, "--port", str(self.port)]
-        if self.tokens is not None:
-            argv += ["--tokens-file", str(self.tokens)]
-        with open(self.db.with_suffix(".serve.log"), "ab") as log:  # the child keeps its own copy of the fd
-            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=self.db.parent)
-
-        def up() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, "the server exited"
-            try:
-                return http(self.base + "/ok")[0] == 200
-            except OSError:
-                return False
-
-        wait_for(up, 30, what="the UI server to answer")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +255,7 @@ def test_fork_from_step_2_with_an_edited_field_then_diff(page: Any, db: Path) ->
     page.fill("#new-thread", "demo-fahrenheit")
     page.click("button:has-text('Fork and run')")
     page.wait_for_url("**/ui/threads/demo-fahrenheit")
-    assert page.get_attribute("#live", "data-status") == "done"
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)  # followed live
     tree = page.locator(".forktree")
     assert tree.locator("a:has-text('demo-fahrenheit')").count() == 1
     assert tree.locator("a", has_text="demo").first.inner_text() == "demo"  # the source thread is the tree's root
@@ -411,7 +350,7 @@ def test_every_action_is_reachable_by_keyboard(page: Any) -> None:
     tab_to("#fork-go")
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/threads/demo-keys")
-    assert page.get_attribute("#live", "data-status") == "done"
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)  # followed live
     page.goto("/ui/threads/demo-failed")
     tab_to("button.resume")
     page.keyboard.press("Enter")
@@ -435,18 +374,20 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert "Deploy api to production?" in item.inner_text()
     item.locator("summary:has-text('Or answer as JSON')").click()
     item.locator("textarea[name=json]").fill('"maybe"')
-    item.locator("button:has-text('Answer and resume')").click()
-    page.wait_for_url("**/ui/interrupts**")
+    item.locator("button:has-text('Answer with this JSON')").click()
+    page.wait_for_url("**/ui/**")  # the inbox when the run re-asked at once, else the thread's page, which follows it
+    with read_db(db) as reader:
+        wait_for(lambda: reader.thread("deploy-api").status == "interrupted", 30, what="deploy-api to ask again")
+    page.goto("/ui/interrupts")
     item = page.locator("article.inbox", has_text="deploy-api")
     error = item.locator("[role=alert]")
     assert "an approval answer must be true, false" in error.inner_text()
     assert item.locator("form").get_attribute("aria-describedby") == error.get_attribute("id")
     shoot(page, "interrupt-invalid")
-    item.get_by_label("Approve", exact=True).check()
     item.locator("textarea[name=comment]").fill("ship it")
-    item.locator("button:has-text('Answer and resume')").click()
+    item.get_by_role("button", name="Approve", exact=True).click()
     page.wait_for_url("**/ui/threads/deploy-api")
-    assert page.get_attribute("#live", "data-status") == "done"
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)  # followed live
     with read_db(db) as reader:
         head = reader.get_state("deploy-api")
         assert head.values["deployed"] is True and head.values["comment"] == "ship it"
@@ -461,7 +402,7 @@ def test_answer_an_interrupt_from_the_inbox_with_an_invalid_answer_first(page: A
     assert "stopped before deploy" in item.inner_text() and item.locator("textarea").count() == 0
     item.locator("button:has-text('Continue')").click()
     page.wait_for_url("**/ui/threads/deploy-web")
-    assert page.get_attribute("#live", "data-status") == "done"
+    page.wait_for_function("document.querySelector('#live').dataset.status === 'done'", timeout=20_000)  # followed live
     page.goto("/ui/interrupts")
     assert "Nothing is waiting" in page.inner_text("main")
 
@@ -522,10 +463,10 @@ def test_tokens_and_namespaces_apply_to_the_ui(browser: Any, tmp_path: Path) -> 
         shoot(pg, "thread-namespaced")
         pg.goto("/ui/interrupts")
         item = pg.locator("article.inbox", has_text="alpha/a1")
-        item.get_by_label("Approve", exact=True).check()
-        item.locator("button:has-text('Answer and resume')").click()
+        item.get_by_role("button", name="Approve", exact=True).click()
         pg.wait_for_url("**/ui/threads/alpha%2Fa1")
-        assert pg.get_attribute("#live", "data-status") == "done"
+        # the answer returned at once; the page follows the run (polled from here: this context enforces the CSP)
+        wait_for(lambda: pg.get_attribute("#live", "data-status") == "done", 30, what="alpha/a1 to finish")
         status, text, _ = http(s.base + "/threads/a1/state", headers={"Authorization": "Bearer tok-alpha"})
         assert json.loads(text)["metadata"]["tags"]["ui_by"] == "alpha"  # the record names who answered
         _, text, _ = http(s.base + "/threads/a1/history", headers={"Authorization": "Bearer tok-alpha"})

@@ -44,6 +44,7 @@ from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
+from graphckpt.server.ui.liveness import NOBODY, Liveness, liveness, pending_items
 from graphckpt.server.ui.records import interrupt_record, pending_rows
 
 __all__ = [
@@ -65,10 +66,8 @@ UI_TAG = "via"
 RECORD = {
     "replayed": "replayed_ms",  # checkpoint metadata: {node: ms of the journaled calls replayed}
     "audit": "audit",  # checkpoint metadata: {calls: [...], attempts: [...], answers: [...]} (graphckpt.audit)
-    "owner": "owner",  # thread record: who runs a running thread
-    "crashed": "crashed",  # thread status (leases): running with an expired lease
 }
-"""The names of the audit-record fields the UI reads, in one place (the leases branch adds ``owner``/``crashed``)."""
+"""The names of the audit-record fields the UI reads, in one place (leases: :mod:`~graphckpt.server.ui.liveness`)."""
 
 
 CLAIM_WAIT = 5.0
@@ -98,6 +97,8 @@ class ThreadRow:
     """``own``, ``inherited`` and ``total`` spend (tokens, calls, lost_calls, cost with a price table)."""
     stopped: bool = False
     """``running`` but known to have no run going (its run was cancelled)."""
+    lease: Liveness = NOBODY
+    """Who holds the thread, the seconds left on its lease, when it crashed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,13 @@ class ThreadView:
     stopped: bool = False
     """Status ``running`` but known to have no run going (a cancelled run; Resume continues it)."""
 
+    @property
+    def lost_calls(self) -> int:
+        """Lost calls of the lineage, less the head's calls still in flight (counted lost by the spend)."""
+        total = self.row.spend.get("total", {}) if self.row.spend else {}
+        flying = sum(1 for p in self.pending if p["kind"] == "call in flight")
+        return max(0, int(total.get("lost_calls", 0) or 0) - flying)
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointPage:
@@ -209,6 +217,8 @@ class UIBackend(Protocol):
 
     async def thread_view(self, thread_id: str) -> ThreadView: ...
 
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None: ...
+
     async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage: ...
 
     async def checkpoints_of(self, thread_id: str) -> list[StepRow]: ...
@@ -233,8 +243,8 @@ class UIBackend(Protocol):
 class LocalBackend:
     """:class:`UIBackend` over one saver and the apps of the graphs the server loaded (``apps``: graph id, i.e. the
     ``MODULE:ATTR`` threads record in ``tags.graph``, to the app). ``default_graph`` names the app used for threads
-    that record no graph. Runs started by :meth:`resume` continue in the background (their thread's page shows them
-    grow); fork runs and answers are awaited, so the page they lead to shows the outcome."""
+    that record no graph. Runs started by :meth:`resume`, :meth:`answer` and :meth:`fork_and_run` continue in the
+    background (the action returns once the run claimed the thread; the thread's page follows it live)."""
 
     def __init__(
         self,
@@ -273,7 +283,8 @@ class LocalBackend:
         if own is None:
             own = await self._own(info.thread_id)
         record = await self.reader.store.thread(info.thread_id)
-        owner = self._owner(info.thread_id, record)
+        lease = liveness(record)
+        owner = self._owner(info.thread_id, record) or lease.owner
         spent = await self.reader.aspend(info.thread_id, prices=self.prices)
         total = spent.get("own", {})  # a fork's inherited tokens are its parent's row's (the spend has both)
         return ThreadRow(
@@ -290,6 +301,7 @@ class LocalBackend:
             metadata=info.metadata,
             spend=spent,
             stopped=self._stopped(info.thread_id, info.status, metadata_of(info)),
+            lease=lease,
         )
 
     async def _own(self, thread_id: str) -> list[Snapshot]:
@@ -327,17 +339,12 @@ class LocalBackend:
         done: set[str] = set()
         for s in history:
             done.update(ran_nodes(metadata_of(s)))
+        record = await self.reader.store.thread(thread_id)
+        alive = liveness(record)
+        in_flight = alive.live or self._cancellable(thread_id, info.status)
         pending: list[dict[str, Any]] = []
         if info.status != "done":
-            record = await self.reader.aaudit(thread_id, prices=self.prices)
-            for key in ("attempts", "calls"):
-                for item in record.get(key, []):
-                    if (
-                        isinstance(item, Mapping)
-                        and item.get("pending")
-                        and (key == "attempts" or item.get("status") == "lost")
-                    ):
-                        pending.append({"kind": "failed attempt" if key == "attempts" else "lost call", **item})
+            pending = pending_items(await self.reader.aaudit(thread_id, prices=self.prices), in_flight)
         return ThreadView(
             info=info,
             row=await self._row(info, own),
@@ -349,17 +356,20 @@ class LocalBackend:
             tree=tree,
             runnable=app is not None,
             pending=pending,
-            cancellable=self._cancellable(thread_id, info.status),
+            cancellable=self._cancellable(thread_id, info.status) and info.status in ("running", "crashed"),
             stopped=self._stopped(thread_id, info.status, metadata_of(head)),
         )
+
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None:
+        """A thread created without a checkpoint yet (``POST /threads``: the server's), else ``None``."""
+        return None
 
     def _stopped(self, thread_id: str, status: str, head_metadata: Mapping[str, Any] | None) -> bool:
         """Whether a ``running`` thread is known to have no run going (a stand-alone UI cannot know that)."""
         return False
 
     def _owner(self, thread_id: str, record: Any) -> str | None:
-        owner = getattr(record, RECORD["owner"], None)  # leases add the running thread's owner
-        return str(owner) if owner else None
+        return None  # the lease's owner (liveness) unless this process runs it
 
     def _cancellable(self, thread_id: str, status: str) -> bool:
         """Whether :meth:`cancel` can stop a run of the thread (a stand-alone UI cannot: it runs no queue)."""
@@ -464,22 +474,29 @@ class LocalBackend:
         recorded = (metadata_of(source) or {}).get("tags")
         tags = {**(recorded if isinstance(recorded, Mapping) else {}), **tags}
         snap = await app.afork(thread_id, checkpoint_id, update=update or None, new_thread_id=new_thread_id, tags=tags)
-        await _run_quietly(app.aresume(snap.thread_id, tags=tags))
+        self._background(app.aresume(snap.thread_id, tags=tags))  # the new branch's page (running) follows it
         return snap.thread_id
 
-    async def resume(self, thread_id: str) -> None:
-        app, tags = await self._app_for(thread_id, "resume")
-        before = await self.reader.athread(thread_id)
-        task = asyncio.create_task(_run_quietly(app.aresume(thread_id, tags=tags)))
+    def _background(self, run: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(_run_quietly(run))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        # the page shown next must see the run (status running, or its outcome), else it would not poll
+        return task
+
+    async def _until_claimed(self, thread_id: str, before: ThreadInfo, task: asyncio.Task[Any]) -> None:
+        """Wait (at most :data:`CLAIM_WAIT`) until the run ``task`` claimed the thread or ended."""
         deadline = asyncio.get_running_loop().time() + CLAIM_WAIT
         while not task.done() and asyncio.get_running_loop().time() < deadline:
             now = await self.reader.athread(thread_id)
             if now.status != before.status or now.head != before.head:
                 break
             await asyncio.sleep(0.01)
+
+    async def resume(self, thread_id: str) -> None:
+        app, tags = await self._app_for(thread_id, "resume")
+        before = await self.reader.athread(thread_id)
+        # the page shown next must see the run (status running, or its outcome), else it would not follow it
+        await self._until_claimed(thread_id, before, self._background(app.aresume(thread_id, tags=tags)))
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
         """Answer the open interrupt ``interrupt_id`` and run the thread on (``NO_ANSWER``: just continue)."""
@@ -490,10 +507,12 @@ class LocalBackend:
             raise UIError(
                 f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
             )
+        before = await self.reader.athread(thread_id)
         if answer is NO_ANSWER:  # a stop before/after a node: continue, nothing to answer
-            await _run_quietly(app.aresume(thread_id, tags=tags))
-            return
-        await _run_quietly(app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags))
+            run = app.aresume(thread_id, tags=tags)
+        else:
+            run = app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags)
+        await self._until_claimed(thread_id, before, self._background(run))
 
     async def cancel(self, thread_id: str) -> None:
         raise UIError(f"cannot cancel thread {thread_id!r}: only `graphckpt serve` runs a cancellable run queue")

@@ -1,15 +1,18 @@
 """Plain records of what a checkpoint holds beyond its values, for the checkpoint page: its open interrupts and the
-pending writes recorded against it (task results, journaled effects, interrupts and their answers, errors)."""
+pending writes recorded against it (task results, journaled effects, interrupts and their answers, errors); and
+the fields of the inbox's answer form an object payload makes."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from graphckpt.checkpoint import Interrupt
 from graphckpt.plain import to_jsonable
 from graphckpt.records import Recorded
 
-__all__ = ["interrupt_record", "pending_rows"]
+__all__ = ["ASKING_KEYS", "answer_fields", "interrupt_record", "pending_rows"]
 
 
 def interrupt_record(it: Interrupt) -> dict[str, Any]:
@@ -31,3 +34,21 @@ def pending_rows(recorded: Recorded) -> list[dict[str, Any]]:
     for task_id, error in recorded.errors.items():
         rows.append({"kind": "error", "task": task_id, "node": error.node, "value": f"{error.type}: {error.message}"})
     return rows
+
+
+ASKING_KEYS = frozenset({"question", "error", "node", "key", "expects", "options"})
+"""Keys of an interrupt's payload that describe the question rather than hold a value to answer with."""
+
+
+def answer_fields(payload: Any) -> list[dict[str, Any]]:
+    """For an interrupt whose payload is a JSON object: a form field per value key (not :data:`ASKING_KEYS`),
+    prefilled with its value (``is_text``: a string, edited as text; else edited as JSON); ``[]`` otherwise."""
+    if not isinstance(payload, Mapping):
+        return []
+    out = []
+    for name, value in payload.items():
+        if name in ASKING_KEYS:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+        out.append({"name": str(name), "is_text": isinstance(value, str), "value": text})
+    return out

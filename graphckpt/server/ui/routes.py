@@ -43,6 +43,7 @@ from graphckpt.records import NO_ANSWER
 from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.graphsvg import graph_svg
+from graphckpt.server.ui.records import answer_fields
 
 __all__ = ["HERE", "BackendOf", "forbidden", "read_form", "render_page", "ui_routes"]
 
@@ -71,7 +72,9 @@ def _pretty(value: Any) -> str:
 
 def _templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
-    t.env.filters.update(short=_short, when=_when, pretty=_pretty, q=lambda s: quote(str(s), safe=""))
+    t.env.filters.update(
+        short=_short, when=_when, pretty=_pretty, answer_fields=answer_fields, q=lambda s: quote(str(s), safe="")
+    )
     t.env.globals.update(START=START, END=END)
     return t
 
@@ -189,7 +192,33 @@ async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response
     thread_id, checkpoint_id = _split_ref(request.path_params["ref"])
     if checkpoint_id is None:
         return await _thread(request, backend, thread_id)
+    lineage = await backend.checkpoints_of(thread_id)
+    if all(s.checkpoint_id != checkpoint_id for s in lineage):  # a short id, as the CLI prints and accepts them
+        found = [s for s in lineage if s.checkpoint_id.startswith(checkpoint_id)]
+        if len(found) == 1:
+            return _redirect(request, f"/threads/{quote(thread_id, safe='')}@{found[0].checkpoint_id}")
+        if found:
+            ctx = {"thread_id": thread_id, "spec": checkpoint_id, "matches": found}
+            return render_page(request, "matches.html", ctx, 300)
     return await _checkpoint(request, backend, thread_id, checkpoint_id, {}, None)
+
+
+async def _full_ref(backend: UIBackend, ref: str) -> str:
+    """``thread@checkpoint`` with a unique checkpoint prefix completed (else as given: the diff names what is
+    wrong)."""
+    thread_id, checkpoint_id = _split_ref(ref)
+    if checkpoint_id is None:
+        return ref
+    found = [
+        s.checkpoint_id for s in await backend.checkpoints_of(thread_id) if s.checkpoint_id.startswith(checkpoint_id)
+    ]
+    if checkpoint_id in found or len(found) != 1:
+        if len(found) > 1 and checkpoint_id not in found:
+            raise UIError(
+                f"checkpoint prefix {checkpoint_id!r} is ambiguous in thread {thread_id!r} ({len(found)} match)"
+            )
+        return ref
+    return f"{thread_id}@{found[0]}"
 
 
 async def _live_context(request: Request, backend: UIBackend, thread_id: str) -> dict[str, Any]:
@@ -213,7 +242,13 @@ async def _live_context(request: Request, backend: UIBackend, thread_id: str) ->
 
 
 async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Response:
-    return render_page(request, "thread.html", await _live_context(request, backend, thread_id))
+    try:
+        return render_page(request, "thread.html", await _live_context(request, backend, thread_id))
+    except ThreadNotFoundError:
+        created = await backend.created_thread(thread_id)  # POST /threads made it; its first run stores it
+        if created is None:
+            raise
+        return render_page(request, "created.html", {"created": created})
 
 
 async def live_fragment(request: Request, backend: UIBackend) -> Response:
@@ -256,6 +291,9 @@ async def diff_page(request: Request, backend: UIBackend) -> Response:
     a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
     if not a or not b:
         raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
+    full_a, full_b = await _full_ref(backend, a), await _full_ref(backend, b)
+    if (full_a, full_b) != (a, b):
+        return _redirect(request, "/diff?" + urlencode({"a": full_a, "b": full_b}))
     diff = await backend.diff(_split_ref(a), _split_ref(b))
     changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
     return render_page(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
@@ -363,27 +401,45 @@ async def cancel_action(request: Request, backend: UIBackend) -> Response:
 
 
 def _answer_of(form: Mapping[str, str]) -> Any:
-    """The answer a form gives: its JSON text when filled in, else the approval choice (and comment), else text."""
+    """The answer a form gives: continue (a stop before/after a node), the Approve/Reject button pressed (with its
+    comment), the JSON text when filled in, the choice, the object of the payload's fields, else the text."""
     if form.get("continue"):
         return NO_ANSWER
+    choice = form.get("approved")
+    if choice in ("true", "false") and not form.get("as_json"):
+        comment = form.get("comment", "").strip()
+        answer: dict[str, Any] = {"approved": choice == "true"}
+        if comment:
+            answer["comment"] = comment
+        return answer
     raw = form.get("json", "").strip()
     if raw:
         try:
             return json.loads(raw)
         except json.JSONDecodeError as exc:
             raise UIError(f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    choice = form.get("approved")
-    if choice in ("true", "false"):
-        comment = form.get("comment", "").strip()
-        answer: dict[str, Any] = {"approved": choice == "true"}
-        if comment:
-            answer["comment"] = comment
-        return answer
     if "choice" in form:
         return form["choice"]
+    fields = {k.removeprefix("answer."): v for k, v in form.items() if k.startswith("answer.")}
+    if fields:
+        return _object_of(fields, form)
     if "text" in form and form["text"].strip():
         return form["text"]
     raise UIError("choose an answer (or write it as JSON)")
+
+
+def _object_of(fields: Mapping[str, str], form: Mapping[str, str]) -> dict[str, Any]:
+    """The object an interrupt's field form answers: text fields as text, the others parsed as JSON."""
+    out: dict[str, Any] = {}
+    for name, text in fields.items():
+        if form.get(f"kind.{name}") == "text":
+            out[name] = text.replace("\r\n", "\n")
+            continue
+        try:
+            out[name] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UIError(f"field {name!r} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    return out
 
 
 async def answer_action(request: Request, backend: UIBackend) -> Response:

@@ -19,6 +19,7 @@ a server restart ends every session. An ``Authorization: Bearer`` header works t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -30,7 +31,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.auth import Tokens
 from graphckpt.server.errors import ApiError
-from graphckpt.server.records import RunInfo, RunRequest
+from graphckpt.server.records import PendingThread, RunInfo, RunRequest
 from graphckpt.server.ui.data import CheckpointPage, LocalBackend, StepRow, ThreadView
 
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ __all__ = ["SESSION", "LoginRequired", "ServiceBackend", "Sessions", "namespace_
 SESSION = "graphckpt_session"
 """The UI's session cookie (a random id this process maps to the caller's token)."""
 
-RUN_WAIT = 60.0
-"""How long a fork's run or an answer is awaited (at most) before the page is shown anyway (it then grows live)."""
+CLAIM_WAIT = 5.0
+"""How long a resume or an answer waits (at most) for its run to claim the thread; the run is never awaited."""
 
 
 class LoginRequired(Exception):
@@ -143,6 +144,15 @@ class ServiceBackend(LocalBackend):
         self._check(thread_id)
         return await super().thread_view(thread_id)
 
+    async def created_thread(self, thread_id: str) -> Mapping[str, Any] | None:
+        """The thread ``POST /threads`` created that has no checkpoint yet: its graph, metadata and creation time."""
+        self._check(thread_id)
+        found = await self.service.find("", thread_id)  # the UI names stored ids
+        if isinstance(found, PendingThread):
+            created = dt.datetime.fromtimestamp(found.created_at, dt.UTC)
+            return {"thread_id": thread_id, "graph": found.graph_id, "metadata": found.metadata, "created": created}
+        return None
+
     async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage:
         self._check(thread_id)
         return await super().checkpoint_page(thread_id, checkpoint_id)
@@ -169,7 +179,7 @@ class ServiceBackend(LocalBackend):
         return status == "running" and cancelled and not self.service.runs.active(thread_id)
 
     def _owner(self, thread_id: str, record: Any) -> str | None:
-        if self.service.runs.active(thread_id):
+        if self.service.runs.active(thread_id) and getattr(record, "status", None) == "running":
             return "this server"
         return super()._owner(thread_id, record)
 
@@ -193,8 +203,7 @@ class ServiceBackend(LocalBackend):
             new_thread_id = f"{self.ns}/{new_thread_id}"
         app, tags = await self._app_for(thread_id, "fork")
         snap = await app.afork(thread_id, checkpoint_id, update=update or None, new_thread_id=new_thread_id, tags=tags)
-        run = await self._submit(snap.thread_id, "fork")
-        await self._bounded(run)
+        await self._submit(snap.thread_id, "fork")  # queued: the new branch's page (running, unclaimed) follows it
         return snap.thread_id
 
     async def resume(self, thread_id: str) -> None:
@@ -214,7 +223,8 @@ class ServiceBackend(LocalBackend):
                 f"thread {thread_id!r} has no open interrupt {interrupt_id!r} (open: {', '.join(ids) or 'none'})"
             )
         value = answer if answer is NO_ANSWER or len(ids) == 1 else {interrupt_id: answer}
-        await self._bounded(await self._submit(thread_id, "answer", value))
+        before = await self.reader.athread(thread_id)
+        await self._claimed(thread_id, before, await self._submit(thread_id, "answer", value))
 
     async def cancel(self, thread_id: str) -> None:
         """Cancel the thread's runs in this server, then record the cancel in the thread's record: a checkpoint of
@@ -228,8 +238,10 @@ class ServiceBackend(LocalBackend):
         return None
 
     async def _claimed(self, thread_id: str, before: ThreadInfo, run: RunInfo) -> None:
+        """Wait (at most :data:`CLAIM_WAIT`) until ``run`` claimed the thread or ended: the page shown next then
+        follows it live (a thread still ``interrupted`` would not)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5.0
+        deadline = loop.time() + CLAIM_WAIT
         while not run.done.is_set() and loop.time() < deadline:
             now = await self.reader.athread(thread_id)
             if now.status != before.status or now.head != before.head:
@@ -238,14 +250,6 @@ class ServiceBackend(LocalBackend):
             if ended is not None and ended.finished:
                 return
             await asyncio.sleep(0.01)
-
-    async def _bounded(self, run: RunInfo) -> None:
-        """Wait (at most :data:`RUN_WAIT`) for ``run`` to end: through the executor's ``join`` (a queue's run info
-        is a snapshot, its ``done`` is never set later)."""
-        try:
-            await asyncio.wait_for(self.service.runs.join(run.run_id), RUN_WAIT)
-        except TimeoutError:
-            return
 
 
 # -- the routes only the server has: login, the live stream of a thread ------------------------------------------------

@@ -60,5 +60,15 @@
     if (target !== url) { open(target); }
   }
 
-  document.addEventListener("DOMContentLoaded", follow);
+  // a call in flight: its elapsed time (the server's, at render) goes on counting between two refreshes
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll(".elapsed[data-elapsed]").forEach(function (el) {
+      if (!el.dataset.t0) { el.dataset.t0 = String(now); }
+      var s = parseFloat(el.dataset.elapsed) + (now - parseFloat(el.dataset.t0)) / 1000;
+      el.textContent = "running " + s.toFixed(1) + " s";
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { follow(); setInterval(tick, 500); });
 })();
