@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from support.serving import Served
+from support.waiting import wait_for
 
 COUNTER = ["support.server_graphs:counter"]
 TOKENS = {"GRAPHCKPT_TOKENS": "tok-a=alice,tok-b=bob"}
@@ -34,7 +35,12 @@ def test_unicode_ids_are_encoded_in_location_and_control_characters_refused(serv
             assert r.status_code == 200, (tid, r.status_code, r.text)
             assert r.headers["location"].isascii() and "/runs/" in r.headers["location"]
             assert httpx.URL(r.headers["location"]).path.split("/")[2] == tid  # decodes back to the id
-        before = client.post("/threads/search", json={"limit": 100}).json()
+
+        def settled() -> Any:  # the three runs ended: the listing no longer changes by itself
+            found = client.post("/threads/search", json={"limit": 100}).json()
+            return found if len(found) == 3 and all(t["status"] == "idle" for t in found) else None
+
+        before = wait_for(settled, 60, what="the three runs to end")
     for raw_id in (b"a%0D%0Ab", b"a%00b", b"a%0Ab", b"a%7Fb"):
         body = b'{"input": {"limit": 1}}'
         head = b"POST /threads/" + raw_id + b"/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
