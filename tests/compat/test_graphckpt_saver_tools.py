@@ -1,7 +1,7 @@
 """graphckpt's own tools on threads a LangGraph graph wrote through GraphckptSaver: the CLI (``threads``, ``show``,
-``history``, ``history --tree``, ``diff``, ``export`` then ``import``) as a subprocess, and the server's
-``GET /threads/{id}/state`` and ``/history``, on a SQLite file written by a real LangGraph graph. What they report is
-compared with what LangGraph itself reports for the same thread (values, next nodes)."""
+``history``, ``history --tree``, ``diff``, ``export`` then ``import``) as a subprocess, the server's
+``GET /threads/{id}/state`` and ``/history`` and the web UI's thread and checkpoint pages, on a SQLite file written by
+a real LangGraph graph. What they report is compared with what LangGraph itself reports (values, next nodes)."""
 
 from __future__ import annotations
 
@@ -209,5 +209,11 @@ def test_server_state_and_history_of_a_langgraph_thread(written: dict[str, Any],
             assert [h["checkpoint"]["checkpoint_id"] for h in found] == [_cid(s) for s in main]
             assert [h["next"] for h in found] == [list(s.next) for s in main]
             assert [_shown(h["values"]) for h in found] == [_plain(s.values) for s in main]
+            page = client.get("/ui/threads/t1")  # the web UI's thread page, then its head checkpoint's
+            assert page.status_code == 200, page.text
+            assert _cid(main[0])[:12] in page.text and _cid(written["before_a"])[:12] in page.text
+            page = client.get(f"/ui/threads/t1@{_cid(main[0])}")
+            assert page.status_code == 200, page.text
+            assert "after b" in page.text
     finally:
         server.stop()
