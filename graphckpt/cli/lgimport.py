@@ -24,8 +24,8 @@ def add_parser(command: Any) -> None:
         "through graphckpt's LangGraph checkpointer (GraphckptSaver), so the same graphs continue on it with "
         "compile(checkpointer=GraphckptSaver...). Values are read by LangGraph's serializer restricted to its safe "
         "types (messages, Send, Interrupt, Command, dates, ...) plus the classes given with --allow; any other type "
-        "stops the import, naming it. Needs the langgraph extra (pip install 'graphckpt[langgraph]' "
-        "langgraph-checkpoint-sqlite). Reports threads, checkpoints and bytes before and after.",
+        "stops the import, naming it. Needs the langgraph extra (pip install 'graphckpt[langgraph]'). Reports "
+        "threads, checkpoints and bytes before and after.",
     )
     p.add_argument("source", metavar="SOURCE", help="the LangGraph SQLite file (a path or sqlite:///path)")
     p.add_argument(

@@ -112,7 +112,12 @@ def import_langgraph(
 ) -> ImportReport:
     """Copy every thread of LangGraph SqliteSaver file ``source`` into ``target`` (a
     :class:`~graphckpt.compat.langgraph.GraphckptSaver`, which must know the ``allow`` types too)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
+    except ImportError:
+        raise GraphckptError(
+            "import-langgraph needs langgraph-checkpoint-sqlite: pip install 'graphckpt[langgraph]'"
+        ) from None
 
     path = Path(source)
     if not path.is_file():
