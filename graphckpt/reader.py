@@ -18,15 +18,18 @@ reports the same checkpoints, frontiers and metadata as an ``App`` over the same
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import pydantic
 
-from graphckpt.codec import Body, Codec
+from graphckpt.codec import Body, Codec, Loose
+from graphckpt.compat._lgread import CompatBody, compat_body, compat_history_ranges, compat_ranges, fold_compat
+from graphckpt.errors import CorruptCheckpointError
 from graphckpt.reads import Reader
-from graphckpt.savers.base import Saver, StoredCheckpoint
+from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint
 from graphckpt.serde import Serializer
 from graphckpt.state import Channel, StateSchema
 from graphckpt.store import ThreadStore
@@ -132,10 +135,53 @@ class RawSchema(StateSchema):
 
 
 class RawCodec(Codec):
-    """The codec over :class:`RawSchema`: models read as dicts, no migrations, nothing dropped, no defaults."""
+    """The codec over :class:`RawSchema`: models read as dicts, no migrations, nothing dropped, no defaults.
+
+    It also reads checkpoints a LangGraph graph stored through :class:`graphckpt.compat.langgraph.GraphckptSaver`
+    (their own body format, dispatched to :mod:`graphckpt.compat._lgread`), so every tool reads those threads too."""
 
     def __init__(self) -> None:
         super().__init__(RawSchema(), Serializer(raw=True), version=1 << 30, snapshot_every=1)
+        self._plain = Serializer(raw=True)
+
+    def decode_body(self, cp: StoredCheckpoint) -> Body:
+        try:
+            found = compat_body(self._plain, cp)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._corrupt(cp, f"checkpoint body has the wrong shape ({exc})") from None
+        return found if found is not None else super().decode_body(cp)
+
+    def ranges(self, step: int, body: Body) -> list[BlobRange]:
+        return compat_ranges(step, body) if isinstance(body, CompatBody) else super().ranges(step, body)
+
+    def history_ranges(
+        self, oldest: StoredCheckpoint, old: Body, newest: StoredCheckpoint, new: Body
+    ) -> list[BlobRange]:
+        if isinstance(old, CompatBody) and isinstance(new, CompatBody):
+            return compat_history_ranges(newest, old, new)
+        return super().history_ranges(oldest, old, newest, new)
+
+    async def load_values(
+        self, saver: Saver, cp: StoredCheckpoint, body: Body, *, loose: Loose | None = None
+    ) -> dict[str, Any]:
+        if not isinstance(body, CompatBody):
+            return await super().load_values(saver, cp, body, loose=loose)
+        ranges = self.ranges(cp.step, body)
+        return self.fold_many([(cp, body)], await saver.get_blobs(ranges) if ranges else [])[0]
+
+    def fold_many(self, items: Sequence[tuple[StoredCheckpoint, Body]], blobs: Sequence[Blob]) -> list[dict[str, Any]]:
+        engine = [k for k, (_, body) in enumerate(items) if not isinstance(body, CompatBody)]
+        folded = iter(super().fold_many([items[k] for k in engine], blobs) if engine else [])
+        out = []
+        for cp, body in items:
+            if isinstance(body, CompatBody):
+                try:
+                    out.append(fold_compat(functools.partial(self._loads, cp), cp, body, blobs))
+                except CorruptCheckpointError as exc:
+                    raise self._corrupt(cp, str(exc)) from None
+            else:
+                out.append(next(folded))
+        return out
 
     def upgrade(
         self, cp: StoredCheckpoint, body: Body, stored: dict[str, Any], unfoldable: Sequence[str] = ()

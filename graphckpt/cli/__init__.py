@@ -50,7 +50,7 @@ answer: resume it again with --answer JSON), 130 stopped by Ctrl-C, 143 stopped 
 
 _DB_HELP = "SQLite path or postgresql:// URL, with ?schema=NAME for a schema (env GRAPHCKPT_DB)"
 
-CREATING_COMMANDS = frozenset({"run", "import", "submit", "worker", "cron"})
+CREATING_COMMANDS = frozenset({"run", "import", "submit", "worker", "cron", "import-langgraph"})
 """The commands that may create the database (SQLite file, PostgreSQL schema and tables); the others need it."""
 
 
@@ -394,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     from graphckpt.cli.serve import add_parser as add_serve
 
     add_lifecycle(command, positive_int)
+    from graphckpt.cli.lgimport import add_parser as add_lgimport  # wave3 issue 27
+
+    add_lgimport(command)
 
     add_serve(sub, common)
     return parser

@@ -27,6 +27,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.cli import lifecycle
 from graphckpt.cli.cron import cmd_cron
 from graphckpt.cli.exits import WAITING
+from graphckpt.cli.lgimport import cmd_import_langgraph
 from graphckpt.cli.output import prices_of as _prices
 from graphckpt.cli.output import print_json as _print_json
 from graphckpt.cli.output import renderer as _render
@@ -560,4 +561,5 @@ SYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": cmd_graph,
     "demo": cmd_demo,
     "serve": cmd_serve,
+    "import-langgraph": cmd_import_langgraph,  # wave3 issue 27
 }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphckpt import ids
+from graphckpt.compat._lgread import COMPAT_RUN_ID
 from graphckpt.compat._lgvalues import (
     Body,
     ValueCache,
@@ -30,7 +31,7 @@ from graphckpt.serde import Serializer
 
 __all__ = ["RUN_ID", "Loaded", "Store"]
 
-RUN_ID = "langgraph"
+RUN_ID = COMPAT_RUN_ID
 """The ``run_id`` every member thread is created with: the compat saver's writes pass the fence while no graphckpt
 run claimed the thread."""
 

@@ -16,10 +16,12 @@ from typing import Any
 
 from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
+from graphckpt.compat._lgread import is_compat
 from graphckpt.diff import Diff
 from graphckpt.encryption import encrypted
 from graphckpt.erase import refuse_forked
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
+from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
 from graphckpt.server.auth import api_id, store_id
@@ -29,7 +31,7 @@ from graphckpt.server.events.log import EventLog, Feed
 from graphckpt.server.execution.base import RunExecutor
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import PendingThread, user_metadata
-from graphckpt.store import lineage_segments
+from graphckpt.store import ThreadStore, lineage_segments
 
 __all__ = ["NO_END", "Service"]
 
@@ -50,6 +52,8 @@ class Service:
         self.pending: dict[str, PendingThread] = {}
         self.tasks: set[asyncio.Future[None]] = set()
         """Work a request left to finish after its answer (a stateless run's cleanup), held until it is done."""
+        self._raw = ThreadStore(self.saver, RawCodec())
+        """Reads threads a LangGraph graph wrote through the compat saver (values as plain data)."""
         self.log = EventLog(graphs, hub)
         self.feed = Feed(self.log, hub, runs.active, self._cancelled, self._checkpoint_state)
 
@@ -191,12 +195,16 @@ class Service:
         self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None
     ) -> Snapshot:
         record = await self.record(ns, thread_id)
+        if is_compat(record):  # a LangGraph graph's thread (GraphckptSaver): read without a graphckpt graph
+            return await self._raw.state(record.thread_id, checkpoint_id, step)
         return await self.graphs.app_of(record).aget_state(record.thread_id, checkpoint_id, step=step)
 
     async def history(
         self, ns: str, thread_id: str, *, limit: int, before: str | None, filter: Mapping[str, Any] | None
     ) -> list[Snapshot]:
         record = await self.record(ns, thread_id)
+        if is_compat(record):
+            return await self._raw.history(record.thread_id, limit=limit, before=before, filter=filter)
         return await self.graphs.app_of(record).ahistory(record.thread_id, limit=limit, before=before, filter=filter)
 
     async def fork(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphckpt.codec import Body, Codec
+from graphckpt.compat._lgread import CompatBody
 from graphckpt.errors import CorruptCheckpointError
 from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Blob, Status, StoredCheckpoint, StoredWrite, WriteKind
@@ -230,6 +231,12 @@ def _checked_body(cp: StoredCheckpoint, codec: Codec, where: str) -> Body:
         check.text(name, f"a channel name in the body of {where}")
         if not 0 <= base <= step or deltas < 0:
             raise ValueError(f"the body of {where} has channel {cut(name)} at step {base} (+{deltas})")
+    if isinstance(body, CompatBody):  # a LangGraph checkpoint (compat saver): each blob is one its body points at
+        for blob in blobs:
+            check.decode(blob.data, f"blob {cut(blob.channel)} of {where}", loads)
+            if not body.points_at(blob.channel, step):
+                raise ValueError(f"blob {cut(blob.channel)} of {where} is not one its body points at")
+        return body
     for blob in blobs:
         value = check.decode(blob.data, f"blob {cut(blob.channel)} of {where}", loads)
         entry_ = body.channels.get(blob.channel)
