@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
@@ -75,9 +75,21 @@ def compat_body(plain: Serializer, cp: StoredCheckpoint) -> CompatBody | None:
     return CompatBody(tasks=tasks, channels=channels, lineage=list(lg.lineage), lg=lg)
 
 
+class ThreadSource(Protocol):
+    """What reads a thread's record: a saver, or a :class:`~graphckpt.store.ThreadStore`."""
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None: ...
+
+
 def is_compat(record: ThreadRecord) -> bool:
     """``record`` is a member thread the compat saver wrote (and no graphckpt run claimed since)."""
     return record.run_id == COMPAT_RUN_ID
+
+
+async def written_by_langgraph(saver: ThreadSource, thread_id: str) -> bool:
+    """A LangGraph graph wrote the thread (GraphckptSaver): no served graph reads it, the raw reader does."""
+    record = await saver.get_thread(thread_id)
+    return record is not None and is_compat(record)
 
 
 def next_nodes(checkpoint: Mapping[str, Any], available: Mapping[str, Any]) -> list[str]:

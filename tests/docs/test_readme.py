@@ -49,7 +49,8 @@ def test_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block is not None
     commands = [line.split("  #")[0].strip() for line in block.group(1).strip().splitlines()]
-    assert [c.split()[1] for c in commands] == ["run", "threads", "threads", "resume", "history", "show", "fork", "diff", "export"]
+    names = ["run", "threads", "threads", "resume", "history", "show", "fork", "diff", "export"]
+    assert [c.split()[1] for c in commands] == names
     env = {**os.environ, "PYTHONPATH": str(README.parent), "NO_COLOR": "1"}
     env.pop("GRAPHCKPT_DB", None)
     cli = f"{shlex.quote(sys.executable)} -m graphckpt"

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from graphckpt.app import App
 from graphckpt.audit import Prices
 from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
-from graphckpt.compat._lgread import is_compat
+from graphckpt.compat._lgread import written_by_langgraph
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
 from graphckpt.errors import GraphckptError
@@ -382,7 +382,7 @@ class LocalBackend:
     async def checkpoint_page(self, thread_id: str, checkpoint_id: str) -> CheckpointPage:
         info = await self.reader.athread(thread_id)
         graph_ref = graph_of(metadata_of(info))
-        app = None if await self._compat(thread_id) else self._app_or_none(graph_ref)
+        app = None if await written_by_langgraph(self.reader.store, thread_id) else self._app_or_none(graph_ref)
         reading: App | RawReader = app if app is not None else self.reader  # the schema fills defaults in
         snap = await reading.aget_state(thread_id, checkpoint_id)
         values = _plain(snap.values)
@@ -419,7 +419,7 @@ class LocalBackend:
         """Through the graph's schema when both threads record the same loaded graph (a field at its default is a
         value, not a missing one), else schema-free."""
         ga, gb = [graph_of(metadata_of(await self.reader.athread(t))) for t, _ in (a, b)]
-        app = self._app_or_none(ga) if ga == gb and not await self._compat(a[0]) else None
+        app = self._app_or_none(ga) if ga == gb and not await written_by_langgraph(self.reader.store, a[0]) else None
         return await (app.adiff(a, b) if app is not None else self.reader.adiff(a, b))
 
     async def inbox(self) -> list[InterruptItem]:
@@ -446,11 +446,6 @@ class LocalBackend:
         return items
 
     # -- running ------------------------------------------------------------------------------------------------------
-
-    async def _compat(self, thread_id: str) -> bool:
-        """A LangGraph graph wrote the thread (GraphckptSaver): no served graph reads it, the raw reader does."""
-        record = await self.reader.store.get_thread(thread_id)
-        return record is not None and is_compat(record)
 
     def _app_or_none(self, graph_ref: str | None) -> App | None:
         if graph_ref is None:
