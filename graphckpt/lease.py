@@ -10,7 +10,9 @@ heartbeat that keeps a run's lease alive.
 - :class:`Heartbeat`: a run's lease, renewed by a background task every third of the lease, never on the super-step's
   path. Before a node or an effect starts, :meth:`Heartbeat.check` costs nothing while the lease is known to be
   fresh; when the process was paused past its lease (SIGSTOP, a long GC, a suspended laptop) it renews first, and a
-  lease taken over meanwhile raises :class:`~graphckpt.errors.LeaseLostError` before anything runs.
+  lease taken over meanwhile raises :class:`~graphckpt.errors.LeaseLostError` before anything runs. A worker's run
+  (:meth:`Heartbeat.watch`) also loses its lease when its queued run is no longer ``running`` under its fence (a
+  sweeper re-queued it after a late heartbeat): the heartbeat then fails instead of renewing the thread's lease.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import logging
 import math
 import os
 import time
+from typing import TYPE_CHECKING
 
 from graphckpt import ids
 from graphckpt.errors import LeaseLostError, ThreadNotFoundError
 from graphckpt.savers._owners import host, identity
 from graphckpt.savers.base import Owner, Saver
+
+if TYPE_CHECKING:
+    from graphckpt.savers.queue import RunQueue
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "LEASE_ENV", "Heartbeat", "expire_dead", "lease_seconds", "owner"]
 
@@ -91,6 +97,15 @@ class Heartbeat:
         """Monotonic time until which the lease certainly holds without asking (a margin for clock steps)."""
         self.lost: LeaseLostError | None = None
         self._task: asyncio.Task[None] | None = None
+        self._queued: tuple[RunQueue, str] | None = None
+        self.requeued = False
+        """The lease was lost because a sweeper re-queued this claim's run (see :meth:`watch`)."""
+
+    def watch(self, queue: RunQueue, queued_run: str) -> None:
+        """This lease is the claim of ``queued_run`` in ``queue`` (fenced by this run id): each renewal first checks
+        that the run is still ``running`` under that fence, so a run a sweeper re-queued (its lease had lapsed) does
+        not keep its thread's lease alive: the heartbeat raises :class:`LeaseLostError` instead."""
+        self._queued = (queue, queued_run)
 
     def start(self) -> None:
         if self._task is None:
@@ -103,7 +118,7 @@ class Heartbeat:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if release and self.lost is None:
+        if release and (self.lost is None or self.requeued):  # a re-queued run's claim still holds the thread
             with contextlib.suppress(Exception):  # the lease expires by itself if the store is unreachable now
                 await self.saver.release(self.thread_id, run_id=self.run_id)
 
@@ -122,6 +137,18 @@ class Heartbeat:
     async def renew(self) -> None:
         until = ids.now() + self.seconds
         started = time.monotonic()
+        if self._queued is not None:
+            queue, queued_run = self._queued
+            record = await queue.get_run(queued_run)
+            if record is None or record.fence != self.run_id:  # (a run this claim ended keeps its fence)
+                self.requeued = True
+                state = "gone" if record is None else f"{record.status} (attempt {record.attempt})"
+                self.lost = LeaseLostError(
+                    f"run {queued_run} of thread {self.thread_id!r} is {state}, no longer this claim's: its lease "
+                    "lapsed and a sweeper re-queued it",
+                    thread_id=self.thread_id,
+                )
+                raise self.lost
         try:
             await self.saver.heartbeat(self.thread_id, run_id=self.run_id, lease_until=until)
         except (LeaseLostError, ThreadNotFoundError) as exc:

@@ -200,17 +200,26 @@ async def cancel(queue: RunQueue, run_id: str) -> bool:
 
 async def begin_queued(
     options: begin.RunOptions, runner: NodeRunner | None, run: RunRecord, fence: str, tags: Mapping[str, Any]
-) -> Run:
+) -> Run | None:
     """A queued run's engine run (for :class:`~graphckpt.worker.Worker`), claimed with ``fence``, with the
     recursion limit it was submitted with: its input starts the thread, unless an earlier attempt of this run
     already committed it (then it resumes); its answer answers the open interrupt, unless an earlier attempt of this
-    run already recorded it (then it resumes without one)."""
+    run already recorded it (then it resumes without one).
+
+    ``None``: nothing to run, the run ended ``interrupted``. A retry (its earlier attempt's lease lapsed, say on a
+    loaded machine, and a sweeper re-queued the run while that attempt still ran) that finds the thread stopped
+    ``interrupted`` by a step of this very run: that attempt got as far as an interrupt, which waits for an answer
+    (a new run's); answering it with this run's input or answer again would be wrong, so the run ends as the
+    attempt did."""
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
-    if run.kind == "input" and run.attempt > 1:
+    if run.attempt > 1:
         record = await options.store.get_thread(run.thread_id)
         old = record.metadata.get("tags") if record is not None else None
-        if isinstance(old, Mapping) and old.get("run") == run.run_id:  # its input step is committed
+        ours = isinstance(old, Mapping) and old.get("run") == run.run_id  # a step of this run is committed
+        if ours and record is not None and record.status == "interrupted":
+            return None
+        if run.kind == "input" and ours:  # its input step is committed
             return await begin.resume(
                 options, run.thread_id, NO_ANSWER, limit, tags, runner, streamed=True, run_id=fence
             )

@@ -235,6 +235,10 @@ class Worker:
         try:
             tags = await self._tags(app, run)
             engine = await begin_queued(app.run_options, app.runner, run, fence, tags)
+            if engine is None:  # an earlier attempt of this run stopped the thread interrupted: it ends so
+                raise _Stopped("interrupted")
+            if engine.lease is not None:  # a sweeper that re-queues this run ends this attempt's lease
+                engine.lease.watch(self.queue, run.run_id)
             first_step = engine.step
             for hook in self.on_begin:
                 hook(run, engine)
@@ -251,6 +255,8 @@ class Worker:
             end = _ended(engine.status)
             if engine.status == "running":
                 end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
+        except _Stopped as stopped:
+            end = stopped.status
         except asyncio.CancelledError:
             if run.run_id not in self._killed:  # not our cancel (the loop shuts down): the lease expires, re-queued
                 raise
@@ -408,6 +414,14 @@ def hold_many(apps: Any, runs: int) -> Callable[[], None]:
         held[0] -= runs
 
     return release
+
+
+class _Stopped(Exception):
+    """A claimed run with nothing to run: it ends ``status`` (see :func:`~graphckpt.runs.begin_queued`)."""
+
+    def __init__(self, status: RunStatus) -> None:
+        super().__init__(status)
+        self.status: RunStatus = status
 
 
 def _ended(status: str) -> RunStatus:

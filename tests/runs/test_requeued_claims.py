@@ -1,0 +1,140 @@
+"""A run re-queued by a sweeper while its attempt still ran (its lease lapsed on a loaded machine), every saver, the
+states driven directly (no timing: leases of 10 minutes, the sweep called with a clock an hour ahead):
+
+- the attempt went on to stop the thread ``interrupted``: the retry ends the run ``interrupted`` (as that attempt
+  did), it does not fail with "waiting for an answer"; an answer then finishes the thread;
+- the attempt's next heartbeat fails (:class:`LeaseLostError`) instead of renewing the thread's lease, the attempt
+  stops before its next node and gives the thread up, and the retry finishes the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, TypedDict
+
+import pytest
+from support.waiting import await_for
+
+from graphckpt import END, START, StateGraph, Worker, ids, lease
+from graphckpt.errors import LeaseLostError
+from graphckpt.runs import begin_queued
+from graphckpt.savers.base import Saver
+
+LEASE = 600.0
+HOUR = 3600.0
+
+
+class S(TypedDict):
+    n: int
+    said: str
+
+
+def _asking() -> StateGraph:
+    graph = StateGraph(S)
+    graph.add_node("first", lambda s: {"n": s["n"] + 1})
+    graph.add_node("ask", lambda s, ctx: {"said": str(ctx.interrupt("ok?"))})
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "ask")
+    graph.add_edge("ask", END)
+    return graph
+
+
+async def _claim(saver: Saver, run_id: str) -> tuple[Any, str]:
+    queue: Any = saver
+    fence = ids.new_id()
+    claimed = await queue.claim_run(lease.owner(), graphs=["g"], fence=fence, lease_until=ids.now() + LEASE)
+    assert claimed is not None and claimed.run_id == run_id
+    return claimed, fence
+
+
+async def _work_until(saver: Saver, app: Any, run_id: str, *statuses: str) -> Any:
+    queue: Any = saver
+    worker = Worker({"g": app}, poll=0.05)
+    loop = asyncio.ensure_future(worker.run())
+    try:
+
+        async def ended() -> bool:
+            return (await queue.get_run(run_id)).status in statuses
+
+        await await_for(ended, 60, what=f"run {run_id} to end {statuses}")
+    finally:
+        worker.stop()
+        await loop
+    return await queue.get_run(run_id)
+
+
+async def test_a_retry_after_the_attempt_stopped_interrupted_ends_interrupted(saver: Saver) -> None:
+    app = _asking().compile(saver=saver, lease_seconds=LEASE)
+    queue: Any = saver
+    run = await app.asubmit({"n": 0, "said": ""}, thread_id="t", graph="g")
+    claimed, fence = await _claim(saver, run.run_id)
+    engine = await begin_queued(app.run_options, app.runner, claimed, fence, {"graph": "g", "run": run.run_id})
+    assert engine is not None
+    async with contextlib.aclosing(engine.steps()) as steps:
+        await anext(steps)  # the input step is committed
+        assert await queue.requeue_expired(ids.now() + HOUR) == 1  # the sweeper: its lease looked lapsed
+        assert (await queue.get_run(run.run_id)).status == "queued"
+        async for _ in steps:  # the attempt goes on and stops at the interrupt
+            pass
+    assert engine.status == "interrupted"
+    await queue.finish_run(run.run_id, fence=fence, status="interrupted")  # its fence moved: changes nothing
+    assert (await queue.get_run(run.run_id)).status == "queued"
+
+    ended = await _work_until(saver, app, run.run_id, "interrupted", "failed", "done")
+    assert (ended.status, ended.error, ended.attempt) == ("interrupted", None, 2)
+    state = await app.aget_state("t")
+    assert state.values == {"n": 1, "said": ""}
+    assert [i.payload for i in state.interrupts] == ["ok?"]
+
+    answer = await app.asubmit(thread_id="t", resume=True, answer="yes", graph="g")
+    assert (await _work_until(saver, app, answer.run_id, "done", "failed")).status == "done"
+    assert (await app.aget_state("t")).values == {"n": 1, "said": "yes"}
+    assert len(await queue.list_runs(thread_id="t")) == 2
+
+
+async def test_a_late_heartbeat_of_a_requeued_run_loses_the_lease(saver: Saver) -> None:
+    gate = asyncio.Event()
+    engines: list[Any] = []
+
+    async def slow(s: S) -> dict[str, Any]:
+        if len(engines) == 1:  # the first attempt waits here until the test has re-queued its run
+            await gate.wait()
+        return {"n": s["n"] + 1}
+
+    graph = StateGraph(S)
+    graph.add_node("slow", slow)
+    graph.add_node("after", lambda s: {"n": s["n"] + 10})
+    graph.add_edge(START, "slow")
+    graph.add_edge("slow", "after")
+    graph.add_edge("after", END)
+    app = graph.compile(saver=saver, lease_seconds=LEASE)
+    queue: Any = saver
+    run = await app.asubmit({"n": 0, "said": ""}, thread_id="h", graph="g")
+    worker = Worker({"g": app}, poll=0.05)
+    worker.on_begin.append(lambda r, engine: engines.append(engine))
+    loop = asyncio.ensure_future(worker.run())
+    try:
+        await await_for(lambda: len(engines) == 1, 60, what="the first attempt to begin")
+        first = engines[0]
+        await first.lease.renew()  # still this claim's: renews
+        thread = await saver.get_thread("h")
+        assert thread is not None and thread.lease is not None
+        held_until = thread.lease.lease_until
+        assert await queue.requeue_expired(ids.now() + HOUR) == 1  # the sweeper, after a late heartbeat
+        with pytest.raises(LeaseLostError, match="re-queued"):
+            await first.lease.renew()
+        thread = await saver.get_thread("h")
+        assert thread is not None and thread.lease is not None and thread.lease.lease_until == held_until
+        gate.set()  # the attempt stops before its next node, gives the thread up; the retry finishes the run
+
+        async def done() -> bool:
+            return (await queue.get_run(run.run_id)).status in ("done", "failed")
+
+        await await_for(done, 60, what="the retry to finish the run")
+    finally:
+        worker.stop()
+        await loop
+    ended = await queue.get_run(run.run_id)
+    assert (ended.status, ended.attempt) == ("done", 2)
+    assert (await app.aget_state("h")).values == {"n": 11, "said": ""}
