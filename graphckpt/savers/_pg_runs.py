@@ -14,7 +14,7 @@ from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadBusyError
 from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers.base import Owner
-from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import FAIR_WINDOW, GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.savers._sealing import Sealer
@@ -49,6 +49,26 @@ RUN_SQL: dict[str, LiteralString] = {
         UPDATE {runs} u SET status = 'running', attempt = u.attempt + 1, worker = %(worker)s, fence = %(fence)s,
             lease_until = %(until)s, started_at = %(now)s
         FROM c WHERE u.run_id = c.run_id RETURNING u.*""",  # (the table's columns are in RUN_COLS order)
+    # Fair between namespaces (savers/queue.py): of the FAIR_WINDOW oldest queued runs (an index range of
+    # runs_queued_order), the oldest claimable one of the namespace with the fewest running runs; when none of them
+    # is claimable (or all are locked by other claims), claim_run takes the oldest claimable run of the whole queue.
+    "claim_fair": """WITH w AS (
+            SELECT run_id FROM {runs} WHERE status = 'queued' ORDER BY created_at, run_id LIMIT %(window)s),
+        busy AS (
+            SELECT CASE WHEN strpos(thread_id, '/') > 0 THEN split_part(thread_id, '/', 1) ELSE '' END AS ns,
+                count(*) AS n FROM {runs} WHERE status = 'running' GROUP BY 1),
+        c AS (
+            SELECT r.run_id FROM {runs} r JOIN w ON w.run_id = r.run_id
+                LEFT JOIN busy ON busy.ns = CASE WHEN strpos(r.thread_id, '/') > 0
+                    THEN split_part(r.thread_id, '/', 1) ELSE '' END
+            WHERE r.status = 'queued' AND r.graph = ANY(%(graphs)s::text[])
+                AND NOT EXISTS (SELECT 1 FROM {runs} b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+                AND NOT EXISTS (SELECT 1 FROM {threads} t WHERE t.thread_id = r.thread_id AND t.status = 'running'
+                    AND t.lease_until >= %(now)s)
+            ORDER BY coalesce(busy.n, 0), r.created_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED)
+        UPDATE {runs} u SET status = 'running', attempt = u.attempt + 1, worker = %(worker)s, fence = %(fence)s,
+            lease_until = %(until)s, started_at = %(now)s
+        FROM c WHERE u.run_id = c.run_id RETURNING u.*""",
     # Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing.
     "finish_run": """UPDATE {runs} SET status = %(status)s, error = %(error)s,
             ended_at = CASE WHEN %(status)s = 'queued' THEN NULL ELSE %(now)s END,
@@ -151,9 +171,12 @@ class PostgresRuns(RunQueue):
             "worker": owner.worker_id,
             "fence": fence,
             "until": lease_until,
+            "window": FAIR_WINDOW,
         }
         try:
-            rows = await self._fetch("claim of a queued run", "claim_run", params)
+            rows = await self._fetch("claim of a queued run", "claim_fair", params)
+            if not rows:
+                rows = await self._fetch("claim of a queued run", "claim_run", params)
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 return None  # another worker claimed a run of the same thread at the same time: try again
