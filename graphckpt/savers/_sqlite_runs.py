@@ -44,19 +44,21 @@ _NAMESPACE = "CASE WHEN instr({0}, '/') > 0 THEN substr({0}, 1, instr({0}, '/') 
 CLAIM_FAIR = (
     "UPDATE runs SET status = 'running', attempt = attempt + 1, worker = ?, fence = ?, lease_until = ?,"
     " started_at = ? WHERE run_id = ("
-    " SELECT r.run_id FROM (SELECT run_id, created_at FROM runs WHERE status = 'queued'"
-    " ORDER BY created_at, run_id LIMIT ?) AS w JOIN runs AS r ON r.run_id = w.run_id"
+    " SELECT k.run_id FROM (SELECT w.run_id, w.thread_id, w.graph FROM (SELECT run_id, thread_id, graph, created_at"
+    " FROM runs WHERE status = 'queued' ORDER BY created_at, run_id LIMIT ?) AS w"
     f" LEFT JOIN (SELECT {_NAMESPACE.format('thread_id')} AS ns, count(*) AS n FROM runs WHERE status = 'running'"
-    f" GROUP BY ns) AS busy ON busy.ns = {_NAMESPACE.format('r.thread_id')}"
-    " WHERE r.graph IN (SELECT value FROM json_each(?))"
-    " AND NOT EXISTS (SELECT 1 FROM runs AS b WHERE b.thread_id = r.thread_id AND b.status = 'running')"
-    " AND NOT EXISTS (SELECT 1 FROM threads AS t WHERE t.thread_id = r.thread_id AND t.status = 'running'"
+    f" GROUP BY ns) AS busy ON busy.ns = {_NAMESPACE.format('w.thread_id')}"
+    " ORDER BY coalesce(busy.n, 0), w.created_at, w.run_id LIMIT -1) AS k"
+    " WHERE k.graph IN (SELECT value FROM json_each(?))"
+    " AND NOT EXISTS (SELECT 1 FROM runs AS b WHERE b.thread_id = k.thread_id AND b.status = 'running')"
+    " AND NOT EXISTS (SELECT 1 FROM threads AS t WHERE t.thread_id = k.thread_id AND t.status = 'running'"
     " AND t.lease_until >= ?)"
-    f" ORDER BY coalesce(busy.n, 0), w.created_at, w.run_id LIMIT 1) RETURNING {RUN_COLUMNS}"
+    f" LIMIT 1) RETURNING {RUN_COLUMNS}"
 )
-"""Fair between namespaces (:mod:`graphckpt.savers.queue`): of the ``FAIR_WINDOW`` oldest queued runs (an index
-range of ``runs_queued_order``), the oldest claimable one of the namespace with the fewest running runs; when none
-of them is claimable, :data:`CLAIM_RUN` takes the oldest claimable run of the whole queue."""
+"""Fair between namespaces (:mod:`graphckpt.savers.queue`): the ``FAIR_WINDOW`` oldest queued runs (an index range
+of ``runs_queued_order``) sorted least busy namespace first, then oldest first (``LIMIT -1`` keeps SQLite from
+flattening it, so the claimability checks run only until the first claimable run, not on the whole window); when
+none of them is claimable, :data:`CLAIM_RUN` takes the oldest claimable run of the whole queue."""
 FINISH_RUN = (
     "UPDATE runs SET status = ?, error = ?, ended_at = CASE WHEN ? = 'queued' THEN NULL ELSE ? END,"
     " fence = CASE WHEN ? = 'queued' THEN NULL ELSE fence END,"
