@@ -6,7 +6,8 @@
 For each saver and each case a fresh store is filled with queued runs of new threads (``a/qNNNNN``; with two
 namespaces every other run is ``b/…``), 4 runs of namespace ``a`` are claimed and held (so the fair order differs
 from the plain one), and a claim (put back after it) is timed: the fair claim as shipped, and the plain oldest-first
-claim alone (the fair window set to 0). Prints the medians in ms.
+claim alone (the fair window set to 0). Prints the medians in ms. ``--analyze``: PostgreSQL's planner statistics
+taken after the fill (as autovacuum does soon after); without them both claims may sort every queued run.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _window(value: int) -> None:
         module.FAIR_WINDOW = value  # type: ignore[attr-defined]
 
 
-async def case(kind: str, size: int, namespaces: int, reps: int, tmp: Path) -> dict[str, float]:
+async def case(kind: str, size: int, namespaces: int, reps: int, tmp: Path, analyze: bool) -> dict[str, float]:
     schema = f"bench_fair_{size}_{namespaces}_{os.getpid()}"
     if kind == "postgres":
         from graphckpt.savers.postgres import PostgresSaver
@@ -58,6 +59,11 @@ async def case(kind: str, size: int, namespaces: int, reps: int, tmp: Path) -> d
         ]
         for i in range(0, size, 8):
             await asyncio.gather(*(saver.enqueue_run(r, reject_busy=False) for r in runs[i : i + 8]))
+        if analyze and kind == "postgres":  # what autovacuum does within a minute or so of the fill
+            import psycopg
+
+            with psycopg.connect(PG, autocommit=True) as conn:
+                conn.execute(f"ANALYZE {schema}.runs")  # type: ignore[arg-type]
         held = [
             await saver.claim_run(OWNER, graphs=[GRAPH], fence="held", lease_until=time.time() + 600) for _ in "1234"
         ]
@@ -85,6 +91,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--savers", default="postgres,sqlite")
     parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument("--analyze", action="store_true", help="PostgreSQL: ANALYZE the runs table after the fill")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}, nproc {os.cpu_count()}, window {FAIR_WINDOW}")
     print("| saver | namespaces | queued | fair claim, ms | plain claim, ms |\n|---|---|---|---|---|")
@@ -92,7 +99,7 @@ def main() -> int:
         for kind in args.savers.split(","):
             for namespaces in (1, 2):
                 for size in (100, 10_000):
-                    r = asyncio.run(case(kind, size, namespaces, args.reps, Path(tmp)))
+                    r = asyncio.run(case(kind, size, namespaces, args.reps, Path(tmp), args.analyze))
                     print(f"| {kind} | {namespaces} | {size:,} | {r['fair']:.2f} | {r['plain']:.2f} |", flush=True)
     return 0
 
