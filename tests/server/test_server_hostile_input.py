@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from support.serving import Served
+from support.waiting import wait_for
 
 COUNTER = ["support.server_graphs:counter"]
 TOKENS = {"GRAPHCKPT_TOKENS": "tok-a=alice,tok-b=bob"}
@@ -28,12 +29,16 @@ def _raw(server: Served, request: bytes) -> bytes:
 
 def test_unicode_ids_are_encoded_in_location_and_control_characters_refused(serve: Callable[..., Served]) -> None:
     server = serve(COUNTER)
+    runs: list[str] = []
     with httpx.Client(base_url=server.url, timeout=30) as client:
         for tid in ("线程", "🧵x", "a%b"):
             r = client.post(f"/threads/{tid}/runs", json={"input": {"limit": 1}})
             assert r.status_code == 200, (tid, r.status_code, r.text)
             assert r.headers["location"].isascii() and "/runs/" in r.headers["location"]
             assert httpx.URL(r.headers["location"]).path.split("/")[2] == tid  # decodes back to the id
+            runs.append(f"/threads/{tid}/runs/{r.json()['run_id']}")
+        for location in runs:  # the snapshot below must not race the runs' own progress
+            wait_for(lambda at=location: client.get(at).json()["status"] == "success", timeout=60, what=location)
         before = client.post("/threads/search", json={"limit": 100}).json()
     for raw_id in (b"a%0D%0Ab", b"a%00b", b"a%0Ab", b"a%7Fb"):
         body = b'{"input": {"limit": 1}}'
