@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ from graphckpt import ids
 from graphckpt.errors import ThreadBusyError
 from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers.base import Lease, Owner
-from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import FAIR_WINDOW, GRAPHLESS, RunQueue, RunRecord, RunStatus, namespace_of
 
 
 class MemoryRuns(RunQueue):
@@ -70,23 +71,33 @@ class MemoryRuns(RunQueue):
     ) -> RunRecord | None:
         now = ids.now()
         running = {r.thread_id for r in self._runs.values() if r.status == "running"}
-        for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id)):
-            if run.status != "queued" or run.graph not in graphs or run.thread_id in running:
-                continue
-            if self._live_lease(run.thread_id, now) is not None:
-                continue
-            claimed = dataclasses.replace(
-                run,
-                status="running",
-                attempt=run.attempt + 1,
-                worker=owner.worker_id,
-                fence=fence,
-                lease_until=lease_until,
-                started_at=now,
-            )
-            self._runs[run.run_id] = claimed
-            return claimed
-        return None
+        busy = Counter(namespace_of(t) for t in running)
+        queued = sorted(
+            (r for r in self._runs.values() if r.status == "queued"), key=lambda r: (r.created_at, r.run_id)
+        )
+        claimable = [
+            (rank, run)
+            for rank, run in enumerate(queued)
+            if run.graph in graphs and run.thread_id not in running and self._live_lease(run.thread_id, now) is None
+        ]
+        fair = [(busy[namespace_of(run.thread_id)], rank, run) for rank, run in claimable if rank < FAIR_WINDOW]
+        if fair:
+            run = min(fair, key=lambda item: item[:2])[2]
+        elif claimable:
+            run = claimable[0][1]
+        else:
+            return None
+        claimed = dataclasses.replace(
+            run,
+            status="running",
+            attempt=run.attempt + 1,
+            worker=owner.worker_id,
+            fence=fence,
+            lease_until=lease_until,
+            started_at=now,
+        )
+        self._runs[run.run_id] = claimed
+        return claimed
 
     async def finish_run(self, run_id: str, *, fence: str, status: RunStatus, error: str | None = None) -> None:
         run = self._runs.get(run_id)

@@ -14,7 +14,7 @@ from graphckpt import ids
 from graphckpt.errors import SaverError, ThreadBusyError
 from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers.base import Owner
-from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import FAIR_WINDOW, GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.savers._sealing import Sealer
@@ -24,6 +24,8 @@ RUN_COLS: LiteralString = (
     "run_id, thread_id, kind, status, graph, payload, attempt, worker, fence, lease_until, created_at, started_at, "
     "ended_at, error"
 )
+FAIR_PICKS = 16
+"""How many runs of the fair order a claim tries (locked by other claims meanwhile: the next)."""
 RUN_SQL: dict[str, LiteralString] = {
     # multitask="reject": a thread with a queued or running run is busy (checked in the enqueue's statement: the
     # insert happens only when none exists; a live lease is checked by the caller first).
@@ -49,6 +51,33 @@ RUN_SQL: dict[str, LiteralString] = {
         UPDATE {runs} u SET status = 'running', attempt = u.attempt + 1, worker = %(worker)s, fence = %(fence)s,
             lease_until = %(until)s, started_at = %(now)s
         FROM c WHERE u.run_id = c.run_id RETURNING u.*""",  # (the table's columns are in RUN_COLS order)
+    # Fair between namespaces (savers/queue.py), in two statements so that each stays an indexed read. "fair_order":
+    # of the FAIR_WINDOW oldest queued runs (an index range of runs_queued_order, no lock), the claimable ones of the
+    # worker's graphs, the least busy namespace first, oldest first, the first FAIR_PICKS of them. "claim_among": the
+    # first of those still claimable (rechecked: the order was read without locks), as claim_run; when none is (all
+    # claimed or locked meanwhile, or none in the window), claim_run takes the oldest claimable run of the queue.
+    "fair_order": """WITH w AS (
+            SELECT run_id, thread_id, graph, created_at FROM {runs} WHERE status = 'queued'
+            ORDER BY created_at, run_id LIMIT %(window)s),
+        busy AS (
+            SELECT CASE WHEN strpos(thread_id, '/') > 0 THEN split_part(thread_id, '/', 1) ELSE '' END AS ns,
+                count(*) AS n FROM {runs} WHERE status = 'running' GROUP BY 1)
+        SELECT w.run_id FROM w LEFT JOIN busy ON busy.ns = CASE WHEN strpos(w.thread_id, '/') > 0
+                THEN split_part(w.thread_id, '/', 1) ELSE '' END
+        WHERE w.graph = ANY(%(graphs)s::text[])
+            AND NOT EXISTS (SELECT 1 FROM {runs} b WHERE b.thread_id = w.thread_id AND b.status = 'running')
+            AND NOT EXISTS (SELECT 1 FROM {threads} t WHERE t.thread_id = w.thread_id AND t.status = 'running'
+                AND t.lease_until >= %(now)s)
+        ORDER BY coalesce(busy.n, 0), w.created_at, w.run_id LIMIT %(picks)s""",
+    "claim_among": """WITH c AS (
+            SELECT r.run_id FROM {runs} r WHERE r.run_id = ANY(%(picks)s::text[]) AND r.status = 'queued'
+                AND NOT EXISTS (SELECT 1 FROM {runs} b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+                AND NOT EXISTS (SELECT 1 FROM {threads} t WHERE t.thread_id = r.thread_id AND t.status = 'running'
+                    AND t.lease_until >= %(now)s)
+            ORDER BY array_position(%(picks)s::text[], r.run_id) LIMIT 1 FOR UPDATE OF r SKIP LOCKED)
+        UPDATE {runs} u SET status = 'running', attempt = u.attempt + 1, worker = %(worker)s, fence = %(fence)s,
+            lease_until = %(until)s, started_at = %(now)s
+        FROM c WHERE u.run_id = c.run_id RETURNING u.*""",
     # Only the claim holding the fence ends (or re-queues) its run: a zombie changes nothing.
     "finish_run": """UPDATE {runs} SET status = %(status)s, error = %(error)s,
             ended_at = CASE WHEN %(status)s = 'queued' THEN NULL ELSE %(now)s END,
@@ -151,9 +180,17 @@ class PostgresRuns(RunQueue):
             "worker": owner.worker_id,
             "fence": fence,
             "until": lease_until,
+            "window": FAIR_WINDOW,
+            "picks": FAIR_PICKS,
         }
         try:
-            rows = await self._fetch("claim of a queued run", "claim_run", params)
+            picks = await self._fetch("claim of a queued run", "fair_order", params)
+            rows = []
+            if picks:
+                params["picks"] = [row[0] for row in picks]
+                rows = await self._fetch("claim of a queued run", "claim_among", params)
+            if not rows:
+                rows = await self._fetch("claim of a queued run", "claim_run", params)
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 return None  # another worker claimed a run of the same thread at the same time: try again

@@ -13,7 +13,7 @@ from graphckpt.errors import ThreadBusyError
 from graphckpt.savers._checks import brief, check_storable, thread_busy
 from graphckpt.savers._sqlite_sql import THREAD_SELECT, thread_from_row
 from graphckpt.savers.base import Owner
-from graphckpt.savers.queue import GRAPHLESS, RunQueue, RunRecord, RunStatus
+from graphckpt.savers.queue import FAIR_WINDOW, GRAPHLESS, RunQueue, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from graphckpt.savers._sealing import Sealer
@@ -39,6 +39,26 @@ CLAIM_RUN = (
 )
 """Exactly one worker per run, one running run per thread (with the partial unique index ``runs_one_running``), and
 never a thread that a live process outside the queue holds: the oldest such queued run of the worker's graphs."""
+_NAMESPACE = "CASE WHEN instr({0}, '/') > 0 THEN substr({0}, 1, instr({0}, '/') - 1) ELSE '' END"
+"""SQL of :func:`~graphckpt.savers.queue.namespace_of`."""
+CLAIM_FAIR = (
+    "UPDATE runs SET status = 'running', attempt = attempt + 1, worker = ?, fence = ?, lease_until = ?,"
+    " started_at = ? WHERE run_id = ("
+    " SELECT k.run_id FROM (SELECT w.run_id, w.thread_id, w.graph FROM (SELECT run_id, thread_id, graph, created_at"
+    " FROM runs WHERE status = 'queued' ORDER BY created_at, run_id LIMIT ?) AS w"
+    f" LEFT JOIN (SELECT {_NAMESPACE.format('thread_id')} AS ns, count(*) AS n FROM runs WHERE status = 'running'"
+    f" GROUP BY ns) AS busy ON busy.ns = {_NAMESPACE.format('w.thread_id')}"
+    " ORDER BY coalesce(busy.n, 0), w.created_at, w.run_id LIMIT -1) AS k"
+    " WHERE k.graph IN (SELECT value FROM json_each(?))"
+    " AND NOT EXISTS (SELECT 1 FROM runs AS b WHERE b.thread_id = k.thread_id AND b.status = 'running')"
+    " AND NOT EXISTS (SELECT 1 FROM threads AS t WHERE t.thread_id = k.thread_id AND t.status = 'running'"
+    " AND t.lease_until >= ?)"
+    f" LIMIT 1) RETURNING {RUN_COLUMNS}"
+)
+"""Fair between namespaces (:mod:`graphckpt.savers.queue`): the ``FAIR_WINDOW`` oldest queued runs (an index range
+of ``runs_queued_order``) sorted least busy namespace first, then oldest first (``LIMIT -1`` keeps SQLite from
+flattening it, so the claimability checks run only until the first claimable run, not on the whole window); when
+none of them is claimable, :data:`CLAIM_RUN` takes the oldest claimable run of the whole queue."""
 FINISH_RUN = (
     "UPDATE runs SET status = ?, error = ?, ended_at = CASE WHEN ? = 'queued' THEN NULL ELSE ? END,"
     " fence = CASE WHEN ? = 'queued' THEN NULL ELSE fence END,"
@@ -102,10 +122,13 @@ class SqliteRuns(RunQueue):
         self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
     ) -> RunRecord | None:
         now = ids.now()
-        params = (owner.worker_id, fence, lease_until, now, json.dumps(list(graphs)), now)
+        claim = (owner.worker_id, fence, lease_until, now)
+        among = (json.dumps(list(graphs)), now)
 
         def body(conn: sqlite3.Connection) -> RunRecord | None:
-            row = conn.execute(CLAIM_RUN, params).fetchone()
+            row = conn.execute(CLAIM_FAIR, (*claim, FAIR_WINDOW, *among)).fetchone()
+            if row is None:
+                row = conn.execute(CLAIM_RUN, claim + among).fetchone()
             return self.sealer.open_run(RunRecord.from_row(row)) if row is not None else None
 
         result: RunRecord | None = await self._write(body)

@@ -17,6 +17,10 @@ Invariants the backends keep, each in the statement that moves the row:
   that status in the same transaction. A zombie (its fence moved) can never finish a run.
 - **Nothing stranded**: a ``running`` run whose lease expired is re-queued by :meth:`RunQueue.requeue_expired` (the
   sweeper), never executed by it; a claim runs it.
+- **Fair between namespaces**: a claim looks at the :data:`FAIR_WINDOW` oldest queued runs and takes the oldest
+  claimable one of the namespace (:func:`namespace_of`) with the fewest running runs; only when none of them is
+  claimable does it take the oldest claimable run of the whole queue. One flooding namespace thus delays another's
+  run by at most one claim per worker, and a claim reads a bounded number of queued rows (an indexed read).
 """
 
 from __future__ import annotations
@@ -27,7 +31,19 @@ from typing import Any, Literal
 
 from graphckpt.savers.base import Owner
 
-__all__ = ["GRAPHLESS", "RunKind", "RunQueue", "RunRecord", "RunStatus", "TERMINAL"]
+__all__ = ["FAIR_WINDOW", "GRAPHLESS", "RunKind", "RunQueue", "RunRecord", "RunStatus", "TERMINAL", "namespace_of"]
+
+FAIR_WINDOW = 1000
+"""How many of the oldest queued runs a claim compares for fairness between namespaces (a bound on its reads)."""
+
+
+def namespace_of(thread_id: str) -> str:
+    """The namespace a thread's runs are counted in for fair claiming: the text before the first ``/`` of its id
+    (the server stores a token's threads as ``NAMESPACE/ID``), ``""`` for an id without ``/`` (threads made outside
+    the server, or by a server without tokens, share that one)."""
+    head, sep, _ = thread_id.partition("/")
+    return head if sep else ""
+
 
 RunStatus = Literal["queued", "running", "done", "failed", "interrupted", "cancelled"]
 RunKind = Literal["input", "resume"]
@@ -97,7 +113,8 @@ class RunQueue:
     async def claim_run(
         self, owner: Owner, *, graphs: Sequence[str], fence: str, lease_until: float
     ) -> RunRecord | None:
-        """Move the oldest ``queued`` run of one of ``graphs`` whose thread has no running run to ``running``
+        """Move a ``queued`` run of one of ``graphs`` whose thread has no running run (the oldest such run of the
+        least busy namespace among the :data:`FAIR_WINDOW` oldest queued runs, else the oldest such run) to ``running``
         (``attempt + 1``, ``worker``, ``fence``, ``lease_until``, ``started_at``) and return it; ``None`` when there
         is none. Two workers never get the same run."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")

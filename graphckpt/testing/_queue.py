@@ -3,6 +3,8 @@ thread, the commit that stops a thread ends its run, fences, cancel, and the swe
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from graphckpt import ids
@@ -170,3 +172,52 @@ class QueueCases:
         await q.requeue_expired(ids.now())
         assert await q.list_runs(thread_id=plain) == []  # not on a later sweep either
         await self._drain(saver)
+
+    async def _enqueue_in(self, saver: Saver, namespace: str, count: int, start: float) -> list[RunRecord]:
+        """``count`` runs of new threads of ``namespace`` (stored as the server does: ``NAMESPACE/ID``), created one
+        second apart from ``start`` (so the queue's order does not depend on the clock)."""
+        runs = [
+            dataclasses.replace(_run(f"{namespace}/{new_thread_id('q-fair')}"), created_at=start + i)
+            for i in range(count)
+        ]
+        for run in runs:
+            await _queue(saver).enqueue_run(run, reject_busy=True)
+        return runs
+
+    async def test_a_flooding_namespace_does_not_delay_another_past_one_claim(self, saver: Saver) -> None:
+        """Issue 24 M8: 150 queued runs of namespace A, then one of B: B's run is among the first two claims."""
+        await self._drain(saver)
+        a, b, start = f"nsa{new_id()[:8]}", f"nsb{new_id()[:8]}", ids.now() - 1000
+        flood = await self._enqueue_in(saver, a, 150, start)
+        [late] = await self._enqueue_in(saver, b, 1, start + 500)
+        first, f1 = await self._claim(saver)
+        second, f2 = await self._claim(saver)
+        assert first is not None and second is not None
+        assert first.run_id == flood[0].run_id  # nobody runs anything yet: the oldest
+        assert second.run_id == late.run_id  # A has a running run, B none: B's, not A's second
+        third, f3 = await self._claim(saver)
+        assert third is not None and third.run_id == flood[1].run_id  # one running run each: the oldest again
+        for run, fence in ((first, f1), (second, f2), (third, f3)):
+            await _queue(saver).finish_run(run.run_id, fence=fence, status="done")
+        await self._drain(saver)
+
+    async def test_claims_go_to_the_namespace_with_the_fewest_running_runs(self, saver: Saver) -> None:
+        """Three namespaces queue 3, 2 and 1 runs in that order; claims held open: the least busy namespace first,
+        the oldest run on a tie (threads without ``/`` share the namespace ``""``)."""
+        await self._drain(saver)
+        a, b, start = f"nsa{new_id()[:8]}", f"nsb{new_id()[:8]}", ids.now() - 1000
+        ra = await self._enqueue_in(saver, a, 3, start)
+        rb = await self._enqueue_in(saver, b, 2, start + 10)
+        rc = dataclasses.replace(_run(new_thread_id("q-fair-plain")), created_at=start + 20)
+        await _queue(saver).enqueue_run(rc, reject_busy=True)
+        order = []
+        for _ in range(6):
+            run, _fence = await self._claim(saver)
+            assert run is not None
+            order.append(run.run_id)
+        assert order == [ra[0].run_id, rb[0].run_id, rc.run_id, ra[1].run_id, rb[1].run_id, ra[2].run_id]
+        assert (await self._claim(saver))[0] is None
+        for run_id in order:
+            run = await _queue(saver).get_run(run_id)
+            assert run is not None and run.fence is not None
+            await _queue(saver).finish_run(run_id, fence=run.fence, status="done")
