@@ -9,11 +9,14 @@ fields and the list of versions."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from graphckpt import ids
+from graphckpt.errors import GraphckptError
 from graphckpt.items import ItemStore, ScopedItems
 from graphckpt.server.errors import ApiError
 from graphckpt.server.models import RunBody, RunConfig
@@ -42,6 +45,15 @@ def view(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _refused(where: str) -> Iterator[None]:
+    """An id or value the item store cannot hold (NUL, not JSON): a 422 naming it, never a 500."""
+    try:
+        yield
+    except GraphckptError as exc:
+        raise ApiError(422, "ValidationError", f"{where}: {exc}") from None
+
+
 class Assistants:
     """One tenant's assistants over the saver's item store; ``graphs`` are the served graph names."""
 
@@ -57,7 +69,8 @@ class Assistants:
         }
 
     async def _record(self, assistant_id: str) -> dict[str, Any] | None:
-        found = await self.items.aget(NAMESPACE, assistant_id)
+        with _refused("path.assistant_id"):
+            found = await self.items.aget(NAMESPACE, assistant_id)
         if found is not None:
             return dict(found.value)
         return self._default(assistant_id) if assistant_id in self.graphs else None
@@ -77,7 +90,8 @@ class Assistants:
             raise ApiError(404, "NotFound", f"body.graph_id: no served graph {graph_id!r} (served: {served})")
 
     async def _save(self, record: dict[str, Any]) -> dict[str, Any]:
-        await self.items.aput(NAMESPACE, record["assistant_id"], record, False, ttl=None)
+        with _refused("body"):
+            await self.items.aput(NAMESPACE, record["assistant_id"], record, False, ttl=None)
         return view(record)
 
     async def create(self, fields: dict[str, Any], assistant_id: str | None, if_exists: str) -> dict[str, Any]:
@@ -109,7 +123,7 @@ class Assistants:
     async def delete(self, assistant_id: str) -> None:
         if assistant_id in self.graphs:
             raise ApiError(409, "Conflict", f"assistant {assistant_id!r} is a served graph's: it cannot be deleted")
-        if await self.items.aget(NAMESPACE, assistant_id) is None:
+        if await self._record(assistant_id) is None:
             raise ApiError(404, "NotFound", f"no assistant {assistant_id!r}")
         await self.items.adelete(NAMESPACE, assistant_id)
 

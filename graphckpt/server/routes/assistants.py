@@ -99,12 +99,12 @@ async def info(request: Request) -> Response:
 async def search_assistants(request: Request) -> Response:
     _, _, config = scope_of(request)
     b = await models.body(request, AssistantSearchBody, config.max_body)
+    if b.select:
+        raise ApiError(422, "ValidationError", "body.select: field selection is not supported (whole assistants)")
     found = [a for a in map(view, await _assistants(request).all()) if matches(a, b.graph_id, b.name, b.metadata)]
     if b.sort_by is not None:
         found.sort(key=lambda a: str(a[b.sort_by or ""]), reverse=b.sort_order != "asc")
     page = found[b.offset : b.offset + b.limit]
-    if b.select:
-        page = [{k: a[k] for k in b.select if k in a} for a in page]
     return json_response(page)
 
 
