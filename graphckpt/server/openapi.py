@@ -11,7 +11,14 @@ from graphckpt.server import models
 from graphckpt.server.events.streams import StreamQuery
 from graphckpt.server.routes import crons as cron_routes
 from graphckpt.server.routes import store as store_routes
-from graphckpt.server.routes.assistants import AssistantSearchBody
+from graphckpt.server.routes.assistants import (
+    AssistantCountBody,
+    AssistantFields,
+    AssistantSearchBody,
+    CreateBody,
+    LatestBody,
+    VersionsBody,
+)
 from graphckpt.server.routes.runs import CancelQuery, RunsQuery
 from graphckpt.server.routes.stateless import CancelManyBody, CancelManyQuery
 from graphckpt.server.routes.thread_ops import CountBody, PruneBody, UpdateStateBody
@@ -85,8 +92,22 @@ Entry = tuple[str, type[BaseModel] | None, type[BaseModel] | None, int, Any]
 SPEC: dict[tuple[str, str], Entry] = {
     ("GET", "/ok"): ("liveness", None, None, 200, _OBJECT),
     ("GET", "/info"): ("server version and features", None, None, 200, _OBJECT),
-    ("POST", "/assistants/search"): ("the served graphs", AssistantSearchBody, None, 200, _array(_ASSISTANT)),
-    ("GET", "/assistants/{assistant_id}"): ("one graph", None, None, 200, _ASSISTANT),
+    ("POST", "/assistants"): (
+        "create an assistant (a configuration of a served graph)",
+        CreateBody,
+        None,
+        200,
+        _ASSISTANT,
+    ),
+    ("POST", "/assistants/search"): ("the assistants", AssistantSearchBody, None, 200, _array(_ASSISTANT)),
+    ("POST", "/assistants/count"): ("how many assistants match", AssistantCountBody, None, 200, {"type": "integer"}),
+    ("GET", "/assistants/{assistant_id}"): ("one assistant", None, None, 200, _ASSISTANT),
+    ("PATCH", "/assistants/{assistant_id}"): ("a new version of an assistant", AssistantFields, None, 200, _ASSISTANT),
+    ("DELETE", "/assistants/{assistant_id}"): ("delete an assistant", None, None, 204, None),
+    ("POST", "/assistants/{assistant_id}/versions"): ("its versions", VersionsBody, None, 200, _array(_OBJECT)),
+    ("POST", "/assistants/{assistant_id}/latest"): ("make a version current", LatestBody, None, 200, _ASSISTANT),
+    ("GET", "/assistants/{assistant_id}/subgraphs"): ("its subgraphs (none)", None, None, 200, _OBJECT),
+    ("GET", "/assistants/{assistant_id}/subgraphs/{namespace}"): ("its subgraphs (none)", None, None, 200, _OBJECT),
     ("GET", "/assistants/{assistant_id}/graph"): ("the graph as mermaid", None, None, 200, _OBJECT),
     ("GET", "/assistants/{assistant_id}/schemas"): ("the state schema", None, None, 200, _OBJECT),
     ("POST", "/threads"): ("create a thread", models.ThreadBody, None, 200, _THREAD),

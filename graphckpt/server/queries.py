@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from pydantic_core import to_jsonable_python
 
-from graphckpt.app import App
 from graphckpt.checkpoint import Interrupt, Snapshot
 from graphckpt.diff import Diff
 from graphckpt.savers.base import Status, ThreadRecord
@@ -23,7 +22,6 @@ from graphckpt.views import as_dict
 
 __all__ = [
     "LANGGRAPH_STATUS",
-    "assistant_view",
     "diff_view",
     "jsonable",
     "run_view",
@@ -132,22 +130,6 @@ def state_view(ns: str, snap: Snapshot, *, values: bool = True) -> dict[str, Any
         "interrupts": interrupts,
         "step": snap.step,
         "status": snap.status,
-    }
-
-
-def assistant_view(graph_id: str, app: App) -> dict[str, Any]:
-    return {
-        "assistant_id": graph_id,
-        "graph_id": graph_id,
-        "name": graph_id,
-        "config": {},
-        "context": {},
-        "metadata": {},
-        "version": 1,
-        "created_at": _iso(0),
-        "updated_at": _iso(0),
-        "description": None,
-        "nodes": sorted(app.graph.nodes),
     }
 
 

@@ -20,6 +20,7 @@ from graphckpt.errors import ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
+from graphckpt.server.assistant_records import for_run
 from graphckpt.server.auth import store_id
 from graphckpt.server.branching import branch, roll_back
 from graphckpt.server.errors import ApiError
@@ -56,12 +57,15 @@ async def _submit(
     if refused is not None:
         raise ApiError(422, "ValidationError", refused)
     parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
+    assistant_graph = None
+    if b.assistant_id is not None:  # the assistant's graph, config and metadata (the run's own win)
+        assistant_graph, b = await for_run(service, ns, b)
     try:
         found = await service.find(ns, thread_id)
     except ThreadNotFoundError:
         if b.if_not_exists == "reject":
             raise
-        found = await service.create_missing(ns, thread_id, b.assistant_id)
+        found = await service.create_missing(ns, thread_id, assistant_graph)
     source = b.branch_from()
     if source is not None:  # time travel: the thread continues from that checkpoint, as a new head
         if isinstance(found, PendingThread):
@@ -79,9 +83,8 @@ async def _submit(
     else:
         graph, metadata = service.graphs.graph_of(found), user_metadata(found)
         start = await service.log.cursor_now(segments, found.head_step)
-    if b.assistant_id is not None:
-        service.graphs.app(b.assistant_id)
-        graph = b.assistant_id
+    if assistant_graph is not None:
+        graph = assistant_graph
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
     elif b.input is None and isinstance(found, ThreadRecord) and found.status != "done":
