@@ -121,7 +121,8 @@ async def play(
             await until_done(app, tid)
         elif op[0] == "delete" and live:
             tid = live.pop(op[1] % len(live))
-            await app.adelete_thread(tid)
+            gone = await app.adelete_thread(tid, cascade=True)  # its forks go too (issue 26)
+            live[:] = [t for t in live if t not in gone]
         elif op[0] == "reopen":
             app = make_app(saver, snapshot_every)
     out: dict[str, Any] = {}

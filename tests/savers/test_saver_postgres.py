@@ -341,6 +341,6 @@ async def test_schema_names_that_need_quoting_work_everywhere(pg_dsn: str, pg_sc
                 await saver.commit(second, expected_head=first.checkpoint_id, run_id="r")
                 assert [b.data for b in await saver.get_blobs([BlobRange("t", "x", 0, 1)])] == [b"1", b"2"]
             tables = _query(pg_dsn, sql.SQL("SELECT count(*) FROM pg_tables WHERE schemaname = {}").format(name))
-            assert tables == [(8,)]  # with events, runs and created_threads
+            assert tables == [(11,)]  # with events, runs, created_threads, store_items, waits, crons
         finally:
             _query(pg_dsn, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
