@@ -142,30 +142,50 @@ async def update_state(
     head, recorded = await store.load_head(record)
     validated = state.validate_update(update, node=as_node or "update")
     values, writes = state.apply(head.values, [validated], sources=[as_node or "update"])
-    cid = ids.new_id()
-    if as_node is not None:
-        tasks, barriers = route_as(graph, as_node, head.values, values, validated, head.body.barriers, cid)
-    else:  # the stored frontier runs next, as the tasks of the new checkpoint
-        tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(head.body.tasks)]
-        barriers = head.body.barriers
-    status, interrupts = graph.frontier_status(tasks)
-    step = StepRecord(
-        "update",
+    cid, step = update_record(
+        graph,
+        as_node,
+        head.values,
+        head.body,
         values,
+        validated,
         writes,
-        tasks,
-        barriers,
-        status,
-        interrupts,
         tags=tags if tags is not None else head.cp.metadata.get("tags"),
-        wrote={as_node or "update": list(validated)},
         extra=_kept_audit(recorded, head.body.tasks),
     )
     run_id = ids.new_id()
     new = await store.write_checkpoint(
         head, step, run_id=run_id, checkpoint_id=cid, expected_head=record.head_checkpoint_id, claim=record
     )
-    return store.snapshot(new, status, None)
+    return store.snapshot(new, step.status, None)
+
+
+def update_record(
+    graph: CompiledGraph,
+    as_node: str | None,
+    src_values: dict[str, Any],
+    src_body: Body,
+    values: dict[str, Any],
+    validated: dict[str, Any],
+    writes: Any,
+    *,
+    tags: Any,
+    extra: dict[str, Any],
+) -> tuple[str, StepRecord]:
+    """The new checkpoint's id and the record of an ``update`` step on top of ``src_body``: the frontier routed as
+    ``as_node`` would, else the stored frontier run next as the tasks of the new checkpoint."""
+    cid = ids.new_id()
+    if as_node is not None:
+        tasks, barriers = route_as(graph, as_node, src_values, values, validated, src_body.barriers, cid)
+    else:
+        tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
+        barriers = src_body.barriers
+    status, interrupts = graph.frontier_status(tasks)
+    wrote = {as_node or "update": list(validated)}
+    step = StepRecord(
+        "update", values, writes, tasks, barriers, status, interrupts, tags=tags, wrote=wrote, extra=extra
+    )
+    return cid, step
 
 
 def _kept_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any]:

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphckpt import ids
-from graphckpt.checkpoint import Snapshot, Task
+from graphckpt.checkpoint import Snapshot
 from graphckpt.compiled import CompiledGraph
-from graphckpt.fork import check_as_node, route_as
-from graphckpt.records import StepRecord
+from graphckpt.fork import check_as_node, update_record
 from graphckpt.store import ThreadStore, partial_thread_error
 
 __all__ = ["rebranch"]
@@ -53,23 +52,15 @@ async def rebranch(
             {},
         )
     )
-    cid = ids.new_id()
-    barriers = src_body.barriers
-    if as_node is not None:
-        tasks, barriers = route_as(graph, as_node, src_values, values, validated, barriers, cid)
-    else:
-        tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
-    status, interrupts = graph.frontier_status(tasks)
-    step = StepRecord(
-        "update",
+    cid, step = update_record(
+        graph,
+        as_node,
+        src_values,
+        src_body,
         values,
+        validated,
         writes,
-        tasks,
-        barriers,
-        status,
-        interrupts,
         tags=tags if tags is not None else head.cp.metadata.get("tags"),
-        wrote={as_node or "update": list(validated)},
         extra={"branched_from": {"thread_id": src_cp.thread_id, "checkpoint_id": src_cp.checkpoint_id}},
     )
     new = await store.write_checkpoint(
@@ -81,4 +72,4 @@ async def rebranch(
         claim=record,
         rewrite=True,
     )
-    return store.snapshot(new, status, None)
+    return store.snapshot(new, step.status, None)
