@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphckpt import begin, ids
-from graphckpt.errors import GraphckptError
+from graphckpt.errors import GraphckptError, ThreadStateError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -198,6 +198,13 @@ async def cancel(queue: RunQueue, run_id: str) -> bool:
     return await queue.cancel_run(run_id)
 
 
+async def _input_committed(options: begin.RunOptions, run: RunRecord) -> bool:
+    """Whether the thread's head is tagged with ``run``: a step of this run is committed."""
+    record = await options.store.get_thread(run.thread_id)
+    old = record.metadata.get("tags") if record is not None else None
+    return isinstance(old, Mapping) and old.get("run") == run.run_id
+
+
 async def begin_queued(
     options: begin.RunOptions, runner: NodeRunner | None, run: RunRecord, fence: str, tags: Mapping[str, Any]
 ) -> Run | None:
@@ -224,7 +231,16 @@ async def begin_queued(
                 options, run.thread_id, NO_ANSWER, limit, tags, runner, streamed=True, run_id=fence
             )
     if run.kind == "input":
-        return await begin.start(options, payload, run.thread_id, limit, tags, runner, streamed=True, run_id=fence)
+        try:
+            return await begin.start(options, payload, run.thread_id, limit, tags, runner, streamed=True, run_id=fence)
+        except ThreadStateError:
+            if run.attempt == 1 or not await _input_committed(options, run):
+                raise
+            # the earlier attempt (its lease lapsed, so this run was re-queued) committed the input after this
+            # attempt looked: resume it, as if it had been seen (a live earlier attempt's lease makes that a conflict)
+            return await begin.resume(
+                options, run.thread_id, NO_ANSWER, limit, tags, runner, streamed=True, run_id=fence
+            )
     if run.attempt > 1 and payload is not NO_ANSWER:  # an earlier attempt may have recorded the answer, then died
         record = await options.store.thread(run.thread_id)
         if record.status != "partial":
