@@ -410,10 +410,23 @@ def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
             meta = dict(data[1])
             if isinstance(meta.get("thread_id"), str):
                 meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
-            data = [data[0], meta]
+            data = [_wire_chunk(data[0]), meta]
         eid = f"{tid}:{anchor.step}:{anchor.seq}~{epoch}.{entry.n}"
         encoded = entry.encoded[ns] = ServerSentEvent(id=eid, event=entry.mode, data=dump(data)).encode()
     return encoded
+
+
+_CHUNK_TYPES = {"assistant": "AIMessageChunk", "user": "HumanMessageChunk", "system": "SystemMessageChunk"}
+_CHUNK_TYPES["tool"] = "ToolMessageChunk"
+
+
+def _wire_chunk(chunk: Any) -> Any:
+    """A ``messages`` piece as LangGraph's servers send one: a serialized LangChain message chunk, whose ``type``
+    (``AIMessageChunk`` for an ``assistant`` piece) LangGraph's JavaScript client reads to assemble the message; the
+    ``role`` stays, for graphckpt's own readers."""
+    if not isinstance(chunk, dict) or "type" in chunk:
+        return chunk
+    return {**chunk, "type": _CHUNK_TYPES.get(str(chunk.get("role")), "AIMessageChunk")}
 
 
 END = ServerSentEvent(event="end", data="{}").encode()

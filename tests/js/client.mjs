@@ -1,0 +1,72 @@
+// LangGraph's JavaScript client (@langchain/langgraph-sdk) against a real `graphckpt serve`, driven by
+// tests/js/test_js_client.py: node client.mjs URL. One JSON object per line on stdout, one per phase; after the
+// "cut" line it waits for a line on stdin (the test lets the model go on) before it reconnects.
+import { createInterface } from "node:readline";
+import { Client } from "@langchain/langgraph-sdk";
+
+const url = process.argv[2];
+const client = new Client({ apiUrl: url });
+const modes = ["values", "messages-tuple", "updates"];
+const t0 = Date.now();
+const say = (phase, data) => process.stdout.write(JSON.stringify({ phase, ms: Date.now() - t0, ...data }) + "\n");
+const part = ({ id, event, data }) => ({ id: id ?? null, event, data });
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+
+const thread = await client.threads.create({ metadata: { client: "node" } });
+const tid = thread.thread_id;
+say("thread", { thread });
+
+// a run streamed with three modes, cut after the first piece of the model's answer (the run goes on)
+let run = null;
+const cut = new AbortController();
+const first = [];
+try {
+  for await (const p of client.runs.stream(tid, "chat", {
+    input: { messages: [{ type: "human", content: "hello from node" }] },
+    streamMode: modes,
+    streamResumable: true,
+    onDisconnect: "continue",
+    signal: cut.signal,
+    onRunCreated: (meta) => {
+      run = meta;
+    },
+  })) {
+    first.push(part(p));
+    if (p.event === "messages") cut.abort();
+  }
+} catch (error) {
+  if (error?.name !== "AbortError") throw error;
+}
+say("cut", { run, first });
+await lines.next();
+
+// reconnect with the last event id seen: the rest of the run, nothing twice
+const rest = [];
+for await (const p of client.runs.joinStream(tid, run.run_id, { lastEventId: first.at(-1).id, streamMode: modes })) {
+  rest.push(part(p));
+}
+const interrupted = await client.threads.get(tid);
+const pending = await client.threads.getState(tid);
+say("joined", { rest, run: await client.runs.get(tid, run.run_id), thread: interrupted, state: pending });
+
+// answer the interrupt with command.resume
+const resumed = [];
+let resumedRun = null;
+for await (const p of client.runs.stream(tid, "chat", {
+  command: { resume: "yes" },
+  streamMode: modes,
+  onRunCreated: (meta) => {
+    resumedRun = meta;
+  },
+})) {
+  resumed.push(part(p));
+}
+say("resumed", {
+  resumed,
+  run: await client.runs.get(tid, resumedRun.run_id),
+  thread: await client.threads.get(tid),
+  state: await client.threads.getState(tid),
+  history: (await client.threads.getHistory(tid, { limit: 20 })).length,
+});
+lines.return?.();
+process.exit(0);
