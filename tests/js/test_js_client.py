@@ -81,7 +81,8 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
     assert _text(both) == "one two three"
     chunk, meta = next(p["data"] for p in both if p["event"] == "messages")
     assert chunk["type"] == "AIMessageChunk" and chunk["id"] and meta["langgraph_node"] == "answer"
-    assert any(p["event"] == "updates" and p["data"].get("answer", {}).get("draft") == "one two three" for p in rest)
+    [update] = [p["data"]["answer"] for p in rest if p["event"] == "updates" and "answer" in p["data"]]
+    assert update["messages"] == [{"type": "ai", "content": "one two three", "id": chunk["id"]}]
     interrupt = [p["data"]["__interrupt__"] for p in rest if p["event"] == "updates" and "__interrupt__" in p["data"]]
     assert interrupt and interrupt[0][0]["value"] == {"question": "Send this answer?", "draft": "one two three"}
     assert joined["thread"]["status"] == "interrupted"

@@ -20,8 +20,6 @@ _model = ChatModel(api_key="test-key", offline=False)
 
 class Chat(BaseModel):
     messages: Annotated[list[dict[str, Any]], add_messages] = []
-    draft: str = ""
-    draft_id: str = ""
     approved: bool | None = None
 
 
@@ -32,16 +30,22 @@ def _openai(message: dict[str, Any]) -> dict[str, str]:
 
 
 async def answer(state: Chat, ctx: Any) -> dict[str, Any]:
+    """The model's answer, appended with the completion's id (as LangChain's OpenAI client names the message): the
+    message a ``messages-tuple`` reader assembled from the streamed pieces is the one the state then holds."""
     result = await _model.acall(ctx, [_openai(m) for m in state.messages])
-    return {"draft": str(result["message"].get("content") or ""), "draft_id": str(result["id"]), "approved": None}
+    text = str(result["message"].get("content") or "")
+    return {"messages": [{"type": "ai", "content": text, "id": result["id"]}], "approved": None}
 
 
 def approve(state: Chat, ctx: Any) -> dict[str, Any]:
-    verdict = ctx.interrupt({"question": "Send this answer?", "draft": state.draft})
+    """A person approves the answer (``True``, ``"yes"`` or ``{"approved": true}``); otherwise it is withheld (the
+    message keeps its id, its text is replaced)."""
+    last = state.messages[-1]
+    verdict = ctx.interrupt({"question": "Send this answer?", "draft": last.get("content")})
     ok = verdict in (True, "yes", "approve") or (isinstance(verdict, dict) and verdict.get("approved") is True)
-    text = state.draft if ok else "(answer withheld by the reviewer)"
-    # the streamed answer's id: the approved message replaces the chunks a ``messages-tuple`` reader assembled
-    return {"messages": [{"type": "ai", "content": text, "id": state.draft_id or None}], "approved": ok}
+    if ok:
+        return {"approved": True}
+    return {"messages": [{**last, "content": "(answer withheld by the reviewer)"}], "approved": False}
 
 
 def chat() -> StateGraph:
