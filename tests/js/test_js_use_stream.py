@@ -8,7 +8,9 @@ The chat goes on across two restarts: the server is killed (SIGKILL) while the m
 and started again on the same port; the restarted server takes the run over, and the page's stream reconnects by
 itself with its last event id and shows the answer and the approval request. Then the server is stopped (SIGTERM)
 and started again while the question waits; the reloaded page finds its thread (the id is in its URL), its
-messages and the pending approval, approves, and a second turn is rejected."""
+messages and the pending approval, and approves. In the second turn the page is reloaded while the model writes:
+the hook rejoins the run it started (``reconnectOnMount``: ``joinStream`` with ``Last-Event-ID: -1``), and the
+answer is rejected."""
 
 from __future__ import annotations
 
@@ -100,11 +102,22 @@ def _messages(page: Any) -> list[tuple[str, str]]:
 def test_use_stream_chat_with_approval_across_server_restarts(
     serve: Callable[..., Served], page: Any, page_origin: str
 ) -> None:
+    joins: list[tuple[str, str | None]] = []
+    failed: list[str] = []
+    page.on(
+        "request",
+        lambda r: (
+            joins.append((r.url, r.headers.get("last-event-id")))
+            if r.method == "GET" and "/runs/" in r.url and "/stream" in r.url
+            else None
+        ),
+    )
+    page.on("response", lambda r: failed.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None)
     with FakeOpenAIServer() as model:
         model.script(
             _reply("one two three", "chatcmpl-turn-1", hold=True),  # held after "one ": the server dies meanwhile
             _reply("one two three", "chatcmpl-turn-1"),  # the restarted server's call for the same task
-            _reply("four five", "chatcmpl-turn-2"),
+            _reply("four five", "chatcmpl-turn-2", hold=True),  # held after "four ": the page reloads meanwhile
         )
         server = serve([AGENT], env={"OPENAI_BASE_URL": model.base_url}, args=["--cors-origin", page_origin])
         api = server.url
@@ -127,6 +140,7 @@ def test_use_stream_chat_with_approval_across_server_restarts(
         assert approval.locator(".draft").inner_text() == "one two three"
         assert _messages(page) == [("human", "hello there"), ("ai", "one two three")]
         assert page.locator("#error").inner_text() == ""
+        assert any(last and last.startswith(f"{tid}:") for _, last in joins), joins  # reconnected by last event id
 
         assert server.stop() in (0, -15)  # SIGTERM while the question waits (uvicorn re-raises the signal)
         server.start(port=urllib.parse.urlsplit(api).port)
@@ -137,9 +151,17 @@ def test_use_stream_chat_with_approval_across_server_restarts(
         approval.wait_for(state="detached")
         page.locator("#status[data-loading=no]").wait_for()
 
+        # a reload while the model writes: the hook rejoins the run it had started (reconnectOnMount)
+        model.release.clear()
         page.get_by_label("Message").fill("and again")
         page.get_by_role("button", name="Send").click()
+        page.locator("#messages li[data-type=ai]", has_text="four").wait_for()
+        page.reload()
+        page.locator("#status[data-loading=yes]").wait_for()
+        model.release.set()
         approval.locator(".draft", has_text="four five").wait_for()
+        assert _messages(page)[-1] == ("ai", "four five")
+        assert [url for url, last in joins if last == "-1"], joins  # the rejoin, from the run's first event
         approval.get_by_role("button", name="Reject").click()
         page.locator("#messages li", has_text="withheld").wait_for()
         page.locator("#status[data-loading=no]").wait_for()
@@ -151,6 +173,7 @@ def test_use_stream_chat_with_approval_across_server_restarts(
         ]
         assert page.locator("#error").inner_text() == ""
 
+        assert not failed, failed
         state = httpx.get(f"{api}/threads/{tid}/state", timeout=10).json()
         assert [m["content"] for m in state["values"]["messages"]][1] == "one two three"
         assert state["values"]["approved"] is False and state["next"] == []

@@ -94,6 +94,8 @@ async def sse_response(
     last_id = request.headers.get("last-event-id") or q.after or None
     if last_id == "0":  # langgraph-sdk's "everything": the stream from its start
         last_id, default = None, START
+    elif last_id == "-1":  # the JavaScript client's "nothing seen yet" (useStream rejoining a run): its default start
+        last_id = None
     ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
     start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral, segments=segments)
     first = list(preamble)
