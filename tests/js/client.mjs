@@ -45,9 +45,12 @@ const rest = [];
 for await (const p of client.runs.joinStream(tid, run.run_id, { lastEventId: first.at(-1).id, streamMode: modes })) {
   rest.push(part(p));
 }
+// joined again with the client's defaults (no modes, no id): the whole run, in the modes it was started with
+const again = [];
+for await (const p of client.runs.joinStream(tid, run.run_id)) again.push(part(p));
 const interrupted = await client.threads.get(tid);
 const pending = await client.threads.getState(tid);
-say("joined", { rest, run: await client.runs.get(tid, run.run_id), thread: interrupted, state: pending });
+say("joined", { rest, again, run: await client.runs.get(tid, run.run_id), thread: interrupted, state: pending });
 
 // answer the interrupt with command.resume
 const resumed = [];

@@ -97,6 +97,7 @@ async def _submit(
         answer=answer,
         metadata=metadata,
         recursion_limit=b.limit(),
+        stream_mode=tuple([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode or ()),
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
@@ -224,13 +225,18 @@ async def join_run(request: Request) -> Response:
 
 
 async def join_stream(request: Request) -> Response:
-    """A run's stream again: after ``Last-Event-ID``, else from the run's start. A run this process does not know
-    (it restarted since, or another server made it) is followed as the thread's stream from ``Last-Event-ID``."""
+    """A run's stream again: after ``Last-Event-ID``, else from the run's start, in the query's ``stream_mode`` or
+    else the modes the run was started with (LangGraph's default, how its JavaScript client rejoins). A run this
+    process does not know (it restarted since, or another server made it) is followed as the thread's stream from
+    ``Last-Event-ID``."""
     service, ns, _ = scope_of(request)
     run = await service.runs.get(request.path_params["run_id"])
     thread_id = request.path_params["thread_id"]
     if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
-        return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
+        modes = list(run.request.stream_mode) or None
+        return await sse_response(
+            request, thread_id, default=run.start, run_stream=True, run_id=run.run_id, modes=modes
+        )
     found = await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
         raise ApiError(
