@@ -71,5 +71,32 @@ say("resumed", {
   state: await client.threads.getState(tid),
   history: (await client.threads.getHistory(tid, { limit: 20 })).length,
 });
+// onDisconnect: "cancel" (what useStream sends unless its streams are resumable): leaving cancels the run
+const counter = (await client.threads.create()).thread_id;
+const leave = new AbortController();
+let left = null;
+const seen = [];
+try {
+  for await (const p of client.runs.stream(counter, "counter", {
+    input: { limit: 400 },
+    streamMode: ["values"],
+    onDisconnect: "cancel",
+    signal: leave.signal,
+    onRunCreated: (meta) => {
+      left = meta;
+    },
+  })) {
+    if (p.event === "values") seen.push(p.data.n);
+    if (seen.length === 2) leave.abort();
+  }
+} catch (error) {
+  if (error?.name !== "AbortError") throw error;
+}
+let after = await client.runs.get(counter, left.run_id);
+for (let i = 0; i < 200 && ["pending", "running"].includes(after.status); i += 1) {
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  after = await client.runs.get(counter, left.run_id);
+}
+say("left", { seen, run: after, state: await client.threads.getState(counter) });
 lines.return?.();
 process.exit(0);

@@ -2,8 +2,10 @@
 against a real ``graphckpt serve``: a thread is created, a run is streamed with ``streamMode: ["values",
 "messages-tuple", "updates"]`` and cut after the first piece of the model's answer, the client reconnects with the
 last event id it saw (``runs.joinStream``) and gets the rest of the run, nothing twice, up to the approval interrupt,
-and answers it with ``command: {resume}``. The model is the loopback OpenAI-compatible server (its streamed reply is
-held after the first piece until the client has been cut), the agent ``support.approval_chat:chat``."""
+and answers it with ``command: {resume}``. A join with the client's defaults replays the run in the modes it was
+started with, and a run streamed with ``onDisconnect: "cancel"`` is cancelled when the client leaves. The model is
+the loopback OpenAI-compatible server (its streamed reply is held after the first piece until the client has been
+cut), the agent ``support.approval_chat:chat``."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from support.openai_server import FakeOpenAIServer, held
 from support.serving import Served
 
 AGENT = "chat=support.approval_chat:chat"
+COUNTER = "counter=support.server_graphs:counter"
 
 
 def _read(proc: subprocess.Popen[str], phase: str) -> dict[str, Any]:
@@ -41,7 +44,7 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
     require_node_modules()
     with FakeOpenAIServer() as model:
         model.script(held(max_wait=20.0))
-        server = serve([AGENT], env={"OPENAI_BASE_URL": model.base_url})
+        server = serve([AGENT, COUNTER], env={"OPENAI_BASE_URL": model.base_url, "SERVE_TEST_DELAY": "0.05"})
         with subprocess.Popen(
             [node(), str(JS / "client.mjs"), server.url],
             cwd=JS,
@@ -59,6 +62,7 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
                 proc.stdin.flush()
                 joined = _read(proc, "joined")
                 resumed = _read(proc, "resumed")
+                left = _read(proc, "left")
                 assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
             finally:
                 if proc.poll() is None:
@@ -105,3 +109,8 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
     assert resumed["thread"]["status"] == "idle"
     assert resumed["state"]["next"] == [] and resumed["state"]["values"]["approved"] is True
     assert model.request_count == 1  # the resumed turn did not call the model again
+
+    # a run streamed with onDisconnect: "cancel" is cancelled when the client leaves, long before its end
+    assert left["seen"][:2] == [0, 1]
+    assert left["run"]["status"] == "cancelled"
+    assert left["state"]["values"]["n"] < 400
