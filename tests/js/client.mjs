@@ -64,7 +64,13 @@ for await (const p of client.runs.stream(tid, "chat", {
 })) {
   resumed.push(part(p));
 }
+// the thread's stream, from its first event (the sdk's "0"), in two modes: both turns, then its end
+const threadParts = [];
+for await (const p of client.threads.joinStream(tid, { lastEventId: "0", streamMode: ["values", "updates"] })) {
+  threadParts.push(part(p));
+}
 say("resumed", {
+  threadParts,
   resumed,
   run: await client.runs.get(tid, resumedRun.run_id),
   thread: await client.threads.get(tid),

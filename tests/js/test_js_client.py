@@ -109,6 +109,9 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
     assert resumed["thread"]["status"] == "idle"
     assert resumed["state"]["next"] == [] and resumed["state"]["values"]["approved"] is True
     assert model.request_count == 1  # the resumed turn did not call the model again
+    whole = resumed["threadParts"]
+    assert {p["event"] for p in whole} == {"values", "updates", "end"} and whole[-1]["event"] == "end"
+    assert [p["data"] for p in whole if p["event"] == "values"][-1] == final
 
     # a run streamed with onDisconnect: "cancel" is cancelled when the client leaves, long before its end
     assert left["seen"][:2] == [0, 1]
