@@ -77,6 +77,17 @@ say("resumed", {
   state: await client.threads.getState(tid),
   history: (await client.threads.getHistory(tid, { limit: 20 })).length,
 });
+// LangGraph's "messages" mode: the answer as messages/metadata, messages/partial (the text so far), messages/complete
+const other = (await client.threads.create()).thread_id;
+const assembled = [];
+for await (const p of client.runs.stream(other, "chat", {
+  input: { messages: [{ type: "human", content: "partial please" }] },
+  streamMode: "messages",
+})) {
+  assembled.push(part(p));
+}
+say("assembled", { assembled });
+
 // onDisconnect: "cancel" (what useStream sends unless its streams are resumable): leaving cancels the run
 const counter = (await client.threads.create()).thread_id;
 const leave = new AbortController();

@@ -62,6 +62,7 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
                 proc.stdin.flush()
                 joined = _read(proc, "joined")
                 resumed = _read(proc, "resumed")
+                assembled = _read(proc, "assembled")["assembled"]
                 left = _read(proc, "left")
                 assert proc.wait(20) == 0, proc.stderr.read() if proc.stderr else ""
             finally:
@@ -108,10 +109,20 @@ def test_js_client_streams_reconnects_and_resumes(serve: Callable[..., Served]) 
     assert resumed["run"]["status"] == "success"
     assert resumed["thread"]["status"] == "idle"
     assert resumed["state"]["next"] == [] and resumed["state"]["values"]["approved"] is True
-    assert model.request_count == 1  # the resumed turn did not call the model again
+    assert model.request_count == 2  # the resumed turn did not call the model again (the 2nd: "messages" below)
     whole = resumed["threadParts"]
     assert {p["event"] for p in whole} == {"values", "updates", "end"} and whole[-1]["event"] == "end"
     assert [p["data"] for p in whole if p["event"] == "values"][-1] == final
+
+    # LangGraph's "messages" mode: metadata once, the message so far after each piece, the whole one at its end
+    kinds = [p["event"] for p in assembled]
+    assert kinds[0] == "metadata" and kinds[-1] == "end"
+    assert kinds[1:-1] == ["messages/metadata"] + ["messages/partial"] * 3 + ["messages/complete"], kinds
+    [(mid, meta)] = assembled[1]["data"].items()
+    assert meta["metadata"]["langgraph_node"] == "answer"
+    texts = [p["data"][0]["content"] for p in assembled if p["event"] in ("messages/partial", "messages/complete")]
+    assert texts == ["echo: ", "echo: partial ", "echo: partial please", "echo: partial please"]
+    assert {p["data"][0]["id"] for p in assembled[2:-1]} == {mid} and assembled[-2]["data"][0]["type"] == "ai"
 
     # a run streamed with onDisconnect: "cancel" is cancelled when the client leaves, long before its end
     assert left["seen"][:2] == [0, 1]
