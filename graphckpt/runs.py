@@ -14,7 +14,7 @@ runs it when the thread's current run has ended).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,7 +57,8 @@ server reading it back after a restart) in the opaque payload, with no column of
      "recursion_limit": 25,       # the run's super-step limit (absent or None: the app's)
      "metadata": {...},           # the run's own metadata (absent: none)
      "multitask": "enqueue",      # the strategy it was submitted with (absent: not known)
-     "start": [step, seq]}        # the event cursor before it, its stream's start (absent: not known)
+     "start": [step, seq],        # the event cursor before it, its stream's start (absent: not known)
+     "stream_mode": ["values"]}   # the stream modes it was started with, a join's default (absent: none)
 
 Every key but ``ENVELOPE`` may be absent (a payload written before it existed means none). A payload that is not an
 envelope is the input or the answer itself (what a sweeper's resume and older versions write)."""
@@ -79,6 +80,8 @@ class Submitted:
     """The strategy it was submitted with (``None``: not known, e.g. a resume the sweeper queued)."""
     start: tuple[int, int] | None = None
     """The event cursor ``(step, seq)`` before the run, where its stream starts (``None``: not known)."""
+    stream_mode: tuple[str, ...] = ()
+    """The stream modes the run was started with (a server's join without modes streams these; ``()``: none)."""
 
 
 def queue_of(saver: Saver) -> RunQueue:
@@ -103,6 +106,7 @@ async def submit(
     recursion_limit: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     start: tuple[int, int] | None = None,
+    stream_mode: Sequence[str] = (),
 ) -> RunRecord:
     """Queue on ``queue`` a run of ``graph`` (``module:attr``, what workers load: a graph compiled as ``compiled``,
     whose input is checked and stored with ``serde``) on ``thread_id``
@@ -110,7 +114,8 @@ async def submit(
     it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
     the thread's; ``recursion_limit`` caps its super-steps (``None``: the app's; a run past it fails with
     :class:`~graphckpt.errors.RecursionLimitError`); ``metadata`` is the run's own (not its checkpoints');
-    ``start`` is the event cursor its stream starts at (what a server records). All travel in the payload (see
+    ``start`` is the event cursor its stream starts at and ``stream_mode`` the modes it was streamed with (what a
+    server records). All travel in the payload (see
     :data:`ENVELOPE`). Values are checked now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
@@ -123,6 +128,10 @@ async def submit(
     elif not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string (or None for a new thread), not {thread_id!r}")
     envelope: dict[str, Any] = {ENVELOPE: 1, "multitask": multitask, **_options(recursion_limit, metadata, start)}
+    if stream_mode:
+        if isinstance(stream_mode, str) or not all(isinstance(m, str) for m in stream_mode):
+            raise ValueError(f"stream_mode must be a list of stream mode names, not {stream_mode!r:.80}")
+        envelope["stream_mode"] = list(stream_mode)
     if tags is not None:
         if not isinstance(tags, Mapping):
             raise ValueError(f"tags must be a mapping (or None for the thread's), not {type(tags).__name__}")
@@ -166,7 +175,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
     if not (isinstance(value, dict) and value.get(ENVELOPE) == 1):
         return Submitted(value)
     tags, limit, metadata = value.get("tags"), value.get("recursion_limit"), value.get("metadata")
-    multitask, start = value.get("multitask"), value.get("start")
+    multitask, start, modes = value.get("multitask"), value.get("start"), value.get("stream_mode")
     return Submitted(
         value.get("value", NO_ANSWER),
         tags if isinstance(tags, dict) else None,
@@ -176,6 +185,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
         (start[0], start[1])
         if isinstance(start, list | tuple) and len(start) == 2 and all(type(n) is int for n in start)
         else None,
+        tuple(modes) if isinstance(modes, list) and all(isinstance(m, str) for m in modes) else (),
     )
 
 

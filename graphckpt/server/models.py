@@ -144,6 +144,7 @@ class RunBody(BaseModel):
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] = "reject"
     if_not_exists: Literal["reject", "create"] = "create"
     on_disconnect: Literal["cancel", "continue"] = "continue"
+    """``cancel``: the run is cancelled when the client leaves its stream before the run ended (``/runs/stream``)."""
     on_completion: Literal["delete", "keep"] | None = None
     recursion_limit: int | None = Field(default=None, ge=1, le=2**31 - 1)
     checkpoint_id: str | None = None

@@ -69,6 +69,9 @@ class RunRequest:
     recursion_limit: int | None = None
     tags: Mapping[str, Any] | None = None
     """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
+    stream_mode: tuple[str, ...] = ()
+    """The stream modes the run was started with: what a join of its stream without ``stream_mode`` streams (as
+    LangGraph's server does; LangGraph's JavaScript client rejoins that way)."""
 
 
 @dataclass

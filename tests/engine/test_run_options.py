@@ -86,6 +86,8 @@ async def test_submit_refuses_bad_options_naming_them_and_queues_nothing(saver: 
     with pytest.raises(ValueError, match="start must be an event cursor"):
         parts = (runs.queue_of(app.saver), app.graph, app.codec.serde)
         await runs.submit(*parts, {"n": 0}, graph=GRAPH, thread_id="t", start=(1, "x"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stream_mode must be a list of stream mode names"):
+        await runs.submit(*parts, {"n": 0}, graph=GRAPH, thread_id="t", stream_mode="values")
 
 
 async def test_the_options_read_back_and_an_old_payload_means_none(saver: Saver) -> None:
@@ -102,9 +104,13 @@ async def test_the_options_read_back_and_an_old_payload_means_none(saver: Saver)
         recursion_limit=7,
         metadata={"k": [1, 2]},
         start=(4, -1),
+        stream_mode=("values", "messages-tuple"),
     )
     stored = await saver.get_run(run.run_id)  # type: ignore[attr-defined]
-    assert runs.submitted(serde, stored) == runs.Submitted("yes", {"via": "ui"}, 7, {"k": [1, 2]}, "enqueue", (4, -1))
+    modes = ("values", "messages-tuple")
+    assert runs.submitted(serde, stored) == runs.Submitted(
+        "yes", {"via": "ui"}, 7, {"k": [1, 2]}, "enqueue", (4, -1), modes
+    )
     assert runs.unpack(serde, stored) == ("yes", {"via": "ui"})
     resume = await runs.submit(*parts, graph=GRAPH, thread_id="t2", resume=True, multitask="enqueue")
     assert runs.submitted(serde, resume).value is NO_ANSWER

@@ -175,7 +175,9 @@ def test_ephemeral_events_in_a_namespace(serve: Callable[..., Served], model: Fa
         events = durable(_stream_run(a, "ns", {"input": {"limit": 2}, "stream_mode": ["messages-tuple", "custom"]}))
         assert events and all(i is not None and i.startswith("ns:") for i, _, _ in events)
         assert all(d[1]["thread_id"] == "ns" for _, k, d in events if k == "messages")
-        rest = read_events(a, "/threads/ns/stream", last_id=events[2][0], params={"stream_mode": "messages,custom"})
+        rest = read_events(
+            a, "/threads/ns/stream", last_id=events[2][0], params={"stream_mode": "messages-tuple,custom"}
+        )
         assert durable(rest) == events[3:] and not any(k == "stream.reset" for _, k, _ in rest)
         assert b.get("/threads/ns/stream", headers={"Last-Event-ID": events[2][0] or ""}).status_code == 404
 

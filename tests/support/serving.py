@@ -58,8 +58,9 @@ class Served:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> Served:
-        self.port = free_port()
+    def start(self, timeout: float = 30.0, *, port: int | None = None) -> Served:
+        """Start the server on ``port`` (a restart on the port it had, so its clients find it again) or a free one."""
+        self.port = port or free_port()
         argv = [
             sys.executable,
             "-m",

@@ -76,6 +76,7 @@ from graphckpt.server.auth import api_id, store_id
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.ephemeral import EPHEMERAL_MODES, At, Channel, Entry
 from graphckpt.server.events.log import Feed
+from graphckpt.server.events.messages import PARTIAL, TUPLE, MessageAssembly
 from graphckpt.server.events.render import dump, render_event
 
 __all__ = [
@@ -167,12 +168,17 @@ def parse_event_id(text: str) -> EventId:
 
 
 def parse_modes(modes: Iterable[str] | None, where: str = "query.stream_mode") -> frozenset[str]:
-    """The stream modes asked for (``messages-tuple`` as ``messages``); 422 naming an unknown one."""
+    """The stream modes asked for; 422 naming an unknown one. ``messages-tuple`` and ``messages`` are both the
+    ephemeral ``messages`` events, sent as they are (a marker, ``messages/tuple``) or assembled into LangGraph's
+    ``messages/partial`` events (``messages/partial``, see :mod:`~graphckpt.server.events.messages`)."""
     found = set()
     for mode in modes or ():
         if mode not in MODES:
             raise ApiError(422, "ValidationError", f"{where}: unknown stream mode {mode!r} (one of {', '.join(MODES)})")
-        found.add("messages" if mode == "messages-tuple" else mode)
+        if mode in ("messages", "messages-tuple"):
+            found |= {"messages", PARTIAL if mode == "messages" else TUPLE}
+        else:
+            found.add(mode)
     return frozenset(found)
 
 
@@ -312,6 +318,8 @@ async def event_source(
     stream = None
     if channel is not None:
         stream = _Ephemeral(channel, ephemera.epoch, ns, modes if subgraphs else live, cursor, after_n, subgraphs)
+        if PARTIAL in modes:  # LangGraph's ``messages``: assembled, and as they are only if ``messages-tuple`` too
+            stream.assembly, stream.tuples = MessageAssembly(), TUPLE in modes
     try:
         while not hub.closing:
             wake.clear()  # before the read: a change after it sets it again
@@ -325,6 +333,8 @@ async def event_source(
             for event in batch:
                 if stream is not None:
                     chunk += stream.before((event.step, event.seq))
+                    if stream.assembly is not None:
+                        chunk += stream.assembly.close(event.kind, event.payload)
                 cursor, last_kind = (event.step, event.seq), event.kind
                 chunk += await render_event(feed, ns, thread_id, event, modes, kinds if raw else set())
                 if len(chunk) >= CHUNK and not (run_stream and event.kind in TERMINAL_EVENTS):
@@ -370,6 +380,10 @@ class _Ephemeral:
     ) -> None:
         self.channel, self.epoch, self.ns, self.modes, self.subgraphs = channel, epoch, ns, modes, subgraphs
         self.n = n if n is not None else channel.first_after((cursor[0], cursor[1], -1))
+        self.assembly: MessageAssembly | None = None
+        """LangGraph's ``messages`` mode: the messages being assembled (``None``: not asked for)."""
+        self.tuples = True
+        """Whether ``messages`` events go out as they are (``messages-tuple``)."""
 
     def before(self, position: tuple[int, int]) -> bytes:
         """The encodings of the ephemeral events anchored before the durable event at ``position``."""
@@ -390,7 +404,13 @@ class _Ephemeral:
                 break
             self.n = entry.n
             mode, sub, _ = entry.mode.partition("|")
-            if mode in self.modes and (self.subgraphs or not sub):
+            if not (mode in self.modes and (self.subgraphs or not sub)):
+                continue
+            if mode == "messages" and self.assembly is not None:
+                chunk, metadata = _message_of(entry, self.ns)
+                eid = _entry_id(entry, self.ns, self.channel.thread_id, self.epoch)
+                out += self.assembly.add(chunk, metadata, eid, f"|{sub}" if sub else "")
+            if mode != "messages" or self.tuples:
                 out += _encode_entry(entry, self.ns, self.channel.thread_id, self.epoch)
         return bytes(out)
 
@@ -398,22 +418,44 @@ class _Ephemeral:
 def _encode_entry(entry: Entry, ns: str, thread_id: str, epoch: str) -> bytes:
     encoded = entry.encoded.get(ns)
     if encoded is None:
-        anchor = entry.anchor
-        tid = api_id(ns, anchor.thread_id or thread_id) or anchor.thread_id
         data = entry.data
-        if (
-            entry.mode.startswith("messages")
-            and isinstance(data, list)
-            and len(data) == 2
-            and isinstance(data[1], dict)
-        ):
-            meta = dict(data[1])
-            if isinstance(meta.get("thread_id"), str):
-                meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
-            data = [data[0], meta]
-        eid = f"{tid}:{anchor.step}:{anchor.seq}~{epoch}.{entry.n}"
+        if entry.mode.startswith("messages") and isinstance(data, list) and len(data) == 2:
+            data = list(_message_of(entry, ns))
+        eid = _entry_id(entry, ns, thread_id, epoch)
         encoded = entry.encoded[ns] = ServerSentEvent(id=eid, event=entry.mode, data=dump(data)).encode()
     return encoded
+
+
+def _entry_id(entry: Entry, ns: str, thread_id: str, epoch: str) -> str:
+    anchor = entry.anchor
+    tid = api_id(ns, anchor.thread_id or thread_id) or anchor.thread_id
+    return f"{tid}:{anchor.step}:{anchor.seq}~{epoch}.{entry.n}"
+
+
+def _message_of(entry: Entry, ns: str) -> tuple[Any, Any]:
+    """A ``messages`` event's ``(chunk, metadata)`` as the client sees them (its thread id as ``ns`` names it)."""
+    data = entry.data
+    if not (isinstance(data, list) and len(data) == 2):
+        return data, {}
+    meta = data[1]
+    if isinstance(meta, dict):
+        meta = dict(meta)
+        if isinstance(meta.get("thread_id"), str):
+            meta["thread_id"] = api_id(ns, meta["thread_id"]) or meta["thread_id"]
+    return _wire_chunk(data[0]), meta
+
+
+_CHUNK_TYPES = {"assistant": "AIMessageChunk", "user": "HumanMessageChunk", "system": "SystemMessageChunk"}
+_CHUNK_TYPES["tool"] = "ToolMessageChunk"
+
+
+def _wire_chunk(chunk: Any) -> Any:
+    """A ``messages`` piece as LangGraph's servers send one: a serialized LangChain message chunk, whose ``type``
+    (``AIMessageChunk`` for an ``assistant`` piece) LangGraph's JavaScript client reads to assemble the message; the
+    ``role`` stays, for graphckpt's own readers."""
+    if not isinstance(chunk, dict) or "type" in chunk:
+        return chunk
+    return {**chunk, "type": _CHUNK_TYPES.get(str(chunk.get("role")), "AIMessageChunk")}
 
 
 END = ServerSentEvent(event="end", data="{}").encode()

@@ -80,6 +80,7 @@ class _Facts:
     start: tuple[int, int] | None
     metadata: Mapping[str, Any]
     recursion_limit: int | None
+    stream_mode: tuple[str, ...] = ()
 
 
 class QueueRuns:
@@ -156,6 +157,7 @@ class QueueRuns:
             "recursion_limit": request.recursion_limit,
             "metadata": metadata,
             "start": start,
+            "stream_mode": request.stream_mode,
         }
         parts = (self.queue, app.graph, app.codec.serde)
         try:
@@ -191,7 +193,13 @@ class QueueRuns:
         facts = self._facts_of(run, graph)
         info = RunInfo(
             run.run_id,
-            RunRequest(run.thread_id, graph, resume=run.kind == "resume", recursion_limit=facts.recursion_limit),
+            RunRequest(
+                run.thread_id,
+                graph,
+                resume=run.kind == "resume",
+                recursion_limit=facts.recursion_limit,
+                stream_mode=facts.stream_mode,
+            ),
             facts.multitask,
             facts.start,
             dict(facts.metadata),
@@ -216,7 +224,9 @@ class QueueRuns:
                 logger.warning("run %s: its payload cannot be read (%s); shown without its options", run.run_id, exc)
                 facts = _Facts("enqueue", None, {}, None)
             else:
-                facts = _Facts(found.multitask or "enqueue", found.start, found.metadata, found.recursion_limit)
+                facts = _Facts(
+                    found.multitask or "enqueue", found.start, found.metadata, found.recursion_limit, found.stream_mode
+                )
             self._facts[run.run_id] = facts
             while len(self._facts) > KEEP_LOCAL:
                 del self._facts[next(iter(self._facts))]

@@ -28,6 +28,7 @@ from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
 from graphckpt.server.routes.streams import sse_response, thread_stream
+from graphckpt.server.service import Service
 
 __all__ = ["Starter", "routes", "start_run", "stream_new_run", "wait_new_run"]
 
@@ -97,6 +98,7 @@ async def _submit(
         answer=answer,
         metadata=metadata,
         recursion_limit=b.limit(),
+        stream_mode=tuple([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode or ()),
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
@@ -155,7 +157,20 @@ async def stream_new_run(request: Request, b: models.RunBody) -> Response:
         stream_subgraphs=b.stream_subgraphs,
         run_id=run.run_id,
         segments=segments,
+        on_disconnect=_canceller(service, run.run_id) if b.on_disconnect == "cancel" else None,
     )
+
+
+def _canceller(service: Service, run_id: str) -> Callable[[], Awaitable[None]]:
+    """LangGraph's ``on_disconnect="cancel"`` (``cancel_on_disconnect=true`` of a join): the client left its run's
+    stream before the run ended, so the run is cancelled (not when the server itself is stopping: its runs go
+    back to the queue)."""
+
+    async def cancel() -> None:
+        if not service.hub.closing:
+            await service.runs.cancel(run_id)
+
+    return cancel
 
 
 async def wait_run(request: Request) -> Response:
@@ -200,6 +215,13 @@ async def get_run(request: Request) -> Response:
     return json_response(queries.run_view(ns, await _run(request)))
 
 
+class JoinQuery(BaseModel):
+    """What a join of a run's stream adds to a stream's query (:class:`~.events.streams.StreamQuery`)."""
+
+    cancel_on_disconnect: bool = False
+    """Cancel the run when this client leaves before it ended (langgraph-sdk sends ``0`` or ``1``)."""
+
+
 class CancelQuery(BaseModel):
     wait: bool = False
     """Answered once the run has stopped either way (a cancel always waits for that)."""
@@ -224,13 +246,19 @@ async def join_run(request: Request) -> Response:
 
 
 async def join_stream(request: Request) -> Response:
-    """A run's stream again: after ``Last-Event-ID``, else from the run's start. A run this process does not know
-    (it restarted since, or another server made it) is followed as the thread's stream from ``Last-Event-ID``."""
+    """A run's stream again: after ``Last-Event-ID``, else from the run's start, in the query's ``stream_mode`` or
+    else the modes the run was started with (LangGraph's default, how its JavaScript client rejoins). A run this
+    process does not know (it restarted since, or another server made it) is followed as the thread's stream from
+    ``Last-Event-ID``."""
     service, ns, _ = scope_of(request)
     run = await service.runs.get(request.path_params["run_id"])
     thread_id = request.path_params["thread_id"]
     if run is not None and run.start is not None and run.request.thread_id == store_id(ns, thread_id):
-        return await sse_response(request, thread_id, default=run.start, run_stream=True, run_id=run.run_id)
+        modes = list(run.request.stream_mode) or None
+        leave = _canceller(service, run.run_id) if models.query(request, JoinQuery).cancel_on_disconnect else None
+        return await sse_response(
+            request, thread_id, default=run.start, run_stream=True, run_id=run.run_id, modes=modes, on_disconnect=leave
+        )
     found = await service.find(ns, thread_id)
     if not (request.headers.get("last-event-id") or request.query_params.get("after")):
         raise ApiError(

@@ -4,7 +4,9 @@ streams themselves, their ids and modes are described)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from sse_starlette import ServerSentEvent
@@ -29,6 +31,8 @@ from graphckpt.server.http import scope_of
 from graphckpt.server.service import Service
 
 __all__ = ["open_stream", "sse_response", "start_of", "thread_stream"]
+
+logger = logging.getLogger(__name__)
 
 Segments = list[tuple[str, int, int]]
 
@@ -76,10 +80,12 @@ async def sse_response(
     stream_subgraphs: bool = False,
     run_id: str | None = None,
     segments: Segments | None = None,
+    on_disconnect: Callable[[], Awaitable[Any]] | None = None,
 ) -> StreamResponse:
     """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
     the query's ``stream_mode`` wins over ``modes``, a run body's); ``segments``: its lineage, when the caller has
-    read it already."""
+    read it already. ``on_disconnect`` is called (in the background) when the client leaves before the stream's
+    end (LangGraph's ``on_disconnect="cancel"``); never for a stream that ended, nor at server shutdown."""
     service, ns, config = scope_of(request)
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
     kinds = set(q.kinds) if q.kinds else None
@@ -94,6 +100,8 @@ async def sse_response(
     last_id = request.headers.get("last-event-id") or q.after or None
     if last_id == "0":  # langgraph-sdk's "everything": the stream from its start
         last_id, default = None, START
+    elif last_id == "-1":  # the JavaScript client's "nothing seen yet" (useStream rejoining a run): its default start
+        last_id = None
     ephemeral = bool(wanted & EPHEMERAL_MODES) or subgraphs
     start = await start_of(service, ns, thread_id, last_id, default=default, ephemeral=ephemeral, segments=segments)
     first = list(preamble)
@@ -114,6 +122,8 @@ async def sse_response(
         preamble=first,
         run_id=run_id,
     )
+    if on_disconnect is not None:
+        source = _until_disconnect(source, on_disconnect)
     return StreamResponse(
         source,
         headers={**HEADERS, **(headers or {})},
@@ -121,6 +131,34 @@ async def sse_response(
         shutdown_grace_period=SHUTDOWN_GRACE,
         send_timeout=config.stall_timeout,
     )
+
+
+_left: set[asyncio.Task[Any]] = set()
+"""The ``on_disconnect`` calls under way (a reference keeps each task alive until it is done)."""
+
+
+async def _until_disconnect(
+    source: AsyncIterator[ServerSentEvent | bytes], on_disconnect: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[ServerSentEvent | bytes]:
+    """``source``, then nothing; if it is closed or cancelled before its end (the client left), ``on_disconnect()``
+    runs as a task of its own (the stream's task is being cancelled: it cannot wait for it)."""
+    ended = False
+    try:
+        async for item in source:
+            yield item
+        ended = True
+    finally:
+        if not ended:
+            task = asyncio.get_running_loop().create_task(_call(on_disconnect))
+            _left.add(task)
+            task.add_done_callback(_left.discard)
+
+
+async def _call(on_disconnect: Callable[[], Awaitable[Any]]) -> None:
+    try:
+        await on_disconnect()
+    except Exception:  # the run ended meanwhile, or the server is stopping: nothing left to cancel
+        logger.info("on_disconnect: nothing to cancel", exc_info=True)
 
 
 async def thread_stream(request: Request) -> StreamResponse:
