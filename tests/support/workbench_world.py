@@ -1,0 +1,81 @@
+"""Graphs the UI's workbench tests serve (``graphckpt serve support.workbench_world:fan_graph ...``):
+
+- :func:`fan_graph`: ``plan`` fans out to 16 ``work`` tasks with ``Send`` (one step of 16 parallel tasks), then the
+  subgraph node ``check`` (a compiled graph as a node: its steps run on a child thread);
+- :func:`chat_graph`: a ``MessagesState`` agent: ``agent`` asks for a tool call, ``tool`` answers it, ``answer``
+  replies quoting the user's question (so an edited question shows in the reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from pydantic import BaseModel
+
+from graphckpt import END, START, MessagesState, Send, StateGraph, append
+
+FAN = "support.workbench_world:fan_graph"
+CHAT = "support.workbench_world:chat_graph"
+WIDTH = 16
+
+
+class Fan(BaseModel):
+    topic: str = "rain"
+    items: Annotated[list[int], append] = []
+    note: str = ""
+
+
+class Inner(BaseModel):
+    note: str = ""
+
+
+def fan_graph() -> StateGraph:
+    async def work(payload: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.01 * (payload["i"] % 4))  # parallel tasks of different lengths
+        return {"items": [payload["i"] * payload["i"]]}
+
+    def tag(state: Inner) -> dict[str, Any]:
+        return {"note": "checked by the subgraph"}
+
+    inner = StateGraph(Inner)
+    inner.add_node("tag", tag)
+    inner.add_edge(START, "tag")
+    inner.add_edge("tag", END)
+
+    g = StateGraph(Fan)
+    g.add_node("plan", lambda s: {"note": f"planned {WIDTH} pieces of {s.topic}"})
+    g.add_node("work", work)
+    g.add_node("check", inner.compile())
+    g.add_edge(START, "plan")
+    g.add_conditional_edges("plan", lambda s: [Send("work", {"i": i}) for i in range(WIDTH)])
+    g.add_edge("work", "check")
+    g.add_edge("check", END)
+    return g
+
+
+def _text(message: Any) -> str:
+    return str(message.get("content", "")) if isinstance(message, dict) else str(getattr(message, "content", ""))
+
+
+def chat_graph() -> StateGraph:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        call = {"id": "call-1", "name": "weather", "args": {"city": "Oslo"}}
+        return {"messages": [{"role": "assistant", "content": "", "tool_calls": [call]}]}
+
+    def tool(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [{"role": "tool", "tool_call_id": "call-1", "name": "weather", "content": "sunny, 18 C"}]}
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        question = _text(state["messages"][0])
+        return {"messages": [{"role": "assistant", "content": f"You asked: {question} It is sunny, 18 C."}]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("tool", tool)
+    g.add_node("answer", answer)
+    g.add_edge(START, "agent")
+    g.add_edge("agent", "tool")
+    g.add_edge("tool", "answer")
+    g.add_edge("answer", END)
+    return g
