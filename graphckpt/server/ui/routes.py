@@ -59,6 +59,10 @@ def _int(text: str | None, default: int, low: int, high: int) -> int:
         return default
 
 
+_line_diff = line_diff  # their names before render.py held them
+_split_ref = split_ref
+
+
 def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]:
     """The UI's routes, to mount where the UI lives (``Mount("/ui", routes=ui_routes(...))``). ``stream``: a running
     thread's page follows ``GET /events/{thread}`` (the server's SSE stream, see

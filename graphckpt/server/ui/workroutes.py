@@ -23,6 +23,7 @@ from graphckpt.diff import Diff
 from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.render import forbidden, line_diff, read_form, redirect, render_page, split_ref
+from graphckpt.subgraph import SEPARATOR
 
 __all__ = ["WORK_ROUTES"]
 
@@ -38,7 +39,9 @@ async def step_page(request: Request, backend: UIBackend) -> Response:
     if checkpoint_id is None:
         checkpoint_id = (await backend.thread_view(thread_id)).info.head.checkpoint_id
         return redirect(request, f"/steps/{quote(thread_id, safe='')}@{checkpoint_id}")
-    lineage = await backend.checkpoints_of(thread_id)
+    lineage = [  # a subgraph's child steps are nested in their parent step, not steps of this line
+        s for s in await backend.checkpoints_of(thread_id) if s.thread_id == thread_id or SEPARATOR not in s.thread_id
+    ]
     if all(s.checkpoint_id != checkpoint_id for s in lineage):  # a short id, as the CLI prints them
         found = [s for s in lineage if s.checkpoint_id.startswith(checkpoint_id)]
         if len(found) == 1:
