@@ -79,3 +79,24 @@ def chat_graph() -> StateGraph:
     g.add_edge("tool", "answer")
     g.add_edge("answer", END)
     return g
+
+
+def run_untagged(db: str, thread_id: str) -> None:
+    """Run the UI world's gated graph on ``thread_id`` with no ``graph`` tag, as a script using the Python API does:
+    when this process dies, a server's recovery leaves the thread ``crashed`` (it does not know its graph), and only a
+    person takes it over (the server's default graph runs it)."""
+    from graphckpt.savers.sqlite import SqliteSaver
+    from support.ui_world import gated_graph
+
+    app = gated_graph(db).compile(saver=SqliteSaver(db))
+    with app:
+        app.invoke({"log": ["start"]}, thread_id=thread_id)
+
+
+if __name__ == "__main__":
+    import sys
+
+    command, db, thread = sys.argv[1:]
+    if command != "untagged":
+        raise SystemExit(f"unknown command {command!r}")
+    run_untagged(db, thread)

@@ -2,8 +2,9 @@
 of a 16-way ``Send`` fan-out and of a subgraph step, whose difference matches ``graphckpt diff``; a conversation
 view of a ``MessagesState`` thread with its tool call folded, edited and forked from a message (POST-redirect-GET);
 two branches side by side; the inbox sorted by waiting time; a take-over of a thread whose owner was SIGKILLed (the
-server runs with ``--no-recover``, so only the button takes it over). Every new page at 1280x800 and 390x844: no
-console error (CSP enforced), no axe violation; screenshots in the tmp dir's ``artifacts/``.
+thread records no graph, so the server's recovery leaves it crashed and only the button takes it over). Every new
+page at 1280x800 and 390x844: no console error (CSP enforced), no axe violation; screenshots in
+``tests/artifacts/ui/`` (``$GRAPHCKPT_UI_ARTIFACTS``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import DATA, SUPPORT, child_env
+from support import DATA, SUPPORT, TESTS, child_env
 from support.serving import free_port
 from support.ui_serve import SERVED, Server, http
 from support.ui_world import GATED, GATED_NODES, gate
@@ -30,6 +31,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api")
 CHROMIUM = "/usr/bin/chromium"
 AXE = DATA / "axe-4.14.1.min.js"
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+ARTIFACTS = Path(os.environ.get("GRAPHCKPT_UI_ARTIFACTS", TESTS / "artifacts" / "ui"))
 
 pytestmark = [
     pytest.mark.skipif(
@@ -46,7 +48,8 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(db: Path) -> Iterator[Server]:
-    s = Server(db, free_port(), lease_seconds=30.0, graphs=(*SERVED, FAN, CHAT), args=("--no-recover",))
+    # the gated graph first: the default graph, which runs a thread that records none (the take-over's orphan)
+    s = Server(db, free_port(), lease_seconds=30.0, graphs=(GATED, *(g for g in SERVED if g != GATED), FAN, CHAT))
     s.start()
     for thread, graph, given in (
         ("fan-0", FAN, {"topic": "rain"}),
@@ -78,8 +81,8 @@ def page(browser: Any, server: Server, db: Path) -> Iterator[Any]:
     pg.on("pageerror", lambda e: errors.append(f"{pg.url}: {e}"))
     pg.checked = []  # (name, url) of the pages to screenshot and check with axe at both sizes
     yield pg
-    shots = db.parent / "artifacts"
-    shots.mkdir(exist_ok=True)
+    shots = ARTIFACTS
+    shots.mkdir(parents=True, exist_ok=True)
     axe, problems = AXE.read_text(), []
     for name, url in pg.checked:
         pg.goto(url)
@@ -178,7 +181,9 @@ def test_the_inbox_is_sorted_by_waiting_time(page: Any, server: Server) -> None:
 
 def test_take_over_a_thread_whose_owner_was_killed(page: Any, server: Server, db: Path) -> None:
     owner = subprocess.Popen(
-        [sys.executable, str(SUPPORT / "ui_world.py"), "gated", str(db), "orphan"], env=child_env(), cwd=db.parent
+        [sys.executable, str(SUPPORT / "workbench_world.py"), "untagged", str(db), "orphan"],
+        env=child_env(),
+        cwd=db.parent,
     )
     try:
         wait_for(lambda: "orphan" in http(server.base + "/ui/?status=running")[1], 60, what="the owner to run it")
@@ -200,4 +205,4 @@ def test_take_over_a_thread_whose_owner_was_killed(page: Any, server: Server, db
     wait_for(done, 30, what="the taken-over thread to finish")
     _, text, _ = http(server.base + "/threads/orphan/state")
     assert json.loads(text)["values"]["log"][-1] == "report done"
-    assert GATED in http(server.base + "/ui/threads/orphan")[1]
+    assert "take-over via UI" in http(server.base + "/ui/threads/orphan")[1]  # the audit record says who

@@ -395,7 +395,10 @@ class LocalBackend:
             await asyncio.sleep(0.01)
 
     async def resume(self, thread_id: str) -> None:
-        app, tags = await self._app_for(thread_id, "resume")
+        await self._resume(thread_id, "resume")
+
+    async def _resume(self, thread_id: str, action: str) -> None:
+        app, tags = await self._app_for(thread_id, action)
         before = await self.reader.athread(thread_id)
         # the page shown next must see the run (status running, or its outcome), else it would not follow it
         await self._until_claimed(thread_id, before, self._background(app.aresume(thread_id, tags=tags)))
@@ -470,11 +473,13 @@ class LocalBackend:
         """Resume a ``crashed`` thread (its owner gone or its lease expired): the claim takes its lease over."""
         self._check(thread_id)
         info = await self.reader.athread(thread_id)
+        if self._cancellable(thread_id, info.status):  # this server's recovery took it over first: done
+            return
         alive = liveness(await self.reader.store.thread(thread_id))
         if info.status != "crashed" or alive.live:
             who = f" (held by {alive.owner})" if alive.owner else ""
             raise UIError(f"thread {thread_id!r} is {info.status}{who}: only a crashed thread can be taken over")
-        await self.resume(thread_id)
+        await self._resume(thread_id, "take-over")
 
     async def cancel(self, thread_id: str) -> None:
         raise UIError(f"cannot cancel thread {thread_id!r}: only `graphckpt serve` runs a cancellable run queue")

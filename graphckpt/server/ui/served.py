@@ -206,10 +206,10 @@ class ServiceBackend(LocalBackend):
         await self._submit(snap.thread_id, "fork")  # queued: the new branch's page (running, unclaimed) follows it
         return snap.thread_id
 
-    async def resume(self, thread_id: str) -> None:
+    async def _resume(self, thread_id: str, action: str) -> None:
         self._check(thread_id)
         before = await self.reader.athread(thread_id)
-        run = await self._submit(thread_id, "resume")
+        run = await self._submit(thread_id, action)
         await self._claimed(thread_id, before, run)
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
