@@ -115,6 +115,7 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     page.click(".child a:has-text('tag')")  # nested: the child thread's step
     page.wait_for_url("**/ui/steps/fan-0%7Ccheck*")
     assert "A subgraph step" in page.inner_text("main") and "support.workbench_world:" in page.inner_text(".bars")
+    child_url = page.url
     page.goto("/ui/threads/fan-0")
     page.click("text=Last step")
     page.click("a[rel=prev]")  # the fan-out step
@@ -122,6 +123,8 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     bars = page.locator(".bars li.task")
     assert bars.count() == WIDTH and page.locator(".bars li.task.send svg.track rect.bar").count() == WIDTH
     assert all("support.workbench_world:" in t for t in bars.all_inner_texts())  # the node's module:line
+    widths = page.locator(".bars svg.track rect.bar").evaluate_all("l => l.map(r => r.getAttribute('width'))")
+    assert len(set(widths)) > 1, widths  # each task's own time (they sleep 0 to 30 ms), not the node's average
     checkpoint = fan_url.rsplit("@", 1)[1]
     parent = str(page.get_attribute("a[rel=prev]", "href")).rsplit("@", 1)[1]  # a thread of one line: the parent
     expected = cli_diff(db, f"fan-0@{parent}", f"fan-0@{checkpoint}", FAN)  # through the graph, as the UI reads
@@ -130,7 +133,7 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     assert shown == [c["path"] for c in expected["changes"]] and len(shown) == WIDTH, shown
     afters = [json.loads(r.locator(".after").inner_text()) for r in rows.all()]
     assert afters == [c["after"] for c in expected["changes"]]  # values, not only paths
-    page.checked += [("step-fan-out", fan_url), ("step-subgraph-child", page.url)]
+    page.checked += [("step-fan-out", fan_url), ("step-subgraph-child", child_url)]
 
 
 def test_the_conversation_view_folds_tool_calls_and_forks_an_edited_message(page: Any, server: Server) -> None:

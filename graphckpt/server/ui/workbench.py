@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,14 +174,21 @@ async def step_view(
         before_snap = await reader.aget_state(snap.parent.thread_id, snap.parent.checkpoint_id)
         diff = await differ((snap.parent.thread_id, snap.parent.checkpoint_id), (snap.thread_id, snap.checkpoint_id))
     record = audit_of(meta)
-    spans = {str(t.get("task")): t for t in record.get("tasks", []) if isinstance(t, Mapping)}
+    stored_audit = meta.get("audit")
+    timed = stored_audit.get("tasks") if isinstance(stored_audit, Mapping) else None
+    listed = timed if isinstance(timed, list) else []
+    spans = {
+        str(t.get("task")): t
+        for t in listed
+        if isinstance(t, Mapping) and _finite(t.get("started_at")) and _finite(t.get("ms"))
+    }
     stored = meta.get("durations_ms")
     durations: Mapping[str, Any] = stored if isinstance(stored, Mapping) else {}
     tasks = list(before_snap.tasks) if before_snap is not None and source_of(meta) == "loop" else []
-    starts = [float(s["started_at"]) for s in spans.values() if isinstance(s.get("started_at"), int | float)]
+    starts = [float(s["started_at"]) for s in spans.values()]
     t0 = min(starts) if starts else 0.0
-    ends = [float(s["started_at"]) + float(s.get("ms", 0)) / 1000 for s in spans.values() if "started_at" in s]
-    longest = max((float(v) for v in durations.values() if isinstance(v, int | float)), default=0.0)
+    ends = [float(s["started_at"]) + float(s["ms"]) / 1000 for s in spans.values()]
+    longest = max((float(v) for v in durations.values() if _finite(v)), default=0.0)
     axis_ms = max(((max(ends) - t0) * 1000) if ends else longest, 0.001)
     bars = []
     for task in tasks:
@@ -189,7 +197,8 @@ async def step_view(
             ms, offset = float(span.get("ms", 0)), (float(span["started_at"]) - t0) * 1000
         else:  # an earlier run's result: its node's total time, from the step's start
             same = [t for t in tasks if t.node == task.node]
-            ms, offset = float(durations.get(task.node, 0) or 0) / max(1, len(same)), None
+            total = durations.get(task.node, 0)
+            ms, offset = (float(total) if _finite(total) else 0.0) / max(1, len(same)), None
         spec = graph.nodes.get(task.node) if graph is not None else None
         is_sub = spec is not None and isinstance(getattr(spec.fn, "graph", None), CompiledGraph)
         child = child_thread_id(snap.thread_id, task.node, task.id) if is_sub else None
@@ -222,6 +231,11 @@ async def step_view(
         cost=sum(costs) if costs else None,
         parent_link=link,
     )
+
+
+def _finite(value: Any) -> bool:
+    """A stored number that can be placed on an axis (stored metadata may hold anything)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _plain(values: Any) -> dict[str, Any]:
