@@ -3,12 +3,14 @@
 - :func:`fan_graph`: ``plan`` fans out to 16 ``work`` tasks with ``Send`` (one step of 16 parallel tasks), then the
   subgraph node ``check`` (a compiled graph as a node: its steps run on a child thread);
 - :func:`chat_graph`: a ``MessagesState`` agent: ``agent`` asks for a tool call, ``tool`` answers it, ``answer``
-  replies quoting the user's question (so an edited question shows in the reply).
+  replies quoting the user's question (so an edited question shows in the reply); :func:`streaming_chat_graph`
+  streams its reply piece by piece once a gate file opens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated, Any
 
 from pydantic import BaseModel
@@ -58,27 +60,52 @@ def _text(message: Any) -> str:
     return str(message.get("content", "")) if isinstance(message, dict) else str(getattr(message, "content", ""))
 
 
-def chat_graph() -> StateGraph:
-    def agent(state: MessagesState) -> dict[str, Any]:
-        call = {"id": "call-1", "name": "weather", "args": {"city": "Oslo"}}
-        return {"messages": [{"role": "assistant", "content": "", "tool_calls": [call]}]}
+def _agent(state: MessagesState) -> dict[str, Any]:
+    call = {"id": "call-1", "name": "weather", "args": {"city": "Oslo"}}
+    return {"messages": [{"role": "assistant", "content": "", "tool_calls": [call]}]}
 
-    def tool(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [{"role": "tool", "tool_call_id": "call-1", "name": "weather", "content": "sunny, 18 C"}]}
 
-    def answer(state: MessagesState) -> dict[str, Any]:
-        question = _text(state["messages"][0])
-        return {"messages": [{"role": "assistant", "content": f"You asked: {question} It is sunny, 18 C."}]}
+def _tool(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [{"role": "tool", "tool_call_id": "call-1", "name": "weather", "content": "sunny, 18 C"}]}
 
+
+def _answer(state: MessagesState) -> dict[str, Any]:
+    question = _text(state["messages"][0])
+    return {"messages": [{"role": "assistant", "content": f"You asked: {question} It is sunny, 18 C."}]}
+
+
+def chat_graph(answer: Any = _answer) -> StateGraph:
     g = StateGraph(MessagesState)
-    g.add_node("agent", agent)
-    g.add_node("tool", tool)
+    g.add_node("agent", _agent)
+    g.add_node("tool", _tool)
     g.add_node("answer", answer)
     g.add_edge(START, "agent")
     g.add_edge("agent", "tool")
     g.add_edge("tool", "answer")
     g.add_edge("answer", END)
     return g
+
+
+STREAMING = "support.workbench_world:streaming_chat_graph"
+PIECES = ("It ", "is ", "sunny ", "in ", "Oslo, ", "18 C.")
+
+
+def streaming_chat_graph() -> StateGraph:
+    """:func:`chat_graph` whose ``answer`` waits for the gate file ``$UI_WORLD_GATES.gate.stream``, then streams its
+    reply piece by piece (0.3 s apart) to the readers of the run's ``messages`` stream."""
+    from support.ui_world import GATE_TIMEOUT, gate
+    from support.waiting import await_for
+
+    db = os.environ.get("UI_WORLD_GATES", "")
+
+    async def answer(state: MessagesState, ctx: Any) -> dict[str, Any]:
+        await await_for(gate(db, "stream").exists, GATE_TIMEOUT, what="the stream gate")
+        for piece in PIECES:
+            ctx.stream_message(piece, id="answer-1")
+            await asyncio.sleep(0.3)
+        return {"messages": [{"role": "assistant", "content": "".join(PIECES), "id": "answer-1"}]}
+
+    return chat_graph(answer)
 
 
 def run_untagged(db: str, thread_id: str) -> None:

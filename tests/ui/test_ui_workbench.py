@@ -9,6 +9,7 @@ page at 1280x800 and 390x844: no console error (CSP enforced), no axe violation;
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from support.serving import free_port
 from support.ui_serve import SERVED, Server, http
 from support.ui_world import GATED, GATED_NODES, gate
 from support.waiting import wait_for
-from support.workbench_world import CHAT, FAN, WIDTH
+from support.workbench_world import CHAT, FAN, PIECES, STREAMING, WIDTH
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -49,7 +50,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(db: Path) -> Iterator[Server]:
     # the gated graph first: the default graph, which runs a thread that records none (the take-over's orphan)
-    s = Server(db, free_port(), lease_seconds=30.0, graphs=(GATED, *(g for g in SERVED if g != GATED), FAN, CHAT))
+    s = Server(
+        db, free_port(), lease_seconds=30.0, graphs=(GATED, *(g for g in SERVED if g != GATED), FAN, CHAT, STREAMING)
+    )
     s.start()
     for thread, graph, given in (
         ("fan-0", FAN, {"topic": "rain"}),
@@ -166,6 +169,47 @@ def test_the_conversation_view_folds_tool_calls_and_forks_an_edited_message(page
     heads = page.locator("table.diff").last.inner_text()
     assert "Bergen" in heads and "Oslo" in heads
     page.checked.append(("compare", page.url))
+
+
+def test_the_conversation_streams_a_live_answer_piece_by_piece(page: Any, server: Server, db: Path) -> None:
+    asked = {"messages": [{"role": "user", "content": "Weather in Oslo?"}]}
+    status, text, _ = http(
+        server.base + "/threads/stream-0/runs", json_body={"assistant_id": STREAMING, "input": asked}
+    )
+    assert status == 200, text
+
+    def at_answer() -> bool:
+        state = json.loads(http(server.base + "/threads/stream-0/state")[1])
+        return bool(state.get("next") == ["answer"])
+
+    wait_for(at_answer, 30, what="the run to reach its streaming answer")
+    page.goto("/ui/chat/stream-0")
+    assert str(page.get_attribute("#chatlive", "data-stream")).endswith("/ui/events/stream-0?modes=messages")
+    wait_for(lambda: page.get_attribute("#chatlive", "data-connected") == "1", 20, what="the page's stream to open")
+    gate(db, "stream").touch()
+    seen: list[str] = []
+
+    def streamed() -> bool:
+        bubble = page.locator("#chatlive li.streaming .text")
+        if bubble.count():
+            text = bubble.inner_text()
+            if not seen or seen[-1] != text:
+                seen.append(text)
+        return bool(seen) and seen[-1].startswith("".join(PIECES[:4]))
+
+    wait_for(streamed, 30, interval=0.05, what="the answer to stream in")
+    assert len(seen) >= 2 and all(b.startswith(a) for a, b in itertools.pairwise(seen)), seen
+    assert page.get_attribute("#chatlive", "data-status") == "running"  # pieces, before the step committed
+
+    def stored() -> bool:
+        return (
+            page.locator("#chatlive li.streaming").count() == 0
+            and page.get_attribute("#chatlive", "data-status") == "done"
+        )
+
+    wait_for(stored, 30, what="the stored answer to replace the streamed one")
+    assert page.locator("ol.chat > li").last.inner_text().endswith("".join(PIECES))
+    page.checked.append(("chat-streamed", page.url))
 
 
 def test_the_inbox_is_sorted_by_waiting_time(page: Any, server: Server) -> None:

@@ -70,7 +70,6 @@ async def chat_page(request: Request, backend: UIBackend) -> Response:
         "talk": talk,
         "view": view,
         "stream": f"/events/{quote(thread_id, safe='')}" if stream else None,
-        "error": None,
     }
     return render_page(request, "chat.html", ctx)
 
