@@ -1,7 +1,8 @@
 """Graphs the UI's workbench tests serve (``graphckpt serve support.workbench_world:fan_graph ...``):
 
-- :func:`fan_graph`: ``plan`` fans out to 16 ``work`` tasks with ``Send`` (one step of 16 parallel tasks), then the
-  subgraph node ``check`` (a compiled graph as a node: its steps run on a child thread);
+- :func:`fan_graph`: ``plan`` fans out to 16 ``work`` tasks with ``Send`` (one step of 16 parallel tasks, each making
+  one journaled model call with its usage), then the subgraph node ``check`` (a compiled graph as a node: its steps
+  run on a child thread);
 - :func:`chat_graph`: a ``MessagesState`` agent: ``agent`` asks for a tool call, ``tool`` answers it, ``answer``
   replies quoting the user's question (so an edited question shows in the reply); :func:`streaming_chat_graph`
   streams its reply piece by piece once a gate file opens.
@@ -16,10 +17,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel
 
 from graphckpt import END, START, MessagesState, Send, StateGraph, append
+from graphckpt.audit import describe_call
 
 FAN = "support.workbench_world:fan_graph"
 CHAT = "support.workbench_world:chat_graph"
 WIDTH = 16
+MODEL = "graphckpt-offline"
+"""The model the fan-out's calls name (priced by the UI tests' price table)."""
 
 
 class Fan(BaseModel):
@@ -33,9 +37,16 @@ class Inner(BaseModel):
 
 
 def fan_graph() -> StateGraph:
-    async def work(payload: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.sleep(0.01 * (payload["i"] % 4))  # parallel tasks of different lengths
-        return {"items": [payload["i"] * payload["i"]]}
+    async def model(i: int) -> dict[str, Any]:  # a journaled model call of 0 to 30 ms, with its usage
+        await asyncio.sleep(0.01 * (i % 4))
+        return {"square": i * i, "usage": {"prompt_tokens": 10 + i, "completion_tokens": 5}}
+
+    describe_call(model, "model:square", model=MODEL, usage=lambda r: (r["usage"]["prompt_tokens"], 5))
+
+    async def work(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        answer = await ctx.aeffect(model, payload["i"])
+        ctx.report_usage(MODEL, answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"])
+        return {"items": [answer["square"]]}
 
     def tag(state: Inner) -> dict[str, Any]:
         return {"note": "checked by the subgraph"}

@@ -126,6 +126,11 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     bars = page.locator(".bars li.task")
     assert bars.count() == WIDTH and page.locator(".bars li.task.send svg.track rect.bar").count() == WIDTH
     assert all("support.workbench_world:" in t for t in bars.all_inner_texts())  # the node's module:line
+    calls = page.locator(".bars table.calls tbody tr")  # each task's journaled call: status, tokens, cost
+    assert calls.count() == WIDTH and all("model:square" in t and "finished" in t for t in calls.all_inner_texts())
+    tokens = sorted(int(r.locator("td").nth(4).inner_text()) for r in calls.all())
+    assert tokens == [10 + i + 5 for i in range(WIDTH)]
+    assert page.inner_text(".facts .tokens") == str(sum(tokens)) and page.inner_text(".facts .cost").startswith("$0.0")
     widths = page.locator(".bars svg.track rect.bar").evaluate_all("l => l.map(r => r.getAttribute('width'))")
     assert len(set(widths)) > 1, widths  # each task's own time (they sleep 0 to 30 ms), not the node's average
     checkpoint = fan_url.rsplit("@", 1)[1]
