@@ -9,7 +9,6 @@ one, a price table); the backend (:mod:`~graphckpt.server.ui.data`) picks them.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import inspect
 import math
@@ -405,8 +404,3 @@ async def compare(reader: RawReader, a: str, b: str, differ: Differ) -> Comparis
     at_fork = await differ(side_a.first, side_b.first) if side_a.first and side_b.first else None
     at_heads = await differ((a, None), (b, None))
     return Comparison(side_a, side_b, fork_point, at_fork, at_heads)
-
-
-def since(when: dt.datetime, now: dt.datetime | None = None) -> float:
-    """Seconds from ``when`` to ``now``."""
-    return max(0.0, ((now or dt.datetime.now(dt.UTC)) - when).total_seconds())
