@@ -82,24 +82,27 @@ def page(browser: Any, server: Server, db: Path) -> Iterator[Any]:
     errors: list[str] = []
     pg.on("console", lambda m: errors.append(f"{pg.url}: {m.text}") if m.type == "error" else 0)
     pg.on("pageerror", lambda e: errors.append(f"{pg.url}: {e}"))
-    pg.checked = []  # (name, url) of the pages to screenshot and check with axe at both sizes
+    pg.problems = []  # what look() found: axe violations at either size
     yield pg
-    shots = ARTIFACTS
-    shots.mkdir(parents=True, exist_ok=True)
-    axe, problems = AXE.read_text(), []
-    for name, url in pg.checked:
-        pg.goto(url)
-        for size, (w, h) in SIZES.items():
-            pg.set_viewport_size({"width": w, "height": h})
-            pg.screenshot(path=str(shots / f"{name}-{size}.png"), full_page=True)
-            pg.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", axe)
-            result = pg.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-            problems += [
-                f"{name} {size}: {v['id']} ({v['impact']}) {v['nodes'][0]['html']}" for v in result["violations"]
-            ]
     context.close()
-    assert not problems, problems
+    assert not pg.problems, pg.problems
     assert not errors, errors
+
+
+def look(page: Any, name: str) -> None:
+    """The page as it is now at 1280x800 and 390x844: a screenshot of each (``ARTIFACTS/{name}-{size}.png``) and
+    axe's violations (into ``page.problems``, asserted at the test's end with the console errors)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    axe = AXE.read_text()
+    for size, (w, h) in SIZES.items():
+        page.set_viewport_size({"width": w, "height": h})
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
+        page.evaluate("(src) => { if (!window.axe) { (0, eval)(src); } }", axe)
+        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        page.problems += [
+            f"{name} {size}: {v['id']} ({v['impact']}) {v['nodes'][0]['html']}" for v in result["violations"]
+        ]
+    page.set_viewport_size({"width": 1280, "height": 800})
 
 
 def cli_diff(db: Path, a: str, b: str, graph: str) -> dict[str, Any]:
@@ -118,11 +121,12 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     page.click(".child a:has-text('tag')")  # nested: the child thread's step
     page.wait_for_url("**/ui/steps/fan-0%7Ccheck*")
     assert "A subgraph step" in page.inner_text("main") and "support.workbench_world:" in page.inner_text(".bars")
-    child_url = page.url
+    look(page, "step-subgraph-child")
     page.goto("/ui/threads/fan-0")
     page.click("text=Last step")
     page.click("a[rel=prev]")  # the fan-out step
     fan_url = page.url
+    look(page, "step-fan-out")
     bars = page.locator(".bars li.task")
     assert bars.count() == WIDTH and page.locator(".bars li.task.send svg.track rect.bar").count() == WIDTH
     assert all("support.workbench_world:" in t for t in bars.all_inner_texts())  # the node's module:line
@@ -141,7 +145,6 @@ def test_the_step_view_of_a_16_way_fan_out_and_of_a_subgraph_step(page: Any, ser
     assert shown == [c["path"] for c in expected["changes"]] and len(shown) == WIDTH, shown
     afters = [json.loads(r.locator(".after").inner_text()) for r in rows.all()]
     assert afters == [c["after"] for c in expected["changes"]]  # values, not only paths
-    page.checked += [("step-fan-out", fan_url), ("step-subgraph-child", child_url)]
 
 
 def test_the_conversation_view_folds_tool_calls_and_forks_an_edited_message(page: Any, server: Server) -> None:
@@ -153,7 +156,7 @@ def test_the_conversation_view_folds_tool_calls_and_forks_an_edited_message(page
     call = page.locator("ol.chat details.toolcall")
     assert call.count() == 1 and call.get_attribute("open") is None and "weather" in call.inner_text()
     assert "You asked: Weather in Oslo?" in page.inner_text("ol.chat > li:last-child")
-    page.checked.append(("chat", page.url))
+    look(page, "chat")
     first = page.locator("ol.chat > li").first
     first.locator("summary:has-text('Edit this message')").click()
     first.locator("textarea").fill("Weather in Bergen?")
@@ -173,7 +176,7 @@ def test_the_conversation_view_folds_tool_calls_and_forks_an_edited_message(page
     assert sides.count() == 2 and all("tokens" in t.lower() and " ms" in t for t in sides.all_inner_texts())
     heads = page.locator("table.diff").last.inner_text()
     assert "Bergen" in heads and "Oslo" in heads
-    page.checked.append(("compare", page.url))
+    look(page, "compare")
 
 
 def test_the_conversation_streams_a_live_answer_piece_by_piece(page: Any, server: Server, db: Path) -> None:
@@ -205,6 +208,7 @@ def test_the_conversation_streams_a_live_answer_piece_by_piece(page: Any, server
     wait_for(streamed, 30, interval=0.05, what="the answer to stream in")
     assert len(seen) >= 2 and all(b.startswith(a) for a, b in itertools.pairwise(seen)), seen
     assert page.get_attribute("#chatlive", "data-status") == "running"  # pieces, before the step committed
+    look(page, "chat-streaming")
 
     def stored() -> bool:
         return (
@@ -214,7 +218,7 @@ def test_the_conversation_streams_a_live_answer_piece_by_piece(page: Any, server
 
     wait_for(stored, 30, what="the stored answer to replace the streamed one")
     assert page.locator("ol.chat > li").last.inner_text().endswith("".join(PIECES))
-    page.checked.append(("chat-streamed", page.url))
+    look(page, "chat-streamed")
 
 
 def test_the_inbox_is_sorted_by_waiting_time(page: Any, server: Server) -> None:
@@ -228,7 +232,7 @@ def test_the_inbox_is_sorted_by_waiting_time(page: Any, server: Server) -> None:
     order = [t.split(" ")[0] for t in page.locator("article.inbox h2").all_inner_texts()]
     assert order.index("ask-old") < order.index("ask-new")
     assert all("waiting" in t for t in page.locator("article.inbox .waiting").all_inner_texts())
-    page.checked.append(("inbox", page.url))
+    look(page, "inbox")
 
 
 def test_take_over_a_thread_whose_owner_was_killed(page: Any, server: Server, db: Path) -> None:
@@ -245,7 +249,7 @@ def test_take_over_a_thread_whose_owner_was_killed(page: Any, server: Server, db
     page.goto("/ui/threads/orphan")
     wait_for(lambda: page.reload() or page.get_attribute("#live", "data-status") == "crashed", 30, what="crashed")
     assert "crashed since" in page.inner_text(".facts")
-    page.checked.append(("crashed", page.url))
+    look(page, "crashed")
     for node in GATED_NODES:
         gate(db, node).touch()
     with page.expect_navigation(url="**/ui/threads/orphan"):  # the crashed page follows the thread: it redraws
