@@ -19,6 +19,9 @@ from its head's pending writes (:func:`pending_audit`).
                 sent one: a timed-out request may be billed, but the client never receives its usage
     attempts  [{node, task, step, attempt, type, message, traceback, at, retried}]
     answers   [{node, task, index, question, answer, at, by, refused?}]
+    tasks     [{task, node, send, started_at, ms}]   when each task of the step this run ran started (seconds since
+                the epoch) and how long it took (a ``Send`` task's ``send`` is true); a task whose result an earlier
+                run recorded (before a crash) is not listed: its time is in ``durations_ms``
 
 A call is written as ``started`` before it is made and ``finished`` (with its duration, in the same transaction as
 its journal entry) after; a ``started`` row that never got its ``finished`` one is a *lost* call. Each start row
@@ -50,7 +53,7 @@ from graphckpt.errors import CorruptCheckpointError, GraphckptError
 
 if TYPE_CHECKING:
     from graphckpt.checkpoint import Task
-    from graphckpt.records import Recorded
+    from graphckpt.records import Recorded, TaskResult
     from graphckpt.savers.base import StoredCheckpoint, ThreadRecord
     from graphckpt.store import ThreadStore
 
@@ -66,6 +69,7 @@ __all__ = [
     "pending_audit",
     "spend",
     "step_audit",
+    "with_task_spans",
     "step_spend",
     "thread_audit",
     "thread_spend",
@@ -269,6 +273,24 @@ def step_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any] | No
     if answers:
         audit["answers"] = answers
     return audit or None
+
+
+def with_task_spans(audit: dict[str, Any] | None, results: Sequence[TaskResult]) -> dict[str, Any] | None:
+    """``audit`` with the ``tasks`` of the step's ``results`` this run timed (see the module docstring)."""
+    spans = [
+        {
+            "task": r.task.id,
+            "node": r.task.node,
+            "send": r.task.has_payload,
+            "started_at": round(r.started_at, 6),
+            "ms": round(r.duration_ms - r.replayed_ms, 3),
+        }
+        for r in results
+        if r.started_at > 0
+    ]
+    if not spans:
+        return audit
+    return {**(audit or {}), "tasks": spans}
 
 
 def pending_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any]:

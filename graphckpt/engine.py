@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from graphckpt import _hook, ids
-from graphckpt.audit import failed_attempt, step_audit
+from graphckpt.audit import failed_attempt, step_audit, with_task_spans
 from graphckpt.checkpoint import NodeUsage, Task, TaskError
 from graphckpt.compiled import RouteError
 from graphckpt.context import Context, NodeInterrupt
@@ -278,7 +278,7 @@ class Run(RunSpans):
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})
                 if self.wants("debug"):
                     self.emit("debug", debug_event("task", self.step, id=task.id, name=task.node, input=state))
-            started = time.perf_counter()
+            started, started_at = time.perf_counter(), time.time()
             span: list[float] = []  # a sync node's own [start, end] in its worker thread: no queueing counted
             try:
                 with self._task_span_of(ctx):
@@ -315,7 +315,7 @@ class Run(RunSpans):
                 continue
             took = ((span[1] - span[0]) if len(span) == 2 else (time.perf_counter() - started)) * 1000
             replayed = self.journal.replayed_ms(task.id)
-            result = TaskResult(task, update, goto, took + replayed, usage, replayed)
+            result = TaskResult(task, update, goto, took + replayed, usage, replayed, started_at)
             if record:
                 self.journal.enqueue(result)
             return result
@@ -409,7 +409,7 @@ class Run(RunSpans):
         except RouteError as exc:
             await self.fail(_Failed(exc.task, exc.cause), results)
         status, interrupts = self.graph.frontier_status(tasks, results)
-        audit = step_audit(self.recorded, self.head.body.tasks)
+        audit = with_task_spans(step_audit(self.recorded, self.head.body.tasks), results)
         extra: dict[str, Any] = {"audit": audit} if audit else {}
         if self._tracing is not None:  # a run resuming from this checkpoint links to this run's trace
             extra["trace"] = self._tracing.trace_context(self._span)

@@ -62,6 +62,8 @@ class TaskResult:
     usage: NodeUsage = field(default_factory=lambda: NodeUsage())
     replayed_ms: float = 0.0
     """Of ``duration_ms``: the original time of the journaled calls this run replayed instead of making."""
+    started_at: float = 0.0
+    """When the task's attempt started (seconds since the epoch; 0: unknown, a result recorded by an earlier run)."""
 
 
 @dataclass(slots=True)

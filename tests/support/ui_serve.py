@@ -51,8 +51,18 @@ PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 class Server:
     """``graphckpt serve`` (the ui_world graphs) in a child process on a free port; stopped with SIGKILL by its pid."""
 
-    def __init__(self, db: Path, port: int, tokens: Path | None = None) -> None:
+    def __init__(
+        self,
+        db: Path,
+        port: int,
+        tokens: Path | None = None,
+        *,
+        lease_seconds: float = 1.5,
+        graphs: tuple[str, ...] = SERVED,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.db, self.port, self.proc, self.tokens = db, port, None, tokens
+        self.lease_seconds, self.graphs, self.args = lease_seconds, graphs, args
         self.base = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
@@ -62,9 +72,20 @@ class Server:
             **child_env(),
             "UI_WORLD_GATES": str(self.db),
             "GRAPHCKPT_PRICES": str(prices),
-            "GRAPHCKPT_LEASE_SECONDS": "1.5",
-        }  # a killed server's runs are crashed, so taken over, that soon
-        argv = [sys.executable, "-m", "graphckpt", "--db", str(self.db), "serve", *SERVED, "--port", str(self.port)]
+            "GRAPHCKPT_LEASE_SECONDS": str(self.lease_seconds),
+        }  # a killed server's runs are crashed, so taken over, that soon (a dead owner on this host: at once)
+        argv = [
+            sys.executable,
+            "-m",
+            "graphckpt",
+            "--db",
+            str(self.db),
+            "serve",
+            *self.graphs,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         if self.tokens is not None:
             argv += ["--tokens-file", str(self.tokens)]
         with open(self.db.with_suffix(".serve.log"), "ab") as log:  # the child keeps its own copy of the fd

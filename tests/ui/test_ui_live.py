@@ -40,10 +40,14 @@ pytestmark = [
         not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian chromium at /usr/bin/chromium"
     ),
     pytest.mark.xdist_group("ui_live"),
-    # passes alone (8/8) but 6 fail inside the full suite (gate files of the module's shared world missing, pages
-    # timing out): not diagnosed before the stop; see the stop note
-    pytest.mark.xfail(reason="fails inside the full suite, not diagnosed yet", strict=False),
 ]
+
+LEASE_SECONDS = 30.0
+"""The served runs' lease. Not the 1.5 s of the other UI tests: inside the full suite (4 workers on 2 cores) a
+heartbeat every 0.5 s is often late by more than a second, the lease of ``fc-0``'s run lapsed mid-call, the server's
+own recovery took the thread over and the page rightly showed a lost call; the first test failed and the others,
+which build on its thread and gate file, failed after it. A killed server's thread still reads crashed at once: its
+owner is a dead process of this host (see the last test)."""
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(world: Path) -> Iterator[Server]:
-    s = Server(world, free_port())
+    s = Server(world, free_port(), lease_seconds=LEASE_SECONDS)
     s.start()
     yield s
     s.kill()
@@ -186,7 +190,7 @@ def test_answering_returns_at_once_and_the_page_follows_the_run(watched: Watched
 
 def test_fork_returns_at_once_and_the_page_follows_the_new_branch(watched: Watched, world: Path) -> None:
     page = watched.page
-    gate(world).unlink()  # the fork's call waits until the test opens the gate again
+    gate(world).unlink(missing_ok=True)  # the fork's call waits until the test opens the gate again
     page.goto("/ui/threads/fc-0")
     page.click(".steps a:has-text('step 0')")
     page.wait_for_url("**/ui/threads/fc-0@*")
@@ -292,7 +296,7 @@ def test_a_thread_created_by_post_threads_has_a_page(watched: Watched, server: S
 
 
 def test_a_killed_servers_thread_reads_crashed_since_with_its_lost_call(server: Server, world: Path) -> None:
-    gate(world).unlink()
+    gate(world).unlink(missing_ok=True)
     start_calling(server, "fc-lost")
     wait_for(lambda: "call in flight" in http(server.base + "/ui/threads/fc-lost")[1], 30, what="the call to start")
     server.kill()
@@ -312,7 +316,7 @@ def test_a_killed_servers_thread_reads_crashed_since_with_its_lost_call(server: 
                 return False
 
         wait_for(up, 30, what="the stand-alone UI")
-        # its owner is a dead process of this host: crashed at once, or when its lease (1.5 s here) expires
+        # its owner is a dead process of this host: crashed at once, long before its lease expires
         wait_for(lambda: "crashed since" in http(base + "/threads/fc-lost")[1], 30, what="fc-lost to read crashed")
         status, html, _ = http(base + "/threads/fc-lost")
         assert status == 200 and "lost call" in html and "call in flight" not in html and "s-crashed" in html

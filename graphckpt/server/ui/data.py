@@ -20,12 +20,11 @@ import datetime as dt
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from graphckpt.app import App
 from graphckpt.audit import Prices
-from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
+from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.compat._lgread import written_by_langgraph
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
@@ -45,8 +44,11 @@ from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
-from graphckpt.server.ui.liveness import NOBODY, Liveness, liveness, pending_items
+from graphckpt.server.ui.liveness import liveness, pending_items
+from graphckpt.server.ui.pages import CheckpointPage, InterruptItem, StepRow, ThreadPage, ThreadRow, ThreadView
 from graphckpt.server.ui.records import interrupt_record, pending_rows
+from graphckpt.server.ui.workbench import Comparison, Conversation, StepView, compare, conversation, step_view
+from graphckpt.subgraph import SEPARATOR
 
 __all__ = [
     "CheckpointPage",
@@ -79,136 +81,6 @@ class UIError(GraphckptError, ValueError):
     """A UI action that cannot be done as asked (a field that is not JSON, a thread whose graph is not loaded)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadRow:
-    """One line of the threads list."""
-
-    thread_id: str
-    graph: str | None
-    status: str
-    owner: str | None
-    step: int
-    tokens: int | None
-    cost: float | None
-    updated_at: dt.datetime
-    forked_from: str | None
-    error: str | None
-    metadata: Mapping[str, Any]
-    spend: Mapping[str, Any] = field(default_factory=dict)
-    """``own``, ``inherited`` and ``total`` spend (tokens, calls, lost_calls, cost with a price table)."""
-    stopped: bool = False
-    """``running`` but known to have no run going (its run was cancelled)."""
-    lease: Liveness = NOBODY
-    """Who holds the thread, the seconds left on its lease, when it crashed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadPage:
-    """One page of the filtered threads list, and what the filters can offer."""
-
-    rows: list[ThreadRow]
-    total: int
-    page: int
-    pages: int
-    statuses: list[str]
-    graphs: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class StepRow:
-    """One checkpoint of a thread's timeline."""
-
-    thread_id: str
-    checkpoint_id: str
-    step: int
-    source: str
-    nodes: list[str]
-    duration_ms: float
-    models: list[str]
-    tokens: int
-    next: list[str]
-    created_at: dt.datetime
-    own: bool
-    """False for an ancestor's checkpoint (before the fork point)."""
-    replayed: Mapping[str, float] = field(default_factory=dict)
-    """Nodes whose model/tool calls were answered from the journal, with the original calls' duration in ms."""
-    attempts: Mapping[str, int] = field(default_factory=dict)
-    """Failed attempts per node before the one that counted (the audit record's ``attempts``)."""
-    lost: Mapping[str, int] = field(default_factory=dict)
-    """Calls per node started and never finished (the process died: tokens billed, answer never read)."""
-    failures: list[str] = field(default_factory=list)
-    """The failed attempts as ``node (attempt N): Type: message`` lines."""
-    via_ui: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadView:
-    """A thread: its record, timeline (oldest first), graph, fork tree and what can be done with it."""
-
-    info: ThreadInfo
-    row: ThreadRow
-    steps: list[StepRow]
-    head: Snapshot
-    errors: list[str]
-    graph: CompiledGraph | None
-    done_nodes: set[str]
-    tree: dict[str, Any]
-    runnable: bool
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    """The head's uncommitted record (a failed or crashed step): failed attempts and lost calls not in a
-    checkpoint yet."""
-    cancellable: bool = False
-    """A run of this thread is going in this server (the Cancel button stops it)."""
-    stopped: bool = False
-    """Status ``running`` but known to have no run going (a cancelled run; Resume continues it)."""
-
-    @property
-    def lost_calls(self) -> int:
-        """Lost calls of the lineage, less the head's calls still in flight (counted lost by the spend)."""
-        total = self.row.spend.get("total", {}) if self.row.spend else {}
-        flying = sum(1 for p in self.pending if p["kind"] == "call in flight")
-        return max(0, int(total.get("lost_calls", 0) or 0) - flying)
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointPage:
-    """One checkpoint: its state, what its step changed, frontier, pending writes, audit record."""
-
-    snap: Snapshot
-    values: dict[str, Any]
-    changes: list[Change]
-    parent: str | None
-    tasks: list[dict[str, Any]]
-    interrupts: list[dict[str, Any]]
-    pending: list[dict[str, Any]]
-    metadata: dict[str, Any]
-    is_head: bool
-    status: str
-    runnable: bool
-    graph_ref: str | None
-    nodes: list[str]
-    audit: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """The checkpoint's audit record (``calls``, ``attempts``, ``answers``; see :mod:`graphckpt.audit`)."""
-    replayed: Mapping[str, float] = field(default_factory=dict)
-    """Nodes of this step answered from the journal, with the original calls' duration in ms."""
-    cancellable: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class InterruptItem:
-    """An open interrupt of an interrupted thread, with what its answer form needs."""
-
-    thread_id: str
-    checkpoint_id: str
-    interrupt: Interrupt
-    payload: Any
-    question: str | None
-    error: str | None
-    expects: str | None
-    approval: bool
-    runnable: bool
-
-
 class UIBackend(Protocol):
     """What the UI's handlers need. The server may implement it over its own query layer (namespaces, tokens)."""
 
@@ -239,6 +111,18 @@ class UIBackend(Protocol):
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None: ...
 
     async def cancel(self, thread_id: str) -> None: ...
+
+    async def step_view(self, thread_id: str, checkpoint_id: str) -> StepView: ...
+
+    async def conversation(self, thread_id: str) -> Conversation | None: ...
+
+    async def compare(self, a: str, b: str) -> Comparison: ...
+
+    async def edit_message(
+        self, thread_id: str, checkpoint_id: str, message_id: str, text: str, new_thread_id: str | None
+    ) -> str: ...
+
+    async def take_over(self, thread_id: str) -> None: ...
 
 
 class LocalBackend:
@@ -423,9 +307,12 @@ class LocalBackend:
         return await (app.adiff(a, b) if app is not None else self.reader.adiff(a, b))
 
     async def inbox(self) -> list[InterruptItem]:
+        """The open interrupts, the longest waiting first, each with its deadline when a durable wait has one."""
         items: list[InterruptItem] = []
+        waits = {(w.thread_id, w.checkpoint_id): w.wake_at for w in await self._pending_waits()}
         for info in await self._infos("interrupted"):
             head = await self.reader.aget_state(info.thread_id)
+            wake = waits.get((info.thread_id, head.checkpoint_id))
             runnable = self._app_or_none(graph_of(metadata_of(info))) is not None
             for it in head.interrupts:
                 payload = to_jsonable(it.payload)
@@ -441,9 +328,23 @@ class LocalBackend:
                         expects=_text(fields.get("expects")),
                         approval="approved" in str(fields.get("expects", "")) or fields.get("key") == "approved",
                         runnable=runnable,
+                        waiting_since=head.created_at,
+                        deadline=dt.datetime.fromtimestamp(wake, dt.UTC) if wake is not None else None,
                     )
                 )
+        items.sort(key=lambda i: (i.waiting_since or dt.datetime.max.replace(tzinfo=dt.UTC), i.thread_id))
         return items
+
+    async def _pending_waits(self) -> list[Any]:
+        """The saver's pending durable waits (none for a saver without a waits table)."""
+        list_waits = getattr(self.reader.store.saver, "list_waits", None)
+        if list_waits is None:
+            return []
+        try:
+            found: list[Any] = await list_waits(status="pending")
+        except NotImplementedError:
+            return []
+        return found
 
     # -- running ------------------------------------------------------------------------------------------------------
 
@@ -494,7 +395,10 @@ class LocalBackend:
             await asyncio.sleep(0.01)
 
     async def resume(self, thread_id: str) -> None:
-        app, tags = await self._app_for(thread_id, "resume")
+        await self._resume(thread_id, "resume")
+
+    async def _resume(self, thread_id: str, action: str) -> None:
+        app, tags = await self._app_for(thread_id, action)
         before = await self.reader.athread(thread_id)
         # the page shown next must see the run (status running, or its outcome), else it would not follow it
         await self._until_claimed(thread_id, before, self._background(app.aresume(thread_id, tags=tags)))
@@ -514,6 +418,68 @@ class LocalBackend:
         else:
             run = app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags)
         await self._until_claimed(thread_id, before, self._background(run))
+
+    # -- the workbench: a step, a conversation, two branches, a take-over ----------------------------------------------
+
+    def _check(self, thread_id: str) -> None:
+        """Refuse (404) a thread this backend does not show (every thread shows here; the server's namespaces)."""
+
+    async def _graph_for(self, thread_id: str) -> CompiledGraph | None:
+        """The loaded graph of ``thread_id`` (a subgraph's child thread: its root thread's graph)."""
+        root = thread_id.split(SEPARATOR, 1)[0]
+        app = self._app_or_none(graph_of(metadata_of(await self.reader.athread(root))))
+        return app.graph if app is not None else None
+
+    async def step_view(self, thread_id: str, checkpoint_id: str) -> StepView:
+        self._check(thread_id)
+        graph = await self._graph_for(thread_id)
+        return await step_view(self.reader, thread_id, checkpoint_id, graph=graph, prices=self.prices, differ=self.diff)
+
+    async def _reading(self, thread_id: str) -> App | RawReader:
+        """The thread's app when its graph is loaded (its schema folds values: defaults, message ids), else raw."""
+        info = await self.reader.athread(thread_id)
+        if await written_by_langgraph(self.reader.store, thread_id):
+            return self.reader
+        app = self._app_or_none(graph_of(metadata_of(info)))
+        return app if app is not None else self.reader
+
+    async def conversation(self, thread_id: str) -> Conversation | None:
+        self._check(thread_id)
+        return await conversation(await self._reading(thread_id), thread_id)
+
+    async def compare(self, a: str, b: str) -> Comparison:
+        self._check(a)
+        self._check(b)
+        return await compare(self.reader, a, b, self.diff)
+
+    async def edit_message(
+        self, thread_id: str, checkpoint_id: str, message_id: str, text: str, new_thread_id: str | None
+    ) -> str:
+        """Fork ``thread_id`` at ``checkpoint_id`` with message ``message_id``'s content replaced by ``text`` (the
+        ``messages`` reducer replaces a message by its id), then run the new branch."""
+        self._check(thread_id)
+        snap = await (await self._reading(thread_id)).aget_state(thread_id, checkpoint_id)
+        values = to_jsonable(snap.values)
+        found = values.get("messages") if isinstance(values, Mapping) else None
+        old = next((m for m in found or [] if isinstance(m, Mapping) and str(m.get("id")) == message_id), None)
+        if old is None:
+            raise UIError(f"checkpoint {checkpoint_id!r} of thread {thread_id!r} holds no message {message_id!r}")
+        if not text.strip():
+            raise UIError("field 'content': the edited message is empty")
+        edited = {**old, "content": text.replace("\r\n", "\n")}
+        return await self.fork_and_run(thread_id, checkpoint_id, {"messages": [edited]}, new_thread_id)
+
+    async def take_over(self, thread_id: str) -> None:
+        """Resume a ``crashed`` thread (its owner gone or its lease expired): the claim takes its lease over."""
+        self._check(thread_id)
+        info = await self.reader.athread(thread_id)
+        if self._cancellable(thread_id, info.status):  # this server's recovery took it over first: done
+            return
+        alive = liveness(await self.reader.store.thread(thread_id))
+        if info.status != "crashed" or alive.live:
+            who = f" (held by {alive.owner})" if alive.owner else ""
+            raise UIError(f"thread {thread_id!r} is {info.status}{who}: only a crashed thread can be taken over")
+        await self._resume(thread_id, "take-over")
 
     async def cancel(self, thread_id: str) -> None:
         raise UIError(f"cannot cancel thread {thread_id!r}: only `graphckpt serve` runs a cancellable run queue")

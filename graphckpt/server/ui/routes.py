@@ -22,95 +22,33 @@ shows the outcome, or the same page again with the error in place (status 422).
 
 from __future__ import annotations
 
-import datetime as dt
-import difflib
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import quote, urlencode
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
-from graphckpt.control import END, START
 from graphckpt.errors import CheckpointNotFoundError, GraphckptError, ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.server.ui import csrf
 from graphckpt.server.ui.data import UIBackend, UIError
 from graphckpt.server.ui.graphsvg import graph_svg
-from graphckpt.server.ui.records import answer_fields
+from graphckpt.server.ui.render import HERE, forbidden, line_diff, read_form, redirect, render_page, split_ref
+from graphckpt.server.ui.workroutes import WORK_ROUTES
 
 __all__ = ["HERE", "BackendOf", "forbidden", "read_form", "render_page", "ui_routes"]
 
-HERE = Path(__file__).parent
 BackendOf = Callable[[Request], UIBackend]
 """How a handler finds the backend for a request (the server's may depend on the caller's token)."""
 
 PER_PAGE = 25
-MAX_FORM = 1 << 20
 POLL = "every 1s"
 """How htmx refreshes a running thread's live fragment. When the server's SSE stream of a thread exists, this is the
 one place to switch: ``hx-ext="sse" sse-connect=... hx-trigger="sse:checkpoint"`` (see templates/_live.html)."""
-
-
-def _short(checkpoint_id: str | None) -> str:
-    return (checkpoint_id or "")[:12]
-
-
-def _when(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-def _templates() -> Jinja2Templates:
-    t = Jinja2Templates(directory=str(HERE / "templates"))
-    t.env.filters.update(
-        short=_short, when=_when, pretty=_pretty, answer_fields=answer_fields, q=lambda s: quote(str(s), safe="")
-    )
-    t.env.globals.update(START=START, END=END)
-    return t
-
-
-TEMPLATES = _templates()
-
-
-def render_page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
-    """The page ``name`` (a template) with ``context``, its CSRF token and the UI's security headers."""
-    base = request.scope.get("root_path", "")
-    ctx = {"base": base, "csrf_token": csrf.token_of(request), "path": request.url.path, **context}
-    response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=status)
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    )
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return csrf.ensure(request, response)
-
-
-def _redirect(request: Request, where: str) -> Response:
-    return RedirectResponse(request.scope.get("root_path", "") + where, status_code=303)
-
-
-async def read_form(request: Request) -> dict[str, str]:
-    """The request's form fields; a form over :data:`MAX_FORM` bytes is refused (413) before more of it is read."""
-    too_large = HTTPException(413, f"the form is larger than {MAX_FORM} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_FORM:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            raise too_large
-    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
 def _int(text: str | None, default: int, low: int, high: int) -> int:
@@ -121,12 +59,8 @@ def _int(text: str | None, default: int, low: int, high: int) -> int:
         return default
 
 
-def _split_ref(ref: str) -> tuple[str, str | None]:
-    """``thread@checkpoint`` (split at the last ``@``) or a bare ``thread``."""
-    if "@" in ref:
-        thread, _, checkpoint = ref.rpartition("@")
-        return thread, checkpoint or None
-    return ref, None
+_line_diff = line_diff  # their names before render.py held them
+_split_ref = split_ref
 
 
 def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]:
@@ -159,6 +93,7 @@ def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]
         Route("/actions/resume", handler(resume_action), methods=["POST"], name="ui_resume"),
         Route("/actions/answer", handler(answer_action), methods=["POST"], name="ui_answer"),
         Route("/actions/cancel", handler(cancel_action), methods=["POST"], name="ui_cancel"),
+        *(Route(path, handler(fn), methods=[method], name=name) for path, fn, method, name in WORK_ROUTES),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="ui_static"),
     ]
 
@@ -189,14 +124,14 @@ async def threads_page(request: Request, backend: UIBackend) -> Response:
 
 
 async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response:
-    thread_id, checkpoint_id = _split_ref(request.path_params["ref"])
+    thread_id, checkpoint_id = split_ref(request.path_params["ref"])
     if checkpoint_id is None:
         return await _thread(request, backend, thread_id)
     lineage = await backend.checkpoints_of(thread_id)
     if all(s.checkpoint_id != checkpoint_id for s in lineage):  # a short id, as the CLI prints and accepts them
         found = [s for s in lineage if s.checkpoint_id.startswith(checkpoint_id)]
         if len(found) == 1:
-            return _redirect(request, f"/threads/{quote(thread_id, safe='')}@{found[0].checkpoint_id}")
+            return redirect(request, f"/threads/{quote(thread_id, safe='')}@{found[0].checkpoint_id}")
         if found:
             ctx = {"thread_id": thread_id, "spec": checkpoint_id, "matches": found}
             return render_page(request, "matches.html", ctx, 300)
@@ -206,7 +141,7 @@ async def thread_or_checkpoint(request: Request, backend: UIBackend) -> Response
 async def _full_ref(backend: UIBackend, ref: str) -> str:
     """``thread@checkpoint`` with a unique checkpoint prefix completed (else as given: the diff names what is
     wrong)."""
-    thread_id, checkpoint_id = _split_ref(ref)
+    thread_id, checkpoint_id = split_ref(ref)
     if checkpoint_id is None:
         return ref
     found = [
@@ -293,42 +228,10 @@ async def diff_page(request: Request, backend: UIBackend) -> Response:
         raise UIError("a diff needs two checkpoints: ?a=THREAD@CHECKPOINT&b=THREAD[@CHECKPOINT]")
     full_a, full_b = await _full_ref(backend, a), await _full_ref(backend, b)
     if (full_a, full_b) != (a, b):
-        return _redirect(request, "/diff?" + urlencode({"a": full_a, "b": full_b}))
-    diff = await backend.diff(_split_ref(a), _split_ref(b))
-    changes = [(c, _line_diff(c.before, c.after)) for c in diff.changes()]
+        return redirect(request, "/diff?" + urlencode({"a": full_a, "b": full_b}))
+    diff = await backend.diff(split_ref(a), split_ref(b))
+    changes = [(c, line_diff(c.before, c.after)) for c in diff.changes()]
     return render_page(request, "diff.html", {"diff": diff, "changes": changes, "a": a, "b": b})
-
-
-def _line_diff(before: Any, after: Any) -> list[tuple[str, str]] | None:
-    """For two texts of several lines: their lines as ``(" " | "-" | "+", line)``, unchanged runs of more than six
-    lines cut to their ends with a ``("…", "N unchanged lines")`` marker; else ``None`` (shown side by side)."""
-    if not (isinstance(before, str) and isinstance(after, str)) or ("\n" not in before and "\n" not in after):
-        return None
-    out: list[tuple[str, str]] = []
-    same: list[str] = []
-
-    def flush(last: bool) -> None:
-        if len(same) > 6:
-            head = [] if not out else same[:2]
-            tail = [] if last else same[-2:]
-            out.extend((" ", s) for s in head)
-            out.append(("…", f"{len(same) - len(head) - len(tail)} unchanged lines"))
-            out.extend((" ", s) for s in tail)
-        else:
-            out.extend((" ", s) for s in same)
-        same.clear()
-
-    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
-        tag, text = line[:1], line[2:]
-        if tag == "?":
-            continue
-        if tag == " ":
-            same.append(text)
-            continue
-        flush(False)
-        out.append((tag, text))
-    flush(True)
-    return out
 
 
 async def inbox_page(request: Request, backend: UIBackend) -> Response:
@@ -336,16 +239,6 @@ async def inbox_page(request: Request, backend: UIBackend) -> Response:
 
 
 # -- actions -----------------------------------------------------------------------------------------------------------
-
-
-def forbidden(request: Request) -> Response:
-    """The page a form with a missing or wrong CSRF token gets (403)."""
-    return render_page(
-        request,
-        "error.html",
-        {"title": "Form expired", "message": "the form's CSRF token is missing or wrong: reload the page and retry"},
-        403,
-    )
 
 
 async def fork_action(request: Request, backend: UIBackend) -> Response:
@@ -379,7 +272,7 @@ async def fork_action(request: Request, backend: UIBackend) -> Response:
         if isinstance(exc, ThreadNotFoundError | CheckpointNotFoundError):
             raise
         return await _checkpoint(request, backend, thread_id, checkpoint_id, form, str(exc))
-    return _redirect(request, f"/threads/{quote(made, safe='')}")
+    return redirect(request, f"/threads/{quote(made, safe='')}")
 
 
 async def resume_action(request: Request, backend: UIBackend) -> Response:
@@ -388,7 +281,7 @@ async def resume_action(request: Request, backend: UIBackend) -> Response:
         return forbidden(request)
     thread_id = form.get("thread", "")
     await backend.resume(thread_id)
-    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
+    return redirect(request, f"/threads/{quote(thread_id, safe='')}")
 
 
 async def cancel_action(request: Request, backend: UIBackend) -> Response:
@@ -397,7 +290,7 @@ async def cancel_action(request: Request, backend: UIBackend) -> Response:
         return forbidden(request)
     thread_id = form.get("thread", "")
     await backend.cancel(thread_id)
-    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
+    return redirect(request, f"/threads/{quote(thread_id, safe='')}")
 
 
 def _answer_of(form: Mapping[str, str]) -> Any:
@@ -457,5 +350,5 @@ async def answer_action(request: Request, backend: UIBackend) -> Response:
         return render_page(request, "interrupts.html", ctx, 422)
     items = await backend.inbox()
     if any(i.thread_id == thread_id for i in items):  # asked again (an invalid answer): the error is shown in place
-        return _redirect(request, f"/interrupts#t-{quote(thread_id, safe='')}")
-    return _redirect(request, f"/threads/{quote(thread_id, safe='')}")
+        return redirect(request, f"/interrupts#t-{quote(thread_id, safe='')}")
+    return redirect(request, f"/threads/{quote(thread_id, safe='')}")

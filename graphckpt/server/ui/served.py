@@ -206,10 +206,10 @@ class ServiceBackend(LocalBackend):
         await self._submit(snap.thread_id, "fork")  # queued: the new branch's page (running, unclaimed) follows it
         return snap.thread_id
 
-    async def resume(self, thread_id: str) -> None:
+    async def _resume(self, thread_id: str, action: str) -> None:
         self._check(thread_id)
         before = await self.reader.athread(thread_id)
-        run = await self._submit(thread_id, "resume")
+        run = await self._submit(thread_id, action)
         await self._claimed(thread_id, before, run)
 
     async def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> None:
@@ -256,6 +256,10 @@ class ServiceBackend(LocalBackend):
 
 LIVE_KINDS = frozenset({"checkpoint", "interrupt", "run.done", "run.failed", "run.interrupted"})
 """The durable events after which a thread's page refreshes its live part."""
+
+UI_MODES = frozenset({"messages"})
+"""The ephemeral stream modes a page may add to a thread's live stream (``?modes=messages``: the conversation view's
+token streaming)."""
 
 RETRY_MS = 500
 """How soon a browser reconnects its live stream after the server went away (it resends ``Last-Event-ID``)."""
@@ -324,7 +328,7 @@ def _events(tokens: Tokens) -> Any:
     from starlette.requests import Request
 
     from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, StreamResponse, event_source
-    from graphckpt.server.routes.streams import open_stream
+    from graphckpt.server.routes.streams import start_of
 
     async def events(request: Request) -> StreamResponse:
         ns = namespace_of(tokens, request)
@@ -337,16 +341,30 @@ def _events(tokens: Tokens) -> Any:
         record = await service.saver.get_thread(thread_id)
         if record is None:
             raise ThreadNotFoundError(f"no thread {thread_id!r}")
+        modes = frozenset(m for m in request.query_params.get("modes", "").split(",") if m)
+        if not modes <= UI_MODES:
+            raise ApiError(
+                422,
+                "ValidationError",
+                f"query field 'modes': the UI's stream offers {sorted(UI_MODES)}, not {sorted(modes)}",
+            )
         segments = await service.segments_of("", record)
         now = await service.log.cursor_now(segments, record.head_step)  # the page shows what came before
-        segments, cursor, kind, reset = await open_stream(
-            service, "", thread_id, last_id, default=now, segments=segments
-        )
+        start = await start_of(service, "", thread_id, last_id, default=now, ephemeral=bool(modes), segments=segments)
         first = [ServerSentEvent(retry=RETRY_MS, comment="live")]
-        if reset is not None:
+        if start.reset is not None:
             first.append(ServerSentEvent(event="stream.reset", data="{}"))
         source = event_source(
-            service.feed, "", thread_id, segments, cursor, last_kind=kind, kinds=set(LIVE_KINDS), preamble=first
+            service.feed,
+            "",
+            thread_id,
+            start.segments,
+            start.cursor,
+            last_kind=start.kind,
+            kinds=set(LIVE_KINDS),
+            modes=modes,
+            after_n=start.after_n,
+            preamble=first,
         )
         keepalive = request.app.state.config.keepalive
         stall = request.app.state.config.stall_timeout
