@@ -12,6 +12,10 @@ LOCKED``; SQLite: the file's write lock), and a worker killed mid-sweep leaves i
 back) for the next sweep. A due wait whose thread moved on (a person answered first, the thread was deleted, failed
 or finished) becomes ``stale`` instead; one whose thread is still ``running`` (the node wrote the wait and is about
 to stop) is left ``pending`` until the stop commits.
+
+A wait of a subgraph's child thread (its metadata has a ``subgraph`` link) is never fired: it records the child's
+wake-up time and answer, and the parent task raises the same wait for the parent thread (see
+:mod:`graphckpt.subgraph`), whose firing resumes the whole chain. When due it becomes ``stale``.
 """
 
 from __future__ import annotations
@@ -56,5 +60,5 @@ class WaitTable(abc.ABC):
         """Fire the due waits (see the module docstring); the threads a resume run was queued for."""
 
     @abc.abstractmethod
-    async def list_waits(self, *, status: WaitStatus | None = None) -> list[WaitRecord]:
-        """The waits (with ``status``), soonest first."""
+    async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
+        """The waits (with ``status``; of ``thread_id``: its one wait or none), soonest first."""
