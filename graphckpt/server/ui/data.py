@@ -100,6 +100,8 @@ class ThreadRow:
     """``running`` but known to have no run going (its run was cancelled)."""
     lease: Liveness = NOBODY
     """Who holds the thread, the seconds left on its lease, when it crashed."""
+    wake_at: dt.datetime | None = None
+    """When a durable wait wakes the thread (it is *waiting*: ``interrupted`` with a wake-up time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +269,9 @@ class LocalBackend:
         self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
     ) -> ThreadPage:
         infos = await self._infos()
-        statuses: list[str] = sorted({str(i.status) for i in infos})
+        statuses: list[str] = sorted(
+            {str(i.status) for i in infos} | ({"waiting"} if any(i.waiting for i in infos) else set())
+        )
         graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
         chosen = [i for i in infos if _keep(i, status, graph, q)]
         pages = max(1, math.ceil(len(chosen) / per_page))
@@ -303,6 +307,7 @@ class LocalBackend:
             spend=spent,
             stopped=self._stopped(info.thread_id, info.status, metadata_of(info)),
             lease=lease,
+            wake_at=info.wake_at,
         )
 
     async def _own(self, thread_id: str) -> list[Snapshot]:
@@ -534,7 +539,9 @@ async def _run_quietly(run: Any) -> None:
 
 
 def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:
-    if status and info.status != status:
+    if status == "waiting" and not info.waiting:  # the interrupted threads a durable wait holds
+        return False
+    if status and status != "waiting" and info.status != status:
         return False
     if graph and graph_of(metadata_of(info)) != graph:
         return False
