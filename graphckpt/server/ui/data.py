@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
+from graphckpt.server.ui.filters import kept, statuses_of
 from graphckpt.server.ui.liveness import NOBODY, Liveness, liveness, pending_items
 from graphckpt.server.ui.records import interrupt_record, pending_rows
 
@@ -269,11 +269,9 @@ class LocalBackend:
         self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
     ) -> ThreadPage:
         infos = await self._infos()
-        statuses: list[str] = sorted(
-            {str(i.status) for i in infos} | ({"waiting"} if any(i.waiting for i in infos) else set())
-        )
+        statuses = statuses_of(infos)
         graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
-        chosen = [i for i in infos if _keep(i, status, graph, q)]
+        chosen = [i for i in infos if kept(i, status, graph, q)]
         pages = max(1, math.ceil(len(chosen) / per_page))
         page = min(max(page, 1), pages)
         shown = chosen[(page - 1) * per_page : page * per_page]
@@ -536,21 +534,6 @@ async def _run_quietly(run: Any) -> None:
 
     with contextlib.suppress(NodeError):
         await run
-
-
-def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:
-    if status == "waiting" and not info.waiting:  # the interrupted threads a durable wait holds
-        return False
-    if status and status != "waiting" and info.status != status:
-        return False
-    if graph and graph_of(metadata_of(info)) != graph:
-        return False
-    if q:
-        needle = q.lower()
-        meta = json.dumps(to_jsonable(dict(metadata_of(info) or {})), ensure_ascii=False, sort_keys=True)
-        hay = f"{info.thread_id} {meta}".lower()  # as JSON: a search for "team": "t1" finds that tag
-        return needle in hay
-    return True
 
 
 def _step_row(s: Snapshot, thread_id: str) -> StepRow:
