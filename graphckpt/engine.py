@@ -289,7 +289,8 @@ class Run(RunSpans):
                 update, goto = _normalized(self.codec.state, spec.name, out, in_subgraph=bool(self.namespace))
             except NodeInterrupt as intr:
                 if intr.wait is not None:  # a durable wait: its time and row are recorded before the stop
-                    await self.journal.hold(task, *intr.wait)
+                    index, wake_at, answer = intr.wait  # the waker answers this interrupt, by id, or nothing
+                    await self.journal.hold(task, index, wake_at, {f"{task.id}:{intr.index}": answer})
                 asked = []
                 for index, payload in [(intr.index, intr.payload), *intr.others]:
                     try:

@@ -515,7 +515,7 @@ class LocalBackend:
         if answer is NO_ANSWER:  # a stop before/after a node: continue, nothing to answer
             run = app.aresume(thread_id, tags=tags)
         else:
-            run = app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags)
+            run = app.aresume(thread_id, {interrupt_id: answer}, tags=tags)  # this interrupt's, or refused
         await self._until_claimed(thread_id, before, self._background(run))
 
     async def cancel(self, thread_id: str) -> None:
