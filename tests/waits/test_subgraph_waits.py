@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 from support.waiting import await_for
 
@@ -77,6 +78,9 @@ async def test_a_sleep_in_a_subgraph_makes_the_root_wait_and_wakes_it_once(saver
         [child] = [w for w in await saver.list_waits() if w.thread_id.startswith("r|")]
         assert root.status == "pending" and root.wake_at == child.wake_at  # the child's time, on the root
         assert (await app.athread("r")).lease is None
+        waiting = await app.athreads(status="waiting")  # the root, not the child thread its wait stands for
+        assert [i.thread_id for i in waiting] == ["r"] and waiting[0].wake_at is not None
+        assert waiting[0].wake_at.timestamp() == pytest.approx(root.wake_at, abs=1e-5)
         await await_for(lambda: _is(_status(app, "r"), "done"), 10, what="the wake-up")
 
     await _run(app, body)

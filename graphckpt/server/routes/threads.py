@@ -19,6 +19,7 @@ from graphckpt.server.auth import api_id
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, user_metadata
 from graphckpt.server.service import Service
+from graphckpt.subgraph import link_of
 
 __all__ = ["matching", "routes"]
 
@@ -94,8 +95,9 @@ async def status_filter(
     if isinstance(saver, WaitTable):
         pending = {w.thread_id: w.checkpoint_id for w in await saver.list_waits(status="pending")}
 
-    def waiting(record: ThreadRecord) -> bool:
-        return pending.get(record.thread_id) == record.head_checkpoint_id and keep(record)
+    def waiting(record: ThreadRecord) -> bool:  # a subgraph's child thread is not listed: its root waits for it
+        at_head = pending.get(record.thread_id) == record.head_checkpoint_id
+        return at_head and link_of(record.metadata) is None and keep(record)
 
     return "interrupted", waiting
 
