@@ -224,8 +224,8 @@ async def _held(store: ThreadStore, checkpoint_id: str, thread_id: str) -> tuple
     for wait in await saver.list_waits(thread_id=thread_id):
         if wait.checkpoint_id == checkpoint_id and wait.status != "fired":
             answer = store.codec.serde.loads(wait.answer) if wait.answer is not None else None
-            if isinstance(answer, dict) and len(answer) == 1:  # {the child's interrupt id: answer}: the parent's
-                answer = next(iter(answer.values()))  # interrupt stands for that one; the parent binds its own id
+            if isinstance(answer, dict) and answer:  # {the child's interrupt ids: answer}: the parent's interrupts
+                answer = next(iter(answer.values()))  # stand for those; the parent binds its own ids
             return None, wait.wake_at, answer
     return None
 

@@ -3,8 +3,8 @@ one of the two takes effect; the other is refused with a clear error (:class:`In
 ``cancelled``) or never queued (the wait went stale): never both, and never the loser answering the thread's next
 question. The waker's answer and a person's answer by interrupt id are both bound to the interrupt they answer.
 
-The deadline is fired by calling the waker with a time past it (a test clock) concurrently with the person's submit,
-in both orders and at once, on every saver, with a real worker running the queued runs."""
+Once the deadline has passed (no worker up meanwhile), the waker is called and the person submits, in both orders and
+at once, on every saver; then a real worker runs the queued runs in their order."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 from support.waiting import await_for
 
-from graphckpt import END, START, StateGraph, Worker
+from graphckpt import END, START, StateGraph, Worker, ids
 from graphckpt.errors import InterruptClosedError, ThreadNotFoundError
 from graphckpt.waiting import OnTimeout
 
@@ -28,7 +28,7 @@ class State(BaseModel):
 
 
 def ask(state: State, ctx: Any) -> dict[str, Any]:
-    return {"first": ctx.interrupt("approve?", timeout=30, on_timeout=OnTimeout.answer("timeout"))}
+    return {"first": ctx.interrupt("approve?", timeout=0.5, on_timeout=OnTimeout.answer("timeout"))}
 
 
 def then(state: State, ctx: Any) -> dict[str, Any]:
@@ -59,48 +59,52 @@ ORDERS = ["deadline-then-person", "person-then-deadline", "together"]
 @pytest.mark.parametrize("order", ORDERS)
 async def test_a_person_and_the_deadline_answering_at_once_exactly_one_counts(saver: Any, order: str) -> None:
     app = _app(saver)
-    worker = Worker({GRAPH: app}, poll=0.02)
-    loop = asyncio.ensure_future(worker.run())
     thread_id = f"race-{order}"
-    try:
-        await app.asubmit({}, thread_id=thread_id, graph=GRAPH)
-        await await_for(lambda: _is(_question(app, thread_id), "approve?"), 10, what="the question")
-        [interrupt] = (await app.aget_state(thread_id)).interrupts
-        [wait] = await saver.list_waits(thread_id=thread_id)
-        assert wait.status == "pending"
-        refused: list[BaseException] = []
 
-        async def deadline() -> None:
-            await saver.wake_due(wait.wake_at + 0.001)  # the deadline fires (a test clock: 30 s early)
+    async def worker_until(condition: Any, what: str) -> None:
+        worker = Worker({GRAPH: app}, poll=0.02)
+        loop = asyncio.ensure_future(worker.run())
+        try:
+            await await_for(condition, 15, what=what)
+        finally:
+            worker.stop()
+            await loop
 
-        async def person() -> None:
-            try:
-                await app.asubmit(
-                    None, thread_id=thread_id, graph=GRAPH, resume=True, answer={interrupt.id: "person"},
-                    multitask="enqueue",
-                )  # fmt: skip
-            except InterruptClosedError as exc:  # the deadline's run already answered it
-                refused.append(exc)
+    await app.asubmit({}, thread_id=thread_id, graph=GRAPH)
+    await worker_until(lambda: _is(_question(app, thread_id), "approve?"), "the question")
+    [interrupt] = (await app.aget_state(thread_id)).interrupts
+    [wait] = await saver.list_waits(thread_id=thread_id)
+    assert wait.status == "pending"
+    await await_for(lambda: ids.now() > wait.wake_at, 5, what="the deadline to pass")  # no worker is up
+    refused: list[BaseException] = []
 
-        if order == "deadline-then-person":
-            await deadline()
-            await person()
-        elif order == "person-then-deadline":
-            await person()
-            await deadline()
-        else:
-            await asyncio.gather(deadline(), person())
+    async def deadline() -> None:
+        await saver.wake_due(ids.now())  # the deadline fires
 
-        async def settled() -> bool:
-            runs = await saver.list_runs(thread_id=thread_id)
-            return all(r.status not in ("queued", "running") for r in runs) and await _question(app, thread_id) == (
-                "and then?"
-            )
+    async def person() -> None:
+        try:
+            await app.asubmit(
+                None, thread_id=thread_id, graph=GRAPH, resume=True, answer={interrupt.id: "person"},
+                multitask="enqueue",
+            )  # fmt: skip
+        except InterruptClosedError as exc:  # the deadline's run already answered it
+            refused.append(exc)
 
-        await await_for(settled, 15, what="both answers to be dealt with")
-    finally:
-        worker.stop()
-        await loop
+    if order == "deadline-then-person":
+        await deadline()
+        await person()
+    elif order == "person-then-deadline":
+        await person()
+        await deadline()
+    else:
+        await asyncio.gather(deadline(), person())
+
+    async def settled() -> bool:
+        runs = await saver.list_runs(thread_id=thread_id)
+        next_question = await _question(app, thread_id) == "and then?"
+        return next_question and all(r.status not in ("queued", "running") for r in runs)
+
+    await worker_until(settled, "both answers to be dealt with")  # the two queued runs, in their order
     state = await app.aget_state(thread_id)
     assert state.values.first in ("timeout", "person")  # one of the two took effect
     assert state.values.second == "" and state.status == "interrupted"  # the loser did not answer the next question
@@ -112,10 +116,13 @@ async def test_a_person_and_the_deadline_answering_at_once_exactly_one_counts(sa
     for _, status, error in losers:  # a loser's run was refused, naming the interrupt
         assert status == "cancelled" and error is not None and interrupt.id in error and "not open" in error, runs
     [fired] = await saver.list_waits(thread_id=thread_id)
-    winner_is_deadline = state.values.first == "timeout"
-    if winner_is_deadline:
+    if state.values.first == "timeout":
         assert fired.status == "fired"
     assert len(losers) + len(refused) + (fired.status == "stale") == 1, (runs, refused, fired)  # one loser, named
+    if order == "deadline-then-person":  # both queued; the deadline's run ran first
+        assert state.values.first == "timeout"
+    if order == "person-then-deadline":
+        assert state.values.first == "person"
 
 
 async def test_an_answer_by_the_id_of_a_closed_interrupt_is_refused_not_given_to_the_next(saver: Any) -> None:
