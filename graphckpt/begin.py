@@ -6,6 +6,7 @@ the claim's fence (a worker passes its queued run's fence, so the commit that st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from graphckpt.codec import Body
 from graphckpt.compiled import CompiledGraph, RouteError
 from graphckpt.control import START, Command
 from graphckpt.engine import NodeRunner, Run, Step
-from graphckpt.errors import InvalidUpdateError, NodeError, ThreadStateError
+from graphckpt.errors import InterruptClosedError, InvalidUpdateError, NodeError, ThreadStateError
 from graphckpt.records import NO_ANSWER, Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers.base import StoredCheckpoint, StoredWrite, check_id
 from graphckpt.store import ThreadStore, partial_thread_error
@@ -182,6 +183,7 @@ async def resume(
     if tags is None:
         tags = head.cp.metadata.get("tags")  # a resumed run keeps the tags of the run it continues
     open_interrupts = recorded.open_interrupts(head.body.tasks)
+    check_open(thread_id, answer, open_interrupts if record.status != "done" else [])
     if record.status == "done" or not head.body.tasks:
         if answer is not NO_ANSWER:
             raise ThreadStateError(f"thread {thread_id!r} is done; nothing is waiting for an answer")
@@ -274,8 +276,32 @@ def _answers(answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> list[
     by_id = {f"{task.id}:{index}": (task, index) for task, index, _ in open_interrupts}
     if isinstance(answer, Mapping) and answer and all(isinstance(k, str) and k in by_id for k in answer):
         return [(*by_id[key], value) for key, value in answer.items()]
+
     task, index, _ = open_interrupts[0]
     return [(task, index, answer)]
+
+
+INTERRUPT_ID = re.compile(r"[^:]+\.[0-9]+:[0-9]+")
+"""The shape of an inside interrupt's id (:attr:`Interrupt.id`: ``<checkpoint id>.<n>:<index>``)."""
+
+
+def check_open(thread_id: str, answer: Any, open_interrupts: list[tuple[Task, int, Any]]) -> None:
+    """Refuse an answer by interrupt ids (a mapping whose keys all have an interrupt id's shape) naming one that is
+    not open: :class:`InterruptClosedError`. Such an answer never falls through to answer another interrupt (the
+    thread's next question), so of a person's answer and a deadline's racing for one interrupt only one counts."""
+    if isinstance(answer, Command):
+        answer = answer.resume
+    if not (isinstance(answer, Mapping) and answer):
+        return
+    if not all(isinstance(k, str) and INTERRUPT_ID.fullmatch(k) for k in answer):
+        return
+    open_ids = {f"{task.id}:{index}" for task, index, _ in open_interrupts}
+    closed = sorted(k for k in answer if k not in open_ids)
+    if closed:
+        raise InterruptClosedError(
+            f"thread {thread_id!r}: interrupt {', '.join(closed)} is not open (answered already, or its deadline "
+            f"passed); open: {', '.join(sorted(open_ids)) or 'none'}"
+        )
 
 
 def check_limit(recursion_limit: int | None) -> None:

@@ -273,3 +273,13 @@ class ThreadInfo:
     for a ``crashed`` one; ``None`` when no process holds it (a fresh fork, a run stopped gracefully)."""
     cursor: str | None = field(default=None, compare=False)
     """Where a page of threads ending with this one continues: ``threads(limit=..., after=info.cursor)``."""
+    wake_at: dt.datetime | None = None
+    """When a worker wakes the thread, if it is *waiting*: ``interrupted`` by a durable wait (``ctx.sleep``,
+    ``ctx.wait_until``, an interrupt's deadline; see :mod:`graphckpt.waiting`). ``None`` for any other thread.
+    ``threads(status="waiting")`` lists exactly the threads that have one."""
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a durable wait holds the thread (it has a :attr:`wake_at`); its :attr:`status` stays
+        ``interrupted``: a person's answer or ``resume`` still continues it before the time."""
+        return self.wake_at is not None

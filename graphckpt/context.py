@@ -92,7 +92,7 @@ class Journal(Protocol):
     def answer(self, task: Task, index: int) -> tuple[bool, Any]: ...
     def lease_fresh(self) -> bool: ...
     async def check_lease(self) -> None: ...
-    async def hold(self, task: Task, index: int | None, wake_at: float, answer: Any) -> None: ...
+    async def hold(self, task: Task, index: int | None, wake_at: float, answers: dict[str, Any]) -> None: ...
     @property
     def items(self) -> ScopedItems: ...
 
@@ -377,14 +377,16 @@ class Context:
             raise NodeInterrupt(payload, index)
         wake, record = self._wake(wake_time(ids.now(), seconds=timeout, when=deadline))
         policy = on_timeout if on_timeout is not None else OnTimeout.fail()
-        index = self._interrupts
-        self._interrupts += 1
-        found, answer = self._journal.answer(self._task, index)
-        if found and answer != TIMED_OUT:
-            return answer
-        if found or ids.now() >= wake:
-            return policy.apply(self.node, wake)
-        raise NodeInterrupt(payload, index, wait=(record, wake, TIMED_OUT))
+        while True:  # woken before its deadline (a parallel task's earlier wait fired): ask again, a new interrupt
+            index = self._interrupts
+            self._interrupts += 1
+            found, answer = self._journal.answer(self._task, index)
+            if found and answer != TIMED_OUT:
+                return answer
+            if ids.now() >= wake:
+                return policy.apply(self.node, wake)
+            if not found:
+                raise NodeInterrupt(payload, index, wait=(record, wake, TIMED_OUT))
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` durably: the thread stops ``interrupted`` (reads call it ``waiting``) holding no process

@@ -289,7 +289,9 @@ class Run(RunSpans):
                 update, goto = _normalized(self.codec.state, spec.name, out, in_subgraph=bool(self.namespace))
             except NodeInterrupt as intr:
                 if intr.wait is not None:  # a durable wait: its time and row are recorded before the stop
-                    await self.journal.hold(task, *intr.wait)
+                    index, wake_at, answer = intr.wait  # the waker answers these interrupts, by id, or nothing
+                    asked_ids = [intr.index, *(i for i, _ in intr.others)]
+                    await self.journal.hold(task, index, wake_at, {f"{task.id}:{i}": answer for i in asked_ids})
                 asked = []
                 for index, payload in [(intr.index, intr.payload), *intr.others]:
                     try:

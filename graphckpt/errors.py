@@ -14,7 +14,8 @@ Errors that refine a builtin also subclass it, so ``except LookupError`` keeps w
     │   ├── ThreadBusyError                  a live process holds the thread's lease (names host, pid, worker)
     │   └── LeaseLostError                   this process's lease was taken over: it writes nothing more
     ├── ThreadStateError                     the thread's status does not allow the call (invoke on a failed thread)
-    │   └── ThreadHasForksError              a delete of a thread that forks depend on (names them)
+    │   ├── ThreadHasForksError              a delete of a thread that forks depend on (names them)
+    │   └── InterruptClosedError             an answer to an interrupt that is no longer open (answered, timed out)
     ├── RecursionLimitError(RecursionError)  a run took more super-steps than ``recursion_limit``
     ├── NodeError                            a node failed a run (thread, node, step); the original is ``__cause__``
     │   ├── InvalidNodeUpdateError(InvalidUpdateError)   its update does not fit the state schema
@@ -40,6 +41,7 @@ __all__ = [
     "GraphckptError",
     "GraphckptWarning",
     "InvalidCursorError",
+    "InterruptClosedError",
     "InvalidArgumentError",
     "InvalidNodeUpdateError",
     "InvalidUpdateError",
@@ -152,6 +154,12 @@ class ThreadHasForksError(ThreadStateError):
     def __init__(self, message: str, forks: list[str] | None = None) -> None:
         super().__init__(message)
         self.forks: list[str] = list(forks or [])
+
+
+class InterruptClosedError(ThreadStateError):
+    """An answer named an interrupt (``resume(thread_id, {interrupt.id: answer})``) that is no longer open: it was
+    answered already, or its deadline passed and its ``on_timeout`` took effect. Nothing was answered or run: of two
+    answers racing for one interrupt (a person's and the deadline's), exactly one takes effect."""
 
 
 class RecursionLimitError(GraphckptError, RecursionError):

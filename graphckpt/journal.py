@@ -62,6 +62,10 @@ class Journal:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._replayed_ms: dict[str, float] = {}
         """Per task: the original time of the journaled calls the running attempt replayed."""
+        self._held: tuple[str, dict[str, Any]] = ("", {})
+        """The waker's answers, by interrupt id, of the durable waits held at the head so far (the step's parallel
+        tasks share the thread's one wait: its firing answers every one of them)."""
+        self._holding = asyncio.Lock()
 
     # -- the run, as a context sees it ------------------------------------------------------------------------------
 
@@ -90,17 +94,24 @@ class Journal:
     def lease_fresh(self) -> bool:
         return self.lease is None or self.lease.fresh()
 
-    async def hold(self, task: Task, index: int | None, wake_at: float, answer: Any) -> None:
+    async def hold(self, task: Task, index: int | None, wake_at: float, answers: dict[str, Any]) -> None:
         """A durable wait of ``task`` (see :mod:`graphckpt.waiting`): journal its wake-up time as effect ``index``
-        (unless ``None``: already journaled), then record the thread's wait with the waker's ``answer``. Called
-        before the thread stops ``interrupted``."""
+        (unless ``None``: already journaled), then record the thread's wait with the waker's ``answers`` (by
+        interrupt id). Called before the thread stops ``interrupted``. The waits of parallel tasks at one head share
+        the thread's one wait row: the earliest time, and the answers of all of them (a task woken before its own
+        time waits again)."""
         if index is not None:
             await self.record_effect(task, index, wake_at)
         saver = self.store.saver
         if not isinstance(saver, WaitTable):
             raise GraphckptError(f"node {task.node!r}: {type(saver).__name__} has no durable waits")
-        data = self.codec.serde.dumps(answer)
-        await saver.put_wait(self.run.thread_id, self.run.head.cp.checkpoint_id, wake_at, data)
+        head = self.run.head.cp.checkpoint_id
+        async with self._holding:  # one write at a time: the last one carries every answer held so far
+            if self._held[0] != head:
+                self._held = (head, {})
+            self._held[1].update(answers)
+            data = self.codec.serde.dumps(dict(self._held[1]))
+            await saver.put_wait(self.run.thread_id, head, wake_at, data)
 
     @property
     def items(self) -> ScopedItems:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from graphckpt.audit import Prices, thread_audit, thread_spend
 from graphckpt.checkpoint import CheckpointRef, Snapshot, ThreadInfo
 from graphckpt.diff import Diff, diff_values
 from graphckpt.listing import iter_threads
+from graphckpt.savers.waits import wake_times
 from graphckpt.subgraph import SEPARATOR, SubgraphNode, link_of, store_for, subgraph_heads, with_subgraphs
 from graphckpt.sync import SyncFacade, sync_twin
 from graphckpt.views import as_dict, thread_info
@@ -90,22 +91,39 @@ class Reader(SyncFacade):
         return await with_subgraphs(self.saver, snaps, child_history)
 
     async def athreads(
-        self, status: Status | None = None, *, limit: int | None = None, after: str | None = None
+        self, status: Status | Literal["waiting"] | None = None, *, limit: int | None = None, after: str | None = None
     ) -> list[ThreadInfo]:
         """Every thread, most recently updated first; only those with ``status`` when given. The child threads of
-        subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent).
+        subgraphs are not listed (``history(..., subgraphs=True)`` shows them with their parent). A thread a durable
+        wait holds has :attr:`ThreadInfo.wake_at`; ``status="waiting"`` lists only those (``interrupted`` ones
+        with a wake-up time; soonest first without ``limit``/``after``).
 
         With ``limit`` or ``after``: one page, read by index at any size, in a stable order (newest created first,
         see :meth:`~graphckpt.savers.base.Saver.page_threads`): at most ``limit`` threads after the one whose
         :attr:`ThreadInfo.cursor` is ``after``; fewer than ``limit`` only on the last page."""
+        waiting = status == "waiting"
+        wanted: Status | None = "interrupted" if waiting else cast("Status | None", status)
         if limit is None and after is None:
-            records = await self.saver.list_threads(status=status)
-            return [thread_info(r) for r in records if link_of(r.metadata) is None]
-        return [thread_info(r) async for r in iter_threads(self.saver, status=status, after=after, limit=limit)]
+            records = [r for r in await self.saver.list_threads(status=wanted) if link_of(r.metadata) is None]
+            wakes = await wake_times(self.saver, records)
+            if waiting:
+                records = sorted((r for r in records if r.thread_id in wakes), key=lambda r: wakes[r.thread_id])
+            return [thread_info(r, wakes.get(r.thread_id)) for r in records]
+        out: list[ThreadInfo] = []
+        pages = iter_threads(self.saver, status=wanted, after=after, limit=None if waiting else limit)
+        async for r in pages:
+            wake = (await wake_times(self.saver, [r])).get(r.thread_id)
+            if wake is not None or not waiting:
+                out.append(thread_info(r, wake))
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     async def athread(self, thread_id: str) -> ThreadInfo:
-        """One thread's record; :class:`ThreadNotFoundError` if there is none."""
-        return thread_info(await self.store.thread(thread_id))
+        """One thread's record (with :attr:`ThreadInfo.wake_at` when a durable wait holds it);
+        :class:`ThreadNotFoundError` if there is none."""
+        record = await self.store.thread(thread_id)
+        return thread_info(record, (await wake_times(self.saver, [record])).get(thread_id))
 
     async def aaudit(self, thread_id: str, *, prices: Prices | None = None) -> dict[str, Any]:
         """The thread's audit record (see :mod:`graphckpt.audit`): every external call (started, finished,

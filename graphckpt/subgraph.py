@@ -39,6 +39,7 @@ from graphckpt.context import Context, NodeInterrupt
 from graphckpt.control import Command, ParentCommand, Send
 from graphckpt.errors import CorruptCheckpointError, GraphckptError
 from graphckpt.records import NO_ANSWER
+from graphckpt.savers.waits import WaitTable
 from graphckpt.serde import Serializer, types_in
 from graphckpt.store import ThreadStore
 from graphckpt.sync import InlineRunner
@@ -146,7 +147,7 @@ class SubgraphNode:
                 head, _ = await store.load_head(record)
                 return self._output(head.values, parent)
             else:  # interrupted, or running (the parent crashed inside it), or failed: go on from the child's head
-                answer = await self._answer(parent, task, store, record)
+                answer = await self._answer(parent, task, store, record, thread_id)
                 run = await begin.resume(
                     options, thread_id, answer, None, tags, runner, streamed=parent.streamed, extra=extra
                 )
@@ -158,7 +159,7 @@ class SubgraphNode:
             if run.status != "interrupted":
                 return self._output(run.head.values, parent)
 
-    async def _answer(self, parent: Run, task: Task, store: ThreadStore, record: ThreadRecord) -> Any:
+    async def _answer(self, parent: Run, task: Task, store: ThreadStore, record: ThreadRecord, thread_id: str) -> Any:
         """What resuming the child takes: nothing when no interrupt of it is open; else the parent's answers to the
         parent interrupts that stand for the child's open ones (``{child interrupt id: answer}``), or, while one of
         them has no answer yet, the parent's interrupts carrying the child's questions (all at once).
@@ -188,7 +189,7 @@ class SubgraphNode:
         waiting = [(j, payload) for j, child_id, payload in mine if not answers[child_id][0]]
         if waiting:
             (first, question), *others = waiting
-            raise NodeInterrupt(question, first, others)
+            raise NodeInterrupt(question, first, others, wait=await _held(store, head.cp.checkpoint_id, thread_id))
         if not asked:
             return NO_ANSWER
         return {child_id: value for child_id, (_, value) in answers.items()}
@@ -211,6 +212,22 @@ class SubgraphNode:
         graph = self.graph
         fields, shared = (graph.output_schema or graph.state).channels, parent.codec.state.channels
         return {k: v for k, v in values.items() if k in fields and k in shared}
+
+
+async def _held(store: ThreadStore, checkpoint_id: str, thread_id: str) -> tuple[None, float, Any] | None:
+    """The durable wait the child thread stopped with at ``checkpoint_id`` (a ``ctx.sleep`` or an interrupt deadline
+    in the subgraph), as the parent task's own: ``(None, wake-up time, the waker's answer)``. Its row is the record
+    (the waker never fires a child's); the parent thread waits for the same time and, woken, hands the answer down."""
+    saver = store.saver
+    if not isinstance(saver, WaitTable):
+        return None
+    for wait in await saver.list_waits(thread_id=thread_id):
+        if wait.checkpoint_id == checkpoint_id and wait.status != "fired":
+            answer = store.codec.serde.loads(wait.answer) if wait.answer is not None else None
+            if isinstance(answer, dict) and answer:  # {the child's interrupt ids: answer}: the parent's interrupts
+                answer = next(iter(answer.values()))  # stand for those; the parent binds its own ids
+            return None, wait.wake_at, answer
+    return None
 
 
 def _command(sent: Mapping[str, Any]) -> Command:

@@ -51,7 +51,8 @@ class LazyFold:
         return self.codec.state.make(self.folded[i])
 
 
-def thread_info(r: ThreadRecord) -> ThreadInfo:
+def thread_info(r: ThreadRecord, wake_at: float | None = None) -> ThreadInfo:
+    """``r`` as a user reads it; ``wake_at``: when a durable wait wakes it (see ``savers.waits.wake_times``)."""
     return ThreadInfo(
         thread_id=r.thread_id,
         status=r.status,
@@ -66,6 +67,7 @@ def thread_info(r: ThreadRecord) -> ThreadInfo:
         metadata=r.metadata,
         lease=r.lease,
         cursor=encode_cursor(r.created_at, r.thread_id),
+        wake_at=_when(r, wake_at) if wake_at is not None else None,
     )
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt import crons, ids, lease
 from graphckpt.errors import (
     GraphckptError,
+    InterruptClosedError,
     LeaseLostError,
     NodeError,
     SaverError,
@@ -264,6 +265,8 @@ class Worker:
             end = "cancelled"
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
+        except InterruptClosedError as exc:  # its answer lost the race for the interrupt (e.g. to a person's): no-op
+            end, error = "cancelled", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
             end, error = "failed", str(exc)
         except ThreadConflictError as exc:

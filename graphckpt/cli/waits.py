@@ -11,21 +11,23 @@ from typing import Any
 
 from graphckpt import ids
 from graphckpt.savers.base import Saver
-from graphckpt.savers.waits import WaitTable
+from graphckpt.savers.waits import WaitTable, wake_times
+from graphckpt.subgraph import link_of
 
 
 async def waiting_threads(saver: Saver) -> list[dict[str, Any]]:
-    """The waiting threads, soonest first: a pending wait whose thread is still ``interrupted`` at that checkpoint
-    (a wait whose thread is still running at it is about to be: its node is stopping)."""
+    """The waiting threads, soonest first (see :func:`~graphckpt.savers.waits.wake_times`; a subgraph's child
+    thread is not listed: its root thread waits for it)."""
     if not isinstance(saver, WaitTable):
         return []
     now, out = ids.now(), []
     waits = await saver.list_waits(status="pending")
+    records = [
+        r for w in waits if (r := await saver.get_thread(w.thread_id)) is not None and link_of(r.metadata) is None
+    ]
+    wakes = await wake_times(saver, records)
     for wait in waits:
-        record = await saver.get_thread(wait.thread_id)
-        if record is None or record.head_checkpoint_id != wait.checkpoint_id:
-            continue
-        if record.status not in ("interrupted", "running"):
+        if wait.thread_id not in wakes:
             continue
         out.append(
             {

@@ -42,6 +42,8 @@ class MemoryWaits(WaitTable):
             if record is not None and record.status == "running" and record.head_checkpoint_id == wait.checkpoint_id:
                 continue  # the node wrote its wait and is about to stop: fire after the stop commits
             graph = (record.metadata.get("tags") or {}).get("graph") if record is not None else None
+            if record is not None and "subgraph" in record.metadata:
+                graph = None  # a child thread's wait: its parent's stands for it
             if (
                 record is None
                 or record.status != "interrupted"
@@ -58,6 +60,6 @@ class MemoryWaits(WaitTable):
             woken.append(wait.thread_id)
         return woken
 
-    async def list_waits(self, *, status: WaitStatus | None = None) -> list[WaitRecord]:
-        rows = [w for w in self._waits.values() if status in (None, w.status)]
+    async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
+        rows = [w for w in self._waits.values() if status in (None, w.status) and thread_id in (None, w.thread_id)]
         return sorted(rows, key=lambda w: (w.wake_at, w.thread_id))

@@ -36,6 +36,7 @@ WAIT_SQL: dict[str, LiteralString] = {
             SELECT w.thread_id, w.answer, t.status AS tstatus, t.deleted,
                 t.head_checkpoint_id = w.checkpoint_id AS at_head,
                 CASE WHEN jsonb_typeof(t.metadata::jsonb #> '{{tags,graph}}') = 'string'
+                    AND jsonb_typeof(t.metadata::jsonb -> 'subgraph') IS NULL
                     THEN t.metadata::jsonb #>> '{{tags,graph}}' END AS graph
             FROM {waits} w LEFT JOIN {threads} t ON t.thread_id = w.thread_id
             WHERE w.status = 'pending' AND w.wake_at <= %(now)s
@@ -57,9 +58,8 @@ WAIT_SQL: dict[str, LiteralString] = {
             RETURNING thread_id
         )
         SELECT thread_id, pg_notify(%(channel)s, thread_id) FROM queued""",
-    "list_waits": "SELECT "
-    + _COLS
-    + " FROM {waits} WHERE (%(status)s::text IS NULL OR status = %(status)s) ORDER BY wake_at, thread_id",
+    "list_waits": "SELECT " + _COLS + " FROM {waits} WHERE (%(status)s::text IS NULL OR status = %(status)s)"
+    " AND (%(tid)s::text IS NULL OR thread_id = %(tid)s) ORDER BY wake_at, thread_id",
 }
 """The waits' named statements (merged into :data:`graphckpt.savers._pg_sql.SQL`)."""
 
@@ -84,6 +84,6 @@ class PostgresWaits(WaitTable):
         params = {"now": now, "salt": ids.new_id(), "channel": self.channel}
         return [r[0] for r in await self._fetch("wake of due waits", "wake_due", params)]
 
-    async def list_waits(self, *, status: WaitStatus | None = None) -> list[WaitRecord]:
-        rows = await self._fetch("list of waits", "list_waits", {"status": status})
+    async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
+        rows = await self._fetch("list of waits", "list_waits", {"status": status, "tid": thread_id})
         return [WaitRecord(r[0], r[1], r[2], r[3], bytes(r[4]) if r[4] is not None else None, *r[5:]) for r in rows]

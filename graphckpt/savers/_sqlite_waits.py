@@ -31,7 +31,8 @@ PUT_WAIT = (
 """One wait per thread; a pending one at the same checkpoint keeps the earlier time."""
 DUE = (
     "SELECT w.thread_id, w.answer, t.status, t.head_checkpoint_id = w.checkpoint_id, t.deleted,"
-    " CASE WHEN json_type(t.metadata, '$.tags.graph') = 'text' THEN json_extract(t.metadata, '$.tags.graph') END"
+    " CASE WHEN json_type(t.metadata, '$.tags.graph') = 'text' AND json_type(t.metadata, '$.subgraph') IS NULL"
+    " THEN json_extract(t.metadata, '$.tags.graph') END"
     " FROM waits AS w LEFT JOIN threads AS t ON t.thread_id = w.thread_id"
     " WHERE w.status = 'pending' AND w.wake_at <= ?"
 )
@@ -73,6 +74,7 @@ class SqliteWaits(WaitTable):
 
         return await self._write(body)
 
-    async def list_waits(self, *, status: WaitStatus | None = None) -> list[WaitRecord]:
-        sql = f"SELECT {_COLS} FROM waits WHERE (? IS NULL OR status = ?) ORDER BY wake_at, thread_id"
-        return [WaitRecord(*r) for r in await self._fetch(sql, (status, status))]
+    async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
+        sql = f"SELECT {_COLS} FROM waits WHERE (? IS NULL OR status = ?) AND (? IS NULL OR thread_id = ?)"
+        rows = await self._fetch(f"{sql} ORDER BY wake_at, thread_id", (status, status, thread_id, thread_id))
+        return [WaitRecord(*r) for r in rows]

@@ -12,15 +12,23 @@ LOCKED``; SQLite: the file's write lock), and a worker killed mid-sweep leaves i
 back) for the next sweep. A due wait whose thread moved on (a person answered first, the thread was deleted, failed
 or finished) becomes ``stale`` instead; one whose thread is still ``running`` (the node wrote the wait and is about
 to stop) is left ``pending`` until the stop commits.
+
+A wait of a subgraph's child thread (its metadata has a ``subgraph`` link) is never fired: it records the child's
+wake-up time and answer, and the parent task raises the same wait for the parent thread (see
+:mod:`graphckpt.subgraph`), whose firing resumes the whole chain. When due it becomes ``stale``.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["WaitRecord", "WaitStatus", "WaitTable"]
+if TYPE_CHECKING:
+    from graphckpt.savers.base import ThreadRecord
+
+__all__ = ["WaitRecord", "WaitStatus", "WaitTable", "wake_times"]
 
 WaitStatus = Literal["pending", "fired", "stale"]
 
@@ -56,5 +64,26 @@ class WaitTable(abc.ABC):
         """Fire the due waits (see the module docstring); the threads a resume run was queued for."""
 
     @abc.abstractmethod
-    async def list_waits(self, *, status: WaitStatus | None = None) -> list[WaitRecord]:
-        """The waits (with ``status``), soonest first."""
+    async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
+        """The waits (with ``status``; of ``thread_id``: its one wait or none), soonest first."""
+
+
+BY_THREAD = 16
+"""Up to this many threads, :func:`wake_times` reads each one's wait by its key; beyond, the pending waits at once."""
+
+
+async def wake_times(saver: object, records: Sequence[ThreadRecord]) -> dict[str, float]:
+    """When each of ``records`` that waits for a time wakes (seconds since the epoch), by thread id: a thread is
+    *waiting* when it has a ``pending`` wait at its head and is ``interrupted`` there (or still ``running`` there:
+    its node wrote the wait and is stopping). Threads that do not wait are left out; so is every thread of a saver
+    without waits."""
+    if not isinstance(saver, WaitTable):
+        return {}
+    heads = {r.thread_id: r.head_checkpoint_id for r in records if r.status in ("interrupted", "running")}
+    if not heads:
+        return {}
+    if len(heads) <= BY_THREAD:
+        waits = [w for t in heads for w in await saver.list_waits(thread_id=t, status="pending")]
+    else:
+        waits = await saver.list_waits(status="pending")
+    return {w.thread_id: w.wake_at for w in waits if heads.get(w.thread_id, "") == w.checkpoint_id}

@@ -45,8 +45,11 @@ MAX_INT = 2**63 - 1
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
-ThreadStatusName = Literal["idle", "busy", "interrupted", "error", "running", "done", "failed", "crashed", "partial"]
-"""Both vocabularies: LangGraph's (``idle``, ``busy``, ``interrupted``, ``error``) and graphckpt's."""
+ThreadStatusName = Literal[
+    "idle", "busy", "interrupted", "error", "running", "done", "failed", "crashed", "partial", "waiting"
+]
+"""Both vocabularies: LangGraph's (``idle``, ``busy``, ``interrupted``, ``error``) and graphckpt's; ``waiting``: the
+``interrupted`` threads a durable wait holds (each with its ``wake_at``)."""
 
 
 class _Body(BaseModel):

@@ -41,7 +41,10 @@ _THREAD = {
     "properties": {
         "thread_id": {"type": "string"},
         "status": {"enum": ["idle", "busy", "interrupted", "error"]},
-        "graphckpt_status": {"enum": ["running", "interrupted", "failed", "done", "crashed", "partial", None]},
+        "graphckpt_status": {
+            "enum": ["running", "interrupted", "failed", "done", "crashed", "partial", "waiting", None]
+        },
+        "wake_at": {"type": ["string", "null"], "description": "when a durable wait wakes the thread (ISO 8601)"},
         "metadata": {"type": "object"},
         "created_at": {"type": "string"},
         "updated_at": {"type": "string"},

@@ -65,7 +65,12 @@ def _ref(ns: str, thread_id: str | None, checkpoint_id: str | None) -> dict[str,
     return {"thread_id": api_id(ns, thread_id) or thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
 
 
-def thread_view(ns: str, thread: ThreadRecord | PendingThread, graph_id: str, values: Any = None) -> dict[str, Any]:
+def thread_view(
+    ns: str, thread: ThreadRecord | PendingThread, graph_id: str, values: Any = None, wake_at: float | None = None
+) -> dict[str, Any]:
+    """A thread as LangGraph's ``Thread``, plus graphckpt's fields. A thread a durable wait holds (``wake_at``: when
+    a worker wakes it) is ``interrupted`` in LangGraph's words (it is: a person's answer continues it too), with
+    ``graphckpt_status`` ``waiting`` and ``wake_at`` (ISO 8601, UTC); ``wake_at`` is ``None`` for any other."""
     if isinstance(thread, PendingThread):
         return {
             "thread_id": thread.thread_id,
@@ -80,6 +85,7 @@ def thread_view(ns: str, thread: ThreadRecord | PendingThread, graph_id: str, va
             "head": None,
             "parent": None,
             "error": None,
+            "wake_at": None,
         }
     return {
         "thread_id": api_id(ns, thread.thread_id),
@@ -87,13 +93,14 @@ def thread_view(ns: str, thread: ThreadRecord | PendingThread, graph_id: str, va
         "updated_at": _iso(thread.updated_at),
         "metadata": jsonable(user_metadata(thread)),
         "status": LANGGRAPH_STATUS[thread.status],
-        "graphckpt_status": thread.status,
+        "graphckpt_status": "waiting" if wake_at is not None else thread.status,
         "graph_id": graph_id,
         "values": values,
         "interrupts": {},
         "head": {"checkpoint_id": thread.head_checkpoint_id, "step": thread.head_step},
         "parent": _ref(ns, thread.parent_thread_id, thread.parent_checkpoint_id),
         "error": thread.error,
+        "wake_at": _iso(wake_at) if wake_at is not None else None,
     }
 
 

@@ -107,3 +107,22 @@ class WaitCases:
         assert sorted(fired) == sorted(mine)  # each once, none twice
         for thread_id in mine:
             assert len(await _runs_of(saver, thread_id)) == 1
+
+    async def test_a_child_threads_wait_never_fires_and_waits_list_by_thread(self, saver: Saver) -> None:
+        w = _waits(saver)
+        child, run_id = new_thread_id("w-child"), new_id()
+        link = {"thread_id": "parent", "checkpoint_id": new_id(), "task_id": "t", "node": "sub", "ns": ["sub:t"]}
+        cp = make_checkpoint(child, 0, metadata={"source": "input", "tags": {"graph": G}, "subgraph": link})
+        await saver.commit(cp, expected_head=None, run_id=run_id)
+        await saver.put_writes(child, cp.checkpoint_id, [], run_id=run_id, status="interrupted")
+        other, cp2, _ = await _interrupted(saver, "w-other")
+        now = ids.now()
+        await w.put_wait(child, cp.checkpoint_id, now, b"\x01woke")
+        await w.put_wait(other, cp2.checkpoint_id, now + 60, None)
+        [row] = await w.list_waits(thread_id=child)
+        assert (row.thread_id, row.checkpoint_id, row.answer) == (child, cp.checkpoint_id, b"\x01woke")
+        assert [x.thread_id for x in await w.list_waits(thread_id=other, status="pending")] == [other]
+        assert await w.list_waits(thread_id=other, status="fired") == []
+        assert child not in await w.wake_due(now + 1)  # its parent's wait stands for it: no run of a child alone
+        assert await _runs_of(saver, child) == []
+        assert [x.status for x in await w.list_waits(thread_id=child)] == ["stale"]

@@ -1,6 +1,7 @@
-"""Durable waits across real crashes, with ``graphckpt worker`` processes: a thread sleeping 4 s while every
-process is SIGKILLed is woken once by a worker started after its wake-up time, and finishes; 100 sleeping threads
-on PostgreSQL with 3 workers, one SIGKILLed while they wake: each wakes exactly once, within a stated bound."""
+"""Durable waits across real crashes, with ``graphckpt worker`` processes: a thread sleeping 2 s while every
+process is SIGKILLed is woken once by a worker started 10 s later, and finishes; 100 sleeping threads on PostgreSQL
+with 3 workers, one (chosen at random) SIGKILLed at a random point while they wake: each wakes exactly once, within a
+stated bound."""
 
 from __future__ import annotations
 
@@ -106,37 +107,48 @@ def _read(db: str, thread_ids: list[str]) -> tuple[dict[str, str], list[object],
     return asyncio.run(read())
 
 
+RESTART_AFTER = 10.0
+"""Seconds between the SIGKILL of every process and the start of a new worker (the issue's acceptance: 10 s)."""
+
+
+@pytest.mark.slow  # 20-26 s each on the loaded machine: 10 s of it is the acceptance's downtime
 def test_a_sleep_survives_the_death_of_every_process(tmp_path: Path, db: str) -> None:
+    """A 2 s sleep; every process SIGKILLed while it sleeps; a worker started 10 s later wakes it once and it
+    finishes (the wait fired once, one resume run, the work after the sleep done once)."""
     fleet = Fleet(tmp_path, db)
-    fleet.env["SLEEP_SECONDS"] = "4"
+    fleet.env["SLEEP_SECONDS"] = "2"
     try:
         assert fleet.cli("submit", GRAPH, "--thread", "t1").returncode == 0
         fleet.start_worker()
         fleet.start_worker()
-        wait_for(lambda: _read(db, ["t1"])[0]["t1"] == "interrupted", 60, what="the thread to sleep")
-        slept = time.time()
+        wait_for(lambda: fleet.lines(), 60, what="the node to start")
+        wait_for(lambda: _read(db, ["t1"])[0]["t1"] == "interrupted", 60, interval=0.01, what="the sleep")
         fleet.kill_all()  # every process dies while it sleeps
+        killed = time.time()
         [wait] = _read(db, ["t1"])[1]
         assert wait.status == "pending"  # type: ignore[attr-defined]
+        assert wait.wake_at > killed  # type: ignore[attr-defined]
         listed = fleet.cli("threads", "--status", "waiting", "--json")
         assert listed.returncode == 0, listed.stderr
         [row] = json.loads(listed.stdout)
         assert row["thread_id"] == "t1" and row["status"] == "waiting" and row["wake_at"].startswith("20")
-        assert -4.0 < row["wakes_in_s"] <= 4.0
+        assert -2.0 < row["wakes_in_s"] <= 2.0
         table = fleet.cli("threads", "--status", "waiting")
         assert table.returncode == 0 and "t1" in table.stdout and "WAKES AT" in table.stdout, table.stderr
-        wait_for(lambda: time.time() > wait.wake_at + 1.0, 10, what="the wake-up time to pass")  # type: ignore[attr-defined]
+        wait_for(lambda: time.time() > killed + RESTART_AFTER, RESTART_AFTER + 5, interval=0.1, what="10 s down")
         assert [w for w in fleet.workers if w.poll() is None] == []  # nobody was up at the wake-up time
         fleet.start_worker()
+        restarted = time.time()
         wait_for(lambda: _read(db, ["t1"])[0]["t1"] == "done", 60, what="the late worker to wake it")
-        took = time.time() - slept
+        took = time.time() - restarted
     finally:
         fleet.kill_all()
     _, waits, runs = _read(db, ["t1"])
     assert [w.status for w in waits] == ["fired"]  # type: ignore[attr-defined]
+    assert waits[0].fired_at >= restarted  # type: ignore[attr-defined]  # by the late worker
     assert runs["t1"] == ["input:interrupted", "resume:done"]  # woken once
     assert Counter(a for a, _, _ in fleet.lines()) == {"before": 1, "after": 1}
-    assert took < 60
+    assert took < 30, took
 
 
 @pytest.mark.slow
@@ -167,7 +179,10 @@ def test_a_hundred_sleepers_three_workers_one_killed_each_wakes_once(tmp_path: P
             # after the thread already stopped (a run-queue issue outside the waits; see the issue 29 notes)
             fleet.start_worker(lease=3.0)
         wait_for(lambda: sum(1 for a, _, _ in fleet.lines() if a == "after") >= 5, 120, what="the first wake-ups")
-        victim = random.Random(29).choice(fleet.workers)
+        chance = random.Random()
+        victim, when = chance.choice(fleet.workers), chance.randint(1, 60)
+        print(f"SIGKILL of worker pid {victim.pid} after {when} wake-ups")
+        wait_for(lambda: sum(1 for a, _, _ in fleet.lines() if a == "after") >= when, 120, what=f"{when} wake-ups")
         victim.kill()  # mid-wake: its open transaction rolls back, its runs go back to the queue
         victim.communicate()
         wait_for(lambda: all(s == "done" for s in _read(db, ids)[0].values()), 180, what="every thread to finish")

@@ -6,12 +6,12 @@ time, and an answer before the deadline wins (the wait goes stale: no second run
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel
 from support.waiting import await_for
 
-from graphckpt import END, START, StateGraph, Worker
+from graphckpt import END, START, StateGraph, Worker, append
 from graphckpt.waiting import OnTimeout
 
 GRAPH = "tests:waits"
@@ -140,3 +140,42 @@ async def _is(value: Any, expected: str) -> bool:
 
 async def _in(value: Any, expected: tuple[str, ...]) -> bool:
     return bool(await value in expected)
+
+
+async def test_parallel_waits_share_one_wait_and_each_task_wakes_at_its_own_time(saver: Any) -> None:
+    """Three tasks of one step wait (sleeps of 0.3 s and 1.2 s, an interrupt with a 0.7 s deadline): the thread's one
+    wait fires at the earliest time and answers all three; those not due wait again (a new wait at the next time),
+    so each goes on at its own time, its work before the wait done once."""
+    calls: list[str] = []
+
+    class Fan(BaseModel):
+        path: Annotated[list[str], append] = []
+
+    def sleeper(name: str, seconds: float) -> Any:
+        async def node(state: Fan, ctx: Any) -> dict[str, Any]:
+            await ctx.aeffect(lambda: calls.append(name))
+            ctx.sleep(seconds)
+            return {"path": [name]}
+
+        return node
+
+    def asker(state: Fan, ctx: Any) -> dict[str, Any]:
+        return {"path": [ctx.interrupt("ok?", timeout=0.7, on_timeout=OnTimeout.answer("asked-timeout"))]}
+
+    g = StateGraph(Fan)
+    for name, fn in (("short", sleeper("short", 0.3)), ("long", sleeper("long", 1.2)), ("ask", asker)):
+        g.add_node(name, fn)
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    app = g.compile(saver=saver)
+
+    async def body() -> None:
+        await app.asubmit({}, thread_id="fan", graph=GRAPH)
+        await await_for(lambda: _is(_status(app, "fan"), "done"), 20, what="every task to wake")
+
+    await _with_worker(app, body)
+    assert sorted((await app.aget_state("fan")).values.path) == ["asked-timeout", "long", "short"]
+    assert sorted(calls) == ["long", "short"]  # the work before each sleep, once
+    runs = [(r.kind, r.status) for r in await saver.list_runs(thread_id="fan")]
+    assert runs[0] == ("input", "interrupted") and runs[-1] == ("resume", "done")
+    assert 2 <= len(runs) <= 4 and all(k == "resume" and s in ("interrupted", "done") for k, s in runs[1:]), runs

@@ -12,12 +12,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from graphckpt.savers.base import ThreadRecord, metadata_matches
+from graphckpt.savers.base import Status, ThreadRecord, metadata_matches
+from graphckpt.savers.waits import WaitTable, wake_times
 from graphckpt.server import models, queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, user_metadata
 from graphckpt.server.service import Service
+from graphckpt.subgraph import link_of
 
 __all__ = ["matching", "routes"]
 
@@ -61,10 +63,11 @@ async def create_thread(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
     thread = await service.find(ns, request.path_params["thread_id"])
-    values = None
+    values, wake = None, None
     if isinstance(thread, ThreadRecord):
         values = queries.state_view(ns, await service.state(ns, request.path_params["thread_id"]))["values"]
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread), values))
+        wake = (await wake_times(service.saver, [thread])).get(thread.thread_id)
+    return json_response(queries.thread_view(ns, thread, _graph(request, thread), values, wake))
 
 
 def keeper(
@@ -80,6 +83,25 @@ def keeper(
     return keep
 
 
+async def status_filter(
+    service: Service, status: str | None, keep: Callable[[ThreadRecord], bool]
+) -> tuple[Status | None, Callable[[ThreadRecord], bool]]:
+    """A search's ``status`` as the saver's page filter and the check of the rows read: ``waiting`` is the
+    ``interrupted`` threads with a pending durable wait at their head (one read of the pending waits)."""
+    if status != "waiting":
+        return (queries.to_store_status(status) if status else None), keep
+    saver = service.saver
+    pending: dict[str, str] = {}
+    if isinstance(saver, WaitTable):
+        pending = {w.thread_id: w.checkpoint_id for w in await saver.list_waits(status="pending")}
+
+    def waiting(record: ThreadRecord) -> bool:  # a subgraph's child thread is not listed: its root waits for it
+        at_head = pending.get(record.thread_id) == record.head_checkpoint_id
+        return at_head and link_of(record.metadata) is None and keep(record)
+
+    return "interrupted", waiting
+
+
 async def matching(
     service: Service,
     ns: str,
@@ -91,24 +113,20 @@ async def matching(
 ) -> list[ThreadRecord]:
     """The stored threads of ``ns`` that match every filter given, newest created first (``count`` and the
     operations on many threads): the saver's indexed pages, read page by page."""
-    store_status = queries.to_store_status(status) if status else None
-    keep = keeper(service, metadata, graph_id)
+    store_status, keep = await status_filter(service, status, keeper(service, metadata, graph_id))
     return await service.search(ns, status=store_status, parent_thread_id=parent_thread_id, keep=keep)
 
 
 async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
-    status = queries.to_store_status(b.status) if b.status else None
+    status, keep = await status_filter(service, b.status, keeper(service, b.metadata, b.graph_id))
     page = await service.search(
-        ns,
-        status=status,
-        parent_thread_id=b.parent_thread_id,
-        keep=keeper(service, b.metadata, b.graph_id),
-        limit=b.limit,
-        offset=b.offset,
+        ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
     )
-    return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
+    wakes = await wake_times(service.saver, page)
+    views = [queries.thread_view(ns, r, service.graphs.graph_of(r), wake_at=wakes.get(r.thread_id)) for r in page]
+    return json_response(views)
 
 
 async def patch_thread(request: Request) -> Response:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -44,6 +43,7 @@ from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
+from graphckpt.server.ui.filters import kept, statuses_of
 from graphckpt.server.ui.liveness import liveness, pending_items
 from graphckpt.server.ui.pages import CheckpointPage, InterruptItem, StepRow, ThreadPage, ThreadRow, ThreadView
 from graphckpt.server.ui.records import interrupt_record, pending_rows
@@ -151,9 +151,9 @@ class LocalBackend:
         self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
     ) -> ThreadPage:
         infos = await self._infos()
-        statuses: list[str] = sorted({str(i.status) for i in infos})
+        statuses = statuses_of(infos)
         graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
-        chosen = [i for i in infos if _keep(i, status, graph, q)]
+        chosen = [i for i in infos if kept(i, status, graph, q)]
         pages = max(1, math.ceil(len(chosen) / per_page))
         page = min(max(page, 1), pages)
         shown = chosen[(page - 1) * per_page : page * per_page]
@@ -187,6 +187,7 @@ class LocalBackend:
             spend=spent,
             stopped=self._stopped(info.thread_id, info.status, metadata_of(info)),
             lease=lease,
+            wake_at=info.wake_at,
         )
 
     async def _own(self, thread_id: str) -> list[Snapshot]:
@@ -416,7 +417,7 @@ class LocalBackend:
         if answer is NO_ANSWER:  # a stop before/after a node: continue, nothing to answer
             run = app.aresume(thread_id, tags=tags)
         else:
-            run = app.aresume(thread_id, {interrupt_id: answer} if len(ids) > 1 else answer, tags=tags)
+            run = app.aresume(thread_id, {interrupt_id: answer}, tags=tags)  # this interrupt's, or refused
         await self._until_claimed(thread_id, before, self._background(run))
 
     # -- the workbench: a step, a conversation, two branches, a take-over ----------------------------------------------
@@ -497,19 +498,6 @@ async def _run_quietly(run: Any) -> None:
 
     with contextlib.suppress(NodeError):
         await run
-
-
-def _keep(info: ThreadInfo, status: str | None, graph: str | None, q: str | None) -> bool:
-    if status and info.status != status:
-        return False
-    if graph and graph_of(metadata_of(info)) != graph:
-        return False
-    if q:
-        needle = q.lower()
-        meta = json.dumps(to_jsonable(dict(metadata_of(info) or {})), ensure_ascii=False, sort_keys=True)
-        hay = f"{info.thread_id} {meta}".lower()  # as JSON: a search for "team": "t1" finds that tag
-        return needle in hay
-    return True
 
 
 def _step_row(s: Snapshot, thread_id: str) -> StepRow:

@@ -37,6 +37,8 @@ class ThreadRow:
     """``running`` but known to have no run going (its run was cancelled)."""
     lease: Liveness = NOBODY
     """Who holds the thread, the seconds left on its lease, when it crashed."""
+    wake_at: dt.datetime | None = None
+    """When a durable wait wakes the thread (it is *waiting*: ``interrupted`` with a wake-up time)."""
 
 
 @dataclass(frozen=True, slots=True)

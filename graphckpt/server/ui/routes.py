@@ -117,7 +117,7 @@ async def threads_page(request: Request, backend: UIBackend) -> Response:
     def page_url(n: int) -> str:
         return "?" + urlencode({**kept, "page": n})
 
-    known = ["running", "crashed", "interrupted", "failed", "done", "partial"]
+    known = ["running", "crashed", "interrupted", "waiting", "failed", "done", "partial"]
     choices = known + [s for s in page.statuses if s not in known]
     ctx = {"page": page, "filters": filters, "page_url": page_url, "status_choices": choices}
     return render_page(request, "threads.html", ctx)
