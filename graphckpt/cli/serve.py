@@ -127,6 +127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not sep:
             name, spec = target, target
         apps[name] = compile_with(load_target(spec), saver)
+        apps[name].graph_ref = spec  # a thread `graphckpt run MODULE:ATTR` made is this graph's (an alias)
     app = create_app(
         apps,
         saver,

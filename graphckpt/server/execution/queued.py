@@ -106,7 +106,7 @@ class QueueRuns:
         from graphckpt.worker import Worker
 
         for n in range(self._count):
-            worker = Worker(self.graphs.apps, concurrency=self._concurrency, poll=0.25)
+            worker = Worker(self.graphs.by_ref(), concurrency=self._concurrency, poll=0.25)
             worker.on_end.append(self._ended)
             worker.on_begin.append(self.ephemera.attach)  # its ephemeral events, while streamed
             worker.on_end.append(self.ephemera.ended)
