@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from graphckpt.checkpoint import Snapshot
 from graphckpt.errors import CheckpointNotFoundError, ThreadNotFoundError
 from graphckpt.rebranch import rebranch
+from graphckpt.server.auth import store_id
 from graphckpt.server.errors import ApiError
 from graphckpt.server.records import RunInfo
 
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
 
-__all__ = ["branch", "roll_back"]
+__all__ = ["branch", "make_way", "roll_back"]
 
 
 async def branch(
@@ -38,6 +39,22 @@ async def branch(
         raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; branch it when it stops")
     app = service.graphs.app_of(record)
     return await rebranch(app.graph, app.store, record.thread_id, checkpoint_id, update, as_node, None)
+
+
+async def make_way(service: Service, ns: str, thread_id: str, strategy: str) -> bool:
+    """LangGraph's ``multitask_strategy`` ``interrupt`` and ``rollback`` for a new run of API thread ``thread_id``:
+    the thread's unfinished runs are cancelled (a running one stops at its next safe point, what it committed stays;
+    a queued one never starts); with ``rollback`` the thread then goes back to where it was before the earliest of
+    them (:func:`roll_back`). Returns whether there was a run to stop."""
+    sid = store_id(ns, thread_id)
+    unfinished = [r for r in await service.runs.list(sid) if not r.finished]
+    if not unfinished:
+        return False
+    stopped = [await service.runs.cancel(r.run_id) for r in sorted(unfinished, key=lambda r: r.created_at)]
+    if strategy == "rollback":
+        first = next((r for r in stopped if r.start is not None), stopped[0])
+        await roll_back(service, ns, thread_id, first)
+    return True
 
 
 async def roll_back(service: Service, ns: str, thread_id: str, run: RunInfo) -> None:

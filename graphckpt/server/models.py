@@ -179,8 +179,6 @@ class RunBody(BaseModel):
             return "body.config.tags: run tags are not supported (use metadata)"
         if self.config is not None and self.config.configurable:
             return "body.config.configurable: configurable values are not supported yet (nodes read their state)"
-        if self.multitask_strategy in ("interrupt", "rollback"):
-            return f"body.multitask_strategy: {self.multitask_strategy!r} is not supported yet (reject or enqueue)"
         return None
 
     def limit(self) -> int | None:

@@ -137,6 +137,7 @@ SPEC: dict[tuple[str, str], Entry] = {
     ),
     ("POST", "/threads/{thread_id}/runs/wait"): ("start a run and wait", models.RunBody, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}"): ("one run", None, None, 200, _RUN),
+    ("DELETE", "/threads/{thread_id}/runs/{run_id}"): ("delete an ended run", None, None, 204, None),
     ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): ("cancel a run", None, CancelQuery, 200, _RUN),
     ("GET", "/threads/{thread_id}/runs/{run_id}/join"): ("wait for a run", None, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}/stream"): ("join a run's stream", None, StreamQuery, 200, _SSE),

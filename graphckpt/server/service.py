@@ -153,6 +153,13 @@ class Service:
             return thread
         return await self.create_thread(ns, thread_id, {}, graph_id, exist_ok=True)
 
+    async def find_or_create(self, ns: str, thread_id: str, graph_id: str | None) -> ThreadRecord | PendingThread:
+        """:meth:`find`, or :meth:`create_missing` when there is no such thread (a rollback deleted it)."""
+        try:
+            return await self.find(ns, thread_id)
+        except ThreadNotFoundError:
+            return await self.create_missing(ns, thread_id, graph_id)
+
     async def threads(self, ns: str) -> list[ThreadRecord]:
         """Every stored thread of ``ns``, most recently updated first."""
         return [r for r in await self.saver.list_threads() if api_id(ns, r.thread_id) is not None]

@@ -18,7 +18,6 @@ COUNTER = "support.server_graphs:counter"
 TIMEOUT = httpx.Timeout(30.0)
 NOT_YET = {
     "threads.stream",
-    "runs.delete",
 }
 """Methods this server does not answer yet (each fails here; the test checks they still do, so this list is true)."""
 

@@ -19,6 +19,7 @@ from graphckpt import ids
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
 from graphckpt.savers.queue import RunQueue
+from graphckpt.server.errors import ApiError
 from graphckpt.server.execution.base import (
     RunConflict,
     RunInfo,
@@ -27,6 +28,7 @@ from graphckpt.server.execution.base import (
     Thread,
     check_request,
     inherited_tags,
+    refuse_unended,
 )
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import thread_tags
@@ -113,7 +115,7 @@ class InProcessRuns:
     ) -> RunInfo:
         sid = request.thread_id
         if self.active(sid):
-            if multitask == "reject":
+            if multitask != "enqueue":  # interrupt/rollback stopped the run before: another one came meanwhile
                 raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         elif not recovery:
             check_request(self.graphs, thread, request)
@@ -141,6 +143,14 @@ class InProcessRuns:
             self._tasks[sid].cancel()
             await info.done.wait()
         return info
+
+    async def delete(self, run_id: str) -> None:
+        info = self._runs.get(run_id)
+        if info is None:
+            raise ApiError(404, "NotFound", f"no run {run_id!r}")
+        if not info.finished:
+            raise refuse_unended(run_id)
+        del self._runs[run_id]
 
     async def cancel_thread(self, thread_id: str) -> None:
         for info in list(self._queues.get(thread_id, [])) + [

@@ -44,6 +44,7 @@ from graphckpt.server.execution.base import (
     Thread,
     check_request,
     inherited_tags,
+    refuse_unended,
 )
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import PendingThread, thread_tags
@@ -243,6 +244,14 @@ class QueueRuns:
             raise ApiError(404, "NotFound", f"no run {run_id!r}")
         self._settle(info)
         return info
+
+    async def delete(self, run_id: str) -> None:
+        if not await self.queue.delete_run(run_id):
+            if await self.queue.get_run(run_id) is None:
+                raise ApiError(404, "NotFound", f"no run {run_id!r}")
+            raise refuse_unended(run_id)
+        self._facts.pop(run_id, None)
+        self._waiters.pop(run_id, None)
 
     async def cancel_thread(self, thread_id: str) -> None:
         for run in await self.queue.list_runs(thread_id=thread_id):

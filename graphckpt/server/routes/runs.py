@@ -22,7 +22,7 @@ from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
 from graphckpt.server.assistant_records import for_run
 from graphckpt.server.auth import store_id
-from graphckpt.server.branching import branch, roll_back
+from graphckpt.server.branching import branch, make_way, roll_back
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
@@ -66,6 +66,13 @@ async def _submit(
         if b.if_not_exists == "reject":
             raise
         found = await service.create_missing(ns, thread_id, assistant_graph)
+    if b.multitask_strategy in ("interrupt", "rollback") and await make_way(
+        service, ns, thread_id, b.multitask_strategy
+    ):
+        found = await service.find_or_create(ns, thread_id, assistant_graph)
+        new_input = b.command is None and b.input is not None and b.branch_from() is None
+        if isinstance(found, ThreadRecord) and found.status != "done" and new_input:
+            b = b.model_copy(update={"checkpoint_id": found.head_checkpoint_id})  # new input on the stopped head
     source = b.branch_from()
     if source is not None:  # time travel: the thread continues from that checkpoint, as a new head
         if isinstance(found, PendingThread):
@@ -217,6 +224,13 @@ async def cancel_run(request: Request) -> Response:
     return json_response(queries.run_view(ns, run))
 
 
+async def delete_run(request: Request) -> Response:
+    """Delete an ended run (204): its record goes, the thread's checkpoints and events stay."""
+    service, _, _ = scope_of(request)
+    await service.runs.delete((await _run(request)).run_id)
+    return Response(status_code=204)
+
+
 async def join_run(request: Request) -> Response:
     service, _, _ = scope_of(request)
     run = await service.runs.join((await _run(request)).run_id)
@@ -257,6 +271,7 @@ routes = [
     Route("/threads/{thread_id}/runs/stream", stream_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/wait", wait_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}", get_run, methods=["GET"]),
+    Route("/threads/{thread_id}/runs/{run_id}", delete_run, methods=["DELETE"]),
     Route("/threads/{thread_id}/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}/join", join_run, methods=["GET"]),
     Route("/threads/{thread_id}/runs/{run_id}/stream", join_stream, methods=["GET"]),

@@ -1,0 +1,96 @@
+"""Run semantics of LangGraph's run API through the official ``langgraph-sdk`` client against a real ``graphckpt
+serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback) and ``runs.delete``. A run of
+``support.server_graphs:counter`` ticks ``n`` up to ``limit``, one step each (``SERVE_TEST_DELAY`` seconds long)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from support.serving import Served, wait_for
+
+COUNTER = "support.server_graphs:counter"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One server for the module (each test uses its own threads)."""
+    from langgraph_sdk import get_sync_client
+
+    server = Served(tmp_path_factory.mktemp("runs"), [COUNTER], env={"SERVE_TEST_DELAY": "0.15"}).start()
+    try:
+        with get_sync_client(url=server.url, timeout=httpx.Timeout(30.0)) as c:
+            yield c
+    finally:
+        server.kill()
+
+
+def _at_step(client: Any, thread_id: str, step: int) -> None:
+    def reached() -> bool:
+        try:
+            meta = client.threads.get_state(thread_id)["metadata"]
+        except httpx.HTTPStatusError:  # no checkpoint yet
+            return False
+        return bool(meta) and meta["step"] >= step
+
+    wait_for(reached, 30, interval=0.05, what=f"step {step} of thread {thread_id}")
+
+
+def test_reject_refuses_and_enqueue_queues(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    first = client.runs.create(tid, COUNTER, input={"limit": 4})
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.create(tid, COUNTER, input={"limit": 6}, multitask_strategy="reject")
+    assert refused.value.response.status_code == 409
+    queued = client.runs.create(tid, COUNTER, input={"limit": 6}, multitask_strategy="enqueue")
+    assert client.runs.join(tid, queued["run_id"])["n"] == 6
+    assert client.runs.get(tid, first["run_id"])["status"] == "success"
+
+
+def test_interrupt_stops_the_running_run_and_keeps_its_work(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    first = client.runs.create(tid, COUNTER, input={"limit": 100})
+    _at_step(client, tid, 3)
+    second = client.runs.create(tid, COUNTER, input={"limit": 1}, multitask_strategy="interrupt")
+    stopped = client.runs.get(tid, first["run_id"])
+    assert stopped["status"] in ("interrupted", "cancelled")
+    done = client.runs.join(tid, second["run_id"])
+    kept = done["log"]  # the interrupted run's ticks stay in the thread: the new run starts from them
+    assert len(kept) >= 3 and kept[:3] == ["tick 1", "tick 2", "tick 3"]
+    assert done["limit"] == 1 and client.runs.get(tid, second["run_id"])["status"] == "success"
+
+
+def test_rollback_stops_the_running_run_and_undoes_it(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    assert client.runs.wait(tid, COUNTER, input={"limit": 2})["n"] == 2
+    first = client.runs.create(tid, COUNTER, input={"limit": 100})
+    _at_step(client, tid, 4)
+    second = client.runs.create(tid, COUNTER, input={"limit": 3}, multitask_strategy="rollback")
+    assert client.runs.get(tid, first["run_id"])["status"] in ("interrupted", "cancelled")
+    done = client.runs.join(tid, second["run_id"])
+    assert done["n"] == 3 and done["log"] == ["tick 1", "tick 2", "tick 3"]  # from the state before the rolled back run
+
+
+def test_rollback_of_a_threads_first_run_starts_it_afresh(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    client.runs.create(tid, COUNTER, input={"limit": 100})
+    _at_step(client, tid, 2)
+    second = client.runs.create(tid, COUNTER, input={"limit": 2}, multitask_strategy="rollback")
+    assert client.runs.join(tid, second["run_id"]) == {"n": 2, "limit": 2, "log": ["tick 1", "tick 2"], "last": ""}
+
+
+def test_delete_an_ended_run(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    running = client.runs.create(tid, COUNTER, input={"limit": 100})
+    with pytest.raises(httpx.HTTPStatusError) as busy:
+        client.runs.delete(tid, running["run_id"])
+    assert busy.value.response.status_code == 409 and "cancel it" in busy.value.response.text
+    client.runs.cancel(tid, running["run_id"], wait=True)
+    assert client.runs.delete(tid, running["run_id"]) is None
+    assert running["run_id"] not in [r["run_id"] for r in client.runs.list(tid)]
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        client.runs.get(tid, running["run_id"])
+    assert gone.value.response.status_code == 404
+    assert client.threads.get_state(tid)["values"]["n"] >= 0  # the thread stays
