@@ -162,8 +162,6 @@ class RunBody(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first field given that this server cannot honour yet, as a message naming it (``None``: all fine)."""
-        if self.webhook is not None:
-            return "body.webhook: webhooks are not supported by graphckpt serve yet"
         if self.after_seconds:
             return "body.after_seconds: delayed runs are not supported yet"
         if self.langsmith_tracer:

@@ -1,10 +1,13 @@
 """Run semantics of LangGraph's run API through the official ``langgraph-sdk`` client against a real ``graphckpt
-serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback) and ``runs.delete``. A run of
+serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback) and ``runs.delete``; ``webhook``. A run of
 ``support.server_graphs:counter`` ticks ``n`` up to ``limit``, one step each (``SERVE_TEST_DELAY`` seconds long)."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -19,7 +22,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One server for the module (each test uses its own threads)."""
     from langgraph_sdk import get_sync_client
 
-    server = Served(tmp_path_factory.mktemp("runs"), [COUNTER], env={"SERVE_TEST_DELAY": "0.15"}).start()
+    args = ["--webhook-host", "127.0.0.1"]
+    server = Served(tmp_path_factory.mktemp("runs"), [COUNTER], env={"SERVE_TEST_DELAY": "0.15"}, args=args).start()
     try:
         with get_sync_client(url=server.url, timeout=httpx.Timeout(30.0)) as c:
             yield c
@@ -94,3 +98,67 @@ def test_delete_an_ended_run(client: Any) -> None:
         client.runs.get(tid, running["run_id"])
     assert gone.value.response.status_code == 404
     assert client.threads.get_state(tid)["values"]["n"] >= 0  # the thread stays
+
+
+class _Hooks(ThreadingHTTPServer):
+    """A webhook receiver on loopback: answers 503 to the first ``fail`` POSTs, then 200; keeps the bodies."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail, self.bodies, self.attempts = fail, [], 0
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                data = self.rfile.read(int(self.headers["Content-Length"]))
+                hooks.attempts += 1
+                ok = hooks.attempts > hooks.fail
+                if ok:
+                    hooks.bodies.append(json.loads(data))
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+
+@pytest.fixture
+def hooks() -> Iterator[_Hooks]:
+    server = _Hooks(fail=2)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_webhook_posts_the_run_record_when_it_ends_retrying(client: Any, hooks: _Hooks) -> None:
+    tid = client.threads.create()["thread_id"]
+    run = client.runs.create(tid, COUNTER, input={"limit": 2}, webhook=hooks.url)
+    wait_for(lambda: hooks.bodies, 30, interval=0.05, what="the webhook's POST")
+    assert hooks.attempts == 3  # two 503 answers, then delivered
+    (body,) = hooks.bodies
+    assert body["run_id"] == run["run_id"] and body["thread_id"] == tid and body["status"] == "success"
+    assert body["values"]["n"] == 2 and "webhook_sent_at" in body
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [("http://example.com/hook", "not an allowed webhook host"), ("ftp://127.0.0.1/x", "http:// or https://")],
+)
+def test_webhook_to_a_host_not_allowed_is_refused(client: Any, url: str, why: str) -> None:
+    tid = client.threads.create()["thread_id"]
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.create(tid, COUNTER, input={"limit": 1}, webhook=url)
+    assert refused.value.response.status_code == 422
+    assert "body.webhook" in refused.value.response.text and why in refused.value.response.text
+    assert client.runs.list(tid) == []

@@ -6,8 +6,9 @@ goes to the executor, and its lineage to the stream."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from graphckpt.errors import ThreadNotFoundError
+from graphckpt.errors import GraphckptError, ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
@@ -28,6 +29,10 @@ from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
 from graphckpt.server.routes.streams import sse_response, thread_stream
+from graphckpt.server.webhooks import checked_url, deliver
+
+if TYPE_CHECKING:
+    from graphckpt.server.service import Service
 
 __all__ = ["Starter", "routes", "start_run", "stream_new_run", "wait_new_run"]
 
@@ -56,6 +61,8 @@ async def _submit(
     refused = b.unsupported()
     if refused is not None:
         raise ApiError(422, "ValidationError", refused)
+    if b.webhook is not None:
+        checked_url(b.webhook, config.webhook_hosts)
     parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
     assistant_graph = None
     if b.assistant_id is not None:  # the assistant's graph, config and metadata (the run's own win)
@@ -109,7 +116,22 @@ async def _submit(
     info = await service.runs.submit(
         run, thread=found, multitask=b.multitask_strategy, start=start, metadata=run_metadata
     )
+    if b.webhook is not None:
+        task = asyncio.ensure_future(_notify(service, ns, thread_id, info.run_id, b.webhook))
+        service.tasks.add(task)
+        task.add_done_callback(service.tasks.discard)
     return info, segments
+
+
+async def _notify(service: Service, ns: str, thread_id: str, run_id: str, url: str) -> None:
+    """Once run ``run_id`` ends, POST its record and the thread's values to ``url`` (see :mod:`..webhooks`)."""
+    run = await service.runs.join(run_id)
+    payload = queries.run_view(ns, run)
+    try:
+        payload["values"] = queries.state_view(ns, await service.state(ns, thread_id))["values"]
+    except GraphckptError:  # the thread is gone (a stateless run's, a rollback of its first run)
+        payload["values"] = None
+    await deliver(url, payload)
 
 
 async def _run(request: Request) -> RunInfo:
