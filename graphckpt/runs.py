@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENVELOPE",
     "MULTITASK",
+    "RUN_OPTIONS",
     "Multitask",
     "Submitted",
     "begin_queued",
@@ -42,6 +43,7 @@ __all__ = [
     "submit",
     "submitted",
     "unpack",
+    "with_options",
 ]
 
 Multitask = Literal["reject", "enqueue"]
@@ -57,7 +59,9 @@ server reading it back after a restart) in the opaque payload, with no column of
      "recursion_limit": 25,       # the run's super-step limit (absent or None: the app's)
      "metadata": {...},           # the run's own metadata (absent: none)
      "multitask": "enqueue",      # the strategy it was submitted with (absent: not known)
-     "start": [step, seq]}        # the event cursor before it, its stream's start (absent: not known)
+     "start": [step, seq],        # the event cursor before it, its stream's start (absent: not known)
+     "options": {                 # the run's own options (absent: none; see RunOptions.variant)
+         "interrupt_before": [...], "interrupt_after": [...], "configurable": {...}, "context": ...}}
 
 Every key but ``ENVELOPE`` may be absent (a payload written before it existed means none). A payload that is not an
 envelope is the input or the answer itself (what a sweeper's resume and older versions write)."""
@@ -79,6 +83,27 @@ class Submitted:
     """The strategy it was submitted with (``None``: not known, e.g. a resume the sweeper queued)."""
     start: tuple[int, int] | None = None
     """The event cursor ``(step, seq)`` before the run, where its stream starts (``None``: not known)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run's own options: ``interrupt_before``/``interrupt_after`` (lists of node names), ``configurable``,
+    ``context`` (the keyword arguments of :meth:`~graphckpt.begin.RunOptions.variant`); ``{}``: none."""
+
+    def options_of(self, base: begin.RunOptions) -> begin.RunOptions:
+        """``base`` with this run's own options (``base`` itself when it has none)."""
+        return with_options(base, self.options)
+
+
+def with_options(base: begin.RunOptions, found: Mapping[str, Any]) -> begin.RunOptions:
+    """``base`` with the run options ``found`` (see :attr:`Submitted.options`; ``base`` itself when empty)."""
+    if not found:
+        return base
+    before, after = found.get("interrupt_before"), found.get("interrupt_after")
+    configurable = found.get("configurable")
+    return base.variant(
+        interrupt_before=frozenset(before) if isinstance(before, list) else None,
+        interrupt_after=frozenset(after) if isinstance(after, list) else None,
+        configurable=configurable if isinstance(configurable, dict) else None,
+        context=found.get("context"),
+    )
 
 
 def queue_of(saver: Saver) -> RunQueue:
@@ -103,6 +128,7 @@ async def submit(
     recursion_limit: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     start: tuple[int, int] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> RunRecord:
     """Queue on ``queue`` a run of ``graph`` (``module:attr``, what workers load: a graph compiled as ``compiled``,
     whose input is checked and stored with ``serde``) on ``thread_id``
@@ -110,7 +136,8 @@ async def submit(
     it (with ``answer`` for an open interrupt). ``tags`` (when not ``None``) are the run's checkpoints' tags instead of
     the thread's; ``recursion_limit`` caps its super-steps (``None``: the app's; a run past it fails with
     :class:`~graphckpt.errors.RecursionLimitError`); ``metadata`` is the run's own (not its checkpoints');
-    ``start`` is the event cursor its stream starts at (what a server records). All travel in the payload (see
+    ``start`` is the event cursor its stream starts at (what a server records); ``options`` the run's own options
+    (see :attr:`Submitted.options`: its interrupt points, ``configurable``, ``context``). All travel in the payload (see
     :data:`ENVELOPE`). Values are checked now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
@@ -127,6 +154,11 @@ async def submit(
         if not isinstance(tags, Mapping):
             raise ValueError(f"tags must be a mapping (or None for the thread's), not {type(tags).__name__}")
         envelope["tags"] = dict(tags)
+    if options:
+        unknown = set(options) - set(RUN_OPTIONS)
+        if unknown:
+            raise ValueError(f"options: unknown run option(s) {sorted(unknown)} (known: {', '.join(RUN_OPTIONS)})")
+        envelope["options"] = {k: sorted(v) if k.startswith("interrupt_") else v for k, v in options.items()}
     value: Any = answer if resume else dict(compiled.validate_input(input))
     if value is not NO_ANSWER:
         envelope["value"] = value
@@ -134,6 +166,10 @@ async def submit(
     run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
     await queue.enqueue_run(run, reject_busy=multitask == "reject")
     return run
+
+
+RUN_OPTIONS = ("interrupt_before", "interrupt_after", "configurable", "context")
+"""The run options ``submit`` takes (see :attr:`Submitted.options`)."""
 
 
 def _options(
@@ -166,7 +202,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
     if not (isinstance(value, dict) and value.get(ENVELOPE) == 1):
         return Submitted(value)
     tags, limit, metadata = value.get("tags"), value.get("recursion_limit"), value.get("metadata")
-    multitask, start = value.get("multitask"), value.get("start")
+    multitask, start, options = value.get("multitask"), value.get("start"), value.get("options")
     return Submitted(
         value.get("value", NO_ANSWER),
         tags if isinstance(tags, dict) else None,
@@ -176,6 +212,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
         (start[0], start[1])
         if isinstance(start, list | tuple) and len(start) == 2 and all(type(n) is int for n in start)
         else None,
+        options if isinstance(options, dict) else {},
     )
 
 
@@ -213,6 +250,7 @@ async def begin_queued(
     attempt did."""
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
+    options = found.options_of(options)
     if run.attempt > 1:
         record = await options.store.get_thread(run.thread_id)
         old = record.metadata.get("tags") if record is not None else None

@@ -69,6 +69,8 @@ class RunRequest:
     recursion_limit: int | None = None
     tags: Mapping[str, Any] | None = None
     """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run's own options (:data:`graphckpt.runs.RUN_OPTIONS`: interrupt points, ``configurable``, ``context``)."""
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Run semantics of LangGraph's run API through the official ``langgraph-sdk`` client against a real ``graphckpt
-serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback) and ``runs.delete``; ``webhook``. A run of
+serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback), ``runs.delete``, ``webhook``, per-run
+``interrupt_before``/``interrupt_after``, ``config`` and ``context``. A run of
 ``support.server_graphs:counter`` ticks ``n`` up to ``limit``, one step each (``SERVE_TEST_DELAY`` seconds long)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from support.serving import Served, wait_for
 
 COUNTER = "support.server_graphs:counter"
+CONFIGURED = "support.server_graphs:configured"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from langgraph_sdk import get_sync_client
 
     args = ["--webhook-host", "127.0.0.1"]
-    server = Served(tmp_path_factory.mktemp("runs"), [COUNTER], env={"SERVE_TEST_DELAY": "0.15"}, args=args).start()
+    server = Served(
+        tmp_path_factory.mktemp("runs"), [COUNTER, CONFIGURED], env={"SERVE_TEST_DELAY": "0.15"}, args=args
+    ).start()
     try:
         with get_sync_client(url=server.url, timeout=httpx.Timeout(30.0)) as c:
             yield c
@@ -162,3 +166,46 @@ def test_webhook_to_a_host_not_allowed_is_refused(client: Any, url: str, why: st
     assert refused.value.response.status_code == 422
     assert "body.webhook" in refused.value.response.text and why in refused.value.response.text
     assert client.runs.list(tid) == []
+
+
+def test_per_run_interrupts_stop_that_run_only(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    values = client.runs.wait(tid, COUNTER, input={"limit": 4}, interrupt_after=["tick"])
+    assert values["n"] == 1
+    state = client.threads.get_state(tid)
+    assert state["next"] == ["tick"] and client.threads.get(tid)["status"] == "interrupted"
+    assert client.runs.wait(tid, COUNTER)["n"] == 4  # a run without them goes through (they were that run's)
+
+    parts = list(
+        client.runs.stream(tid, COUNTER, input={"limit": 6}, interrupt_before="*", stream_mode=["updates", "values"])
+    )
+    interrupts = [p.data["__interrupt__"] for p in parts if isinstance(p.data, dict) and "__interrupt__" in p.data]
+    assert {p.event for p in parts if isinstance(p.data, dict) and "__interrupt__" in p.data} == {"updates", "values"}
+    assert interrupts[0] and client.threads.get_state(tid)["values"]["n"] == 4
+    assert client.runs.wait(tid, COUNTER, command={"resume": None})["n"] == 6
+
+
+@pytest.mark.parametrize("field", ["interrupt_before", "interrupt_after"])
+def test_per_run_interrupt_of_an_unknown_node_is_refused(client: Any, field: str) -> None:
+    tid = client.threads.create()["thread_id"]
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.create(tid, COUNTER, input={"limit": 1}, **{field: ["tick", "nope"]})
+    assert refused.value.response.status_code == 422
+    assert f"body.{field}" in refused.value.response.text and "nope" in refused.value.response.text
+
+
+def test_config_configurable_and_context_reach_the_nodes(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    config = {"configurable": {"user": "ada"}, "recursion_limit": 5}
+    values = client.runs.wait(tid, CONFIGURED, input={}, config=config, context={"lang": "fr"})
+    assert values["last"] == f"ada|{tid}|{{'lang': 'fr'}}"
+    # an assistant's configurable and context are the runs' defaults; a run's own win
+    aid = client.assistants.create(CONFIGURED, config={"configurable": {"user": "bob"}}, context={"lang": "de"})
+    tid = client.threads.create()["thread_id"]
+    assert client.runs.wait(tid, aid["assistant_id"], input={})["last"] == f"bob|{tid}|{{'lang': 'de'}}"
+    tid = client.threads.create()["thread_id"]
+    values = client.runs.wait(tid, aid["assistant_id"], input={}, context={"lang": "it"})
+    assert values["last"] == f"bob|{tid}|{{'lang': 'it'}}"
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.runs.wait(tid, CONFIGURED, input={}, config={"callbacks": []})
+    assert refused.value.response.status_code == 422 and "body.config.callbacks" in refused.value.response.text

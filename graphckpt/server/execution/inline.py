@@ -15,9 +15,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from graphckpt import ids
+from graphckpt import begin, ids
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
+from graphckpt.runs import with_options
 from graphckpt.savers.queue import RunQueue
 from graphckpt.server.errors import ApiError
 from graphckpt.server.execution.base import (
@@ -203,16 +204,19 @@ class InProcessRuns:
         request = info.request
         app = self.graphs.app(request.graph_id)
         info.status, info.updated_at = "running", ids.now()
+        options = with_options(app.run_options, request.options)  # its interrupt points, configurable, context
         try:
             if request.resume:
                 tags = request.tags
                 if tags is None:  # the thread as it is now (a run queued after another sees that one's tags)
                     tags = inherited_tags(await self.graphs.saver.get_thread(request.thread_id))
-                snap = await app.aresume(
+                run = await begin.resume(
+                    options,
                     request.thread_id,
                     request.answer,
-                    recursion_limit=request.recursion_limit,
-                    tags=dict(tags) if tags is not None else None,
+                    request.recursion_limit,
+                    dict(tags) if tags is not None else None,
+                    app.runner,
                 )
             else:
                 tags = {
@@ -220,12 +224,11 @@ class InProcessRuns:
                     "metadata": dict(request.metadata),
                     **await self._ttl_tag(request.thread_id),
                 }
-                snap = await app.ainvoke(
-                    request.input or {},
-                    thread_id=request.thread_id,
-                    tags=tags,
-                    recursion_limit=request.recursion_limit,
+                run = await begin.start(
+                    options, request.input or {}, request.thread_id, request.recursion_limit, tags, app.runner
                 )
+            await run.drain()
+            snap = app.store.snapshot(run.head, run.status, run.recorded)
         except GraphckptError as exc:
             self._finish(info, "error", f"{type(exc).__name__}: {exc}")
             return

@@ -157,6 +157,7 @@ class QueueRuns:
             "recursion_limit": request.recursion_limit,
             "metadata": metadata,
             "start": start,
+            "options": request.options,
         }
         parts = (self.queue, app.graph, app.codec.serde)
         try:

@@ -111,6 +111,7 @@ async def _submit(
         answer=answer,
         metadata=metadata,
         recursion_limit=b.limit(),
+        options=b.run_options(service.graphs.app(graph).graph.nodes),
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
