@@ -1,22 +1,27 @@
 """Run semantics of LangGraph's run API through the official ``langgraph-sdk`` client against a real ``graphckpt
 serve``: ``multitask_strategy`` (reject, enqueue, interrupt, rollback), ``runs.delete``, ``webhook``, per-run
-``interrupt_before``/``interrupt_after``, ``config`` and ``context``. A run of
+``interrupt_before``/``interrupt_after``, ``config`` and ``context``; a cancel that keeps paid work. A run of
 ``support.server_graphs:counter`` ticks ``n`` up to ``limit``, one step each (``SERVE_TEST_DELAY`` seconds long)."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+from support.openai_server import FakeOpenAIServer, slow
 from support.serving import Served, wait_for
+
+from graphckpt.worker import CANCEL_GRACE
 
 COUNTER = "support.server_graphs:counter"
 CONFIGURED = "support.server_graphs:configured"
+ASKING = "support.server_graphs:asking"
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +214,44 @@ def test_config_configurable_and_context_reach_the_nodes(client: Any) -> None:
     with pytest.raises(httpx.HTTPStatusError) as refused:
         client.runs.wait(tid, CONFIGURED, input={}, config={"callbacks": []})
     assert refused.value.response.status_code == 422 and "body.config.callbacks" in refused.value.response.text
+
+
+@pytest.mark.parametrize("immediate", [False, True])
+def test_cancel_keeps_a_paid_model_call_unless_asked_to_stop_at_once(
+    serve: Callable[..., Served], immediate: bool
+) -> None:
+    """A cancel during a step's model call waits for the call to return and be journaled before it stops the run:
+    the resumed run pays for no second call of that step. ``immediate=true`` stops the step at once: the call's
+    answer is lost, and the resume calls again."""
+    from langgraph_sdk import get_sync_client
+
+    with FakeOpenAIServer() as model:
+        model.script(slow(max_wait=30))
+        server = serve([ASKING], env={"OPENAI_BASE_URL": model.base_url})
+        with get_sync_client(url=server.url, timeout=httpx.Timeout(60.0)) as client:
+            tid = client.threads.create()["thread_id"]
+            run = client.runs.create(tid, ASKING, input={"limit": 2})
+            wait_for(lambda: model.request_count == 1, 30, what="the model call in flight")
+            cancelled: list[dict[str, Any]] = []
+            params = {"immediate": "true"} if immediate else None
+            canceller = threading.Thread(
+                target=lambda: cancelled.append(client.runs.cancel(tid, run["run_id"], params=params))
+            )
+            canceller.start()
+            if immediate:
+                canceller.join(30)
+                assert cancelled and cancelled[0]["status"] == "cancelled"
+                model.release.set()
+            else:
+                asked = time.monotonic()
+                # past the cancel's grace, it still waits for the call it would otherwise throw away
+                wait_for(lambda: time.monotonic() - asked > 2 * CANCEL_GRACE, 10, what="the cancel's grace")
+                assert canceller.is_alive() and not cancelled
+                model.release.set()
+                canceller.join(30)
+                assert cancelled and cancelled[0]["status"] == "cancelled"
+            if immediate:
+                assert client.threads.get_state(tid)["values"]["n"] == 0  # the step was stopped midway
+            values = client.runs.wait(tid, ASKING)  # resume the cancelled thread
+            assert values["n"] == 2
+            assert model.request_count == (3 if immediate else 2)  # the second step's call; immediate: the first again

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphckpt import begin, ids
+from graphckpt.engine import Run
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
 from graphckpt.runs import with_options
@@ -34,6 +35,7 @@ from graphckpt.server.execution.base import (
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import thread_tags
 from graphckpt.subgraph import link_of
+from graphckpt.worker import CANCEL_PAID_WAIT
 
 __all__ = ["InProcessRuns"]
 
@@ -53,6 +55,8 @@ class InProcessRuns:
         self._queues: dict[str, list[RunInfo]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
+        self._engines: dict[str, Run] = {}
+        """Thread id -> the engine run of its current run (what a cancel reads the calls in flight from)."""
 
     async def start(self) -> None:
         """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off); sweep
@@ -134,14 +138,19 @@ class InProcessRuns:
         runs = [r for r in self._runs.values() if r.request.thread_id == thread_id]
         return sorted(runs, key=lambda r: r.created_at, reverse=True)
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False) -> RunInfo:
         info = self._runs[run_id]
         sid = info.request.thread_id
         if info.status == "pending":
             self._queues.get(sid, []).remove(info)
             self._finish(info, "cancelled")
         elif info.status == "running" and self._current.get(sid) is info:
-            self._tasks[sid].cancel()
+            engine = self._engines.get(sid)
+            if not immediate and engine is not None:  # its calls in flight return and are recorded first
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(engine.journal.settled(), CANCEL_PAID_WAIT)
+            if self._current.get(sid) is info and not info.finished:
+                self._tasks[sid].cancel()
             await info.done.wait()
         return info
 
@@ -227,7 +236,11 @@ class InProcessRuns:
                 run = await begin.start(
                     options, request.input or {}, request.thread_id, request.recursion_limit, tags, app.runner
                 )
-            await run.drain()
+            self._engines[request.thread_id] = run
+            try:
+                await run.drain()
+            finally:
+                self._engines.pop(request.thread_id, None)
             snap = app.store.snapshot(run.head, run.status, run.recorded)
         except GraphckptError as exc:
             self._finish(info, "error", f"{type(exc).__name__}: {exc}")

@@ -234,6 +234,9 @@ class CancelQuery(BaseModel):
     wait: bool = False
     """Answered once the run has stopped either way (a cancel always waits for that)."""
     action: Literal["interrupt", "rollback"] = "interrupt"
+    immediate: bool = False
+    """Stop the run's step now, without waiting for its journaled calls in flight (their results are then lost:
+    a resume calls again). By default a cancel waits for them to return and be recorded."""
 
 
 async def cancel_run(request: Request) -> Response:
@@ -241,7 +244,7 @@ async def cancel_run(request: Request) -> Response:
     :func:`~graphckpt.server.branching.roll_back`)."""
     service, ns, _ = scope_of(request)
     q = models.query(request, CancelQuery)
-    run = await service.runs.cancel((await _run(request)).run_id)
+    run = await service.runs.cancel((await _run(request)).run_id, immediate=q.immediate)
     if q.action == "rollback":
         await roll_back(service, ns, request.path_params["thread_id"], run)
     return json_response(queries.run_view(ns, run))
