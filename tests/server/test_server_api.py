@@ -208,6 +208,7 @@ def test_two_namespaces_cannot_see_or_touch_each_other(serve: Callable[..., Serv
             ("POST", "/threads/{thread_id}/runs/stream"): {"command": {}, "if_not_exists": "reject"},
             ("POST", "/threads/{thread_id}/runs/wait"): {"command": {}, "if_not_exists": "reject"},
             ("GET", "/threads/{thread_id}/runs/{run_id}"): None,
+            ("DELETE", "/threads/{thread_id}/runs/{run_id}"): None,
             ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): None,
             ("GET", "/threads/{thread_id}/runs/{run_id}/join"): None,
             ("GET", "/threads/{thread_id}/runs/{run_id}/stream"): None,
