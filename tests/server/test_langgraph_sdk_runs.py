@@ -255,3 +255,18 @@ def test_cancel_keeps_a_paid_model_call_unless_asked_to_stop_at_once(
             values = client.runs.wait(tid, ASKING)  # resume the cancelled thread
             assert values["n"] == 2
             assert model.request_count == (3 if immediate else 2)  # the second step's call; immediate: the first again
+
+
+@pytest.mark.parametrize("on_disconnect", ["cancel", "continue"])
+def test_on_disconnect_of_a_streamed_run(client: Any, on_disconnect: str) -> None:
+    tid = client.threads.create()["thread_id"]
+    parts = client.runs.stream(tid, COUNTER, input={"limit": 20}, stream_mode="updates", on_disconnect=on_disconnect)
+    run_id = next(p for p in parts if p.event == "metadata").data["run_id"]
+    next(p for p in parts if p.event == "updates")
+    parts.close()  # the client goes mid-run
+
+    if on_disconnect == "cancel":
+        wait_for(lambda: client.runs.get(tid, run_id)["status"] == "cancelled", 30, what="the run cancelled")
+        assert client.threads.get_state(tid)["values"]["n"] < 20
+    else:
+        assert client.runs.join(tid, run_id)["n"] == 20

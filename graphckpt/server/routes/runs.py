@@ -185,6 +185,7 @@ async def stream_new_run(request: Request, b: models.RunBody) -> Response:
         stream_subgraphs=b.stream_subgraphs,
         run_id=run.run_id,
         segments=segments,
+        on_disconnect=(lambda: service.runs.cancel(run.run_id)) if b.on_disconnect == "cancel" else None,
     )
 
 

@@ -4,7 +4,8 @@ streams themselves, their ids and modes are described)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from sse_starlette import ServerSentEvent
@@ -76,10 +77,12 @@ async def sse_response(
     stream_subgraphs: bool = False,
     run_id: str | None = None,
     segments: Segments | None = None,
+    on_disconnect: Callable[[], Awaitable[Any]] | None = None,
 ) -> StreamResponse:
     """Open the stream of ``thread_id`` for ``request`` (its ``Last-Event-ID`` or ``?after=``, and its filters;
     the query's ``stream_mode`` wins over ``modes``, a run body's); ``segments``: its lineage, when the caller has
-    read it already."""
+    read it already. ``on_disconnect`` is called when the client goes before the stream's end (LangGraph's
+    ``on_disconnect="cancel"``: it cancels the run)."""
     service, ns, config = scope_of(request)
     q = models.query(request, StreamQuery, lists=("kinds", "stream_mode"))
     kinds = set(q.kinds) if q.kinds else None
@@ -114,6 +117,8 @@ async def sse_response(
         preamble=first,
         run_id=run_id,
     )
+    if on_disconnect is not None:
+        source = _until_disconnect(service, source, on_disconnect)
     return StreamResponse(
         source,
         headers={**HEADERS, **(headers or {})},
@@ -121,6 +126,23 @@ async def sse_response(
         shutdown_grace_period=SHUTDOWN_GRACE,
         send_timeout=config.stall_timeout,
     )
+
+
+async def _until_disconnect(
+    service: Service, source: AsyncIterator[Any], on_disconnect: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[Any]:
+    """``source``'s events; when it is closed before its end (the client went), ``on_disconnect`` runs (as a task of
+    the service: the request's own task is being cancelled)."""
+    ended = False
+    try:
+        async for event in source:
+            yield event
+        ended = True
+    finally:
+        if not ended:
+            task = asyncio.ensure_future(on_disconnect())
+            service.tasks.add(task)
+            task.add_done_callback(service.tasks.discard)
 
 
 async def thread_stream(request: Request) -> StreamResponse:
