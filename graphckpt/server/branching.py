@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.checkpoint import Snapshot
-from graphckpt.errors import CheckpointNotFoundError, ThreadNotFoundError
+from graphckpt.errors import CheckpointNotFoundError, InvalidUpdateError, ThreadNotFoundError
+from graphckpt.fork import update_state
 from graphckpt.rebranch import rebranch
 from graphckpt.server.auth import store_id
 from graphckpt.server.errors import ApiError
@@ -21,7 +22,7 @@ from graphckpt.server.records import RunInfo
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
 
-__all__ = ["branch", "make_way", "roll_back"]
+__all__ = ["apply_command", "branch", "make_way", "roll_back"]
 
 
 async def branch(
@@ -39,6 +40,22 @@ async def branch(
         raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; branch it when it stops")
     app = service.graphs.app_of(record)
     return await rebranch(app.graph, app.store, record.thread_id, checkpoint_id, update, as_node, None)
+
+
+async def apply_command(
+    service: Service, ns: str, thread_id: str, update: Mapping[str, Any] | None, goto: str | list[str] | None
+) -> Snapshot:
+    """A run's ``command.update``/``command.goto`` (LangGraph's ``Command`` input): a new head of API thread
+    ``thread_id`` with ``update`` applied and ``goto`` as its frontier (else the head's); the run then resumes from
+    it. A thread with a run going is 409."""
+    record = await service.record(ns, thread_id)
+    if record.status == "running" and service.runs.active(record.thread_id):
+        raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; send the command when it stops")
+    app = service.graphs.app_of(record)
+    try:
+        return await update_state(app.graph, app.store, record.thread_id, update, None, None, goto)
+    except InvalidUpdateError as exc:
+        raise ApiError(422, "ValidationError", f"body.command: {exc}") from None
 
 
 async def make_way(service: Service, ns: str, thread_id: str, strategy: str) -> bool:

@@ -112,8 +112,13 @@ class ForkBody(_Body):
 
 
 class RunCommand(_Body):
+    """LangGraph's ``Command`` as a run's input: ``resume`` answers the open interrupt; ``update`` (applied through
+    the reducers) and ``goto`` (the node(s) to run next) edit the thread's head first (not with ``resume``)."""
+
     model_config = ConfigDict(extra="forbid")
     resume: Any = None
+    update: dict[str, Any] | None = None
+    goto: str | list[str] | None = None
 
 
 class RunConfig(BaseModel):

@@ -270,3 +270,17 @@ def test_on_disconnect_of_a_streamed_run(client: Any, on_disconnect: str) -> Non
         assert client.threads.get_state(tid)["values"]["n"] < 20
     else:
         assert client.runs.join(tid, run_id)["n"] == 20
+
+
+def test_command_update_and_goto(client: Any) -> None:
+    tid = client.threads.create()["thread_id"]
+    assert client.runs.wait(tid, COUNTER, input={"limit": 2})["n"] == 2
+    values = client.runs.wait(tid, COUNTER, command={"update": {"limit": 4, "log": ["edited"]}, "goto": "tick"})
+    assert values["n"] == 4 and values["log"] == ["tick 1", "tick 2", "edited", "tick 3", "tick 4"]
+    values = client.runs.wait(tid, COUNTER, command={"update": {"last": "note"}})  # a done head stays done
+    assert values["last"] == "note" and values["n"] == 4
+    for command, why in [({"goto": "nope"}, "nope"), ({"goto": "tick", "resume": 1}, "not both")]:
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            client.runs.wait(tid, COUNTER, command=command)
+        assert refused.value.response.status_code == 422
+        assert "body.command" in refused.value.response.text and why in refused.value.response.text

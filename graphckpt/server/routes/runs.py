@@ -23,7 +23,7 @@ from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
 from graphckpt.server.assistant_records import for_run
 from graphckpt.server.auth import store_id
-from graphckpt.server.branching import branch, make_way, roll_back
+from graphckpt.server.branching import apply_command, branch, make_way, roll_back
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
@@ -101,6 +101,12 @@ async def _submit(
         graph = assistant_graph
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
+        if b.command.update is not None or b.command.goto is not None:
+            if b.command.resume is not None:
+                raise ApiError(422, "ValidationError", "body.command: give resume, or update/goto, not both")
+            if isinstance(found, PendingThread):
+                raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} has no state to update yet")
+            await apply_command(service, ns, thread_id, b.command.update, b.command.goto)
     elif b.input is None and isinstance(found, ThreadRecord) and found.status != "done":
         resume = True  # LangGraph's run without input: the thread continues from its head
     run = RunRequest(
