@@ -35,7 +35,7 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, threads
+from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, thread_stream, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ def create_app(
         Route("/openapi.json", openapi_json),
     ]
     routes += [*store.routes, *crons.routes]  # wave3 issue 29
+    routes += thread_stream.routes  # wave3 issue 28: the v3 thread stream
     handlers: dict[Any, Any] = {}
     if ui:
         routes.extend(_ui_routes(config.tokens))

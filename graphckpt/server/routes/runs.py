@@ -34,7 +34,7 @@ from graphckpt.server.webhooks import checked_url, deliver
 if TYPE_CHECKING:
     from graphckpt.server.service import Service
 
-__all__ = ["Starter", "routes", "start_run", "stream_new_run", "wait_new_run"]
+__all__ = ["Starter", "routes", "start_run", "stream_new_run", "submit_run", "wait_new_run"]
 
 Starter = Callable[[Request, models.RunBody], Awaitable[Response]]
 """How a run starts and what it answers (background, streamed, waited for)."""
@@ -139,6 +139,11 @@ async def _notify(service: Service, ns: str, thread_id: str, run_id: str, url: s
     except GraphckptError:  # the thread is gone (a stateless run's, a rollback of its first run)
         payload["values"] = None
     await deliver(url, payload)
+
+
+async def submit_run(request: Request, b: models.RunBody) -> RunInfo:
+    """Submit the run ``b`` asks for on the request's thread (what the v3 thread stream's ``run.start`` does)."""
+    return (await _submit(request, b))[0]
 
 
 async def _run(request: Request) -> RunInfo:
