@@ -149,6 +149,8 @@ class Worker:
         self._killers: set[asyncio.Task[None]] = set()
         """Run id -> the task executing it."""
         self._cancelled: set[str] = set()
+        self._stop_as: dict[str, RunStatus] = {}
+        """How each cancelled run ends (``cancelled`` unless its cancel said otherwise)."""
         self._killed: set[str] = set()
         """The runs whose task this worker cancelled (a cancel past :data:`CANCEL_GRACE`)."""
 
@@ -160,14 +162,15 @@ class Worker:
         """Whether this worker is running ``run_id`` now."""
         return run_id in self._executing
 
-    def cancel(self, run_id: str, *, immediate: bool = False) -> bool:
+    def cancel(self, run_id: str, *, immediate: bool = False, status: RunStatus = "cancelled") -> bool:
         """Stop the running run ``run_id`` of this worker after its current step, or after :data:`CANCEL_GRACE`
-        seconds once its journaled calls in flight are recorded (its lease is released and the run ends
-        ``cancelled``); ``immediate``: after the grace whatever is in flight. ``False`` when this worker is not
-        running it."""
+        seconds once its journaled calls in flight are recorded (its lease is released and the run ends ``status``:
+        ``cancelled``, or ``interrupted`` when another run interrupted it); ``immediate``: after the grace whatever
+        is in flight. ``False`` when this worker is not running it."""
         if run_id not in self._executing:
             return False
         self._cancelled.add(run_id)
+        self._stop_as[run_id] = status
         loop = asyncio.get_running_loop()
         if immediate:
             loop.call_later(CANCEL_GRACE, self._kill, run_id)
@@ -286,14 +289,17 @@ class Worker:
                         break
             end = _ended(engine.status)
             if engine.status == "running":
-                end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
+                if run.run_id in self._cancelled:
+                    end = self._stop_as.get(run.run_id, "cancelled")
+                elif self.stopping:
+                    end = "queued"
         except _Stopped as stopped:
             end = stopped.status
         except asyncio.CancelledError:
             if run.run_id not in self._killed:  # not our cancel (the loop shuts down): the lease expires, re-queued
                 raise
             task.uncancel()
-            end = "cancelled"
+            end = self._stop_as.get(run.run_id, "cancelled")
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
@@ -317,6 +323,7 @@ class Worker:
             self._executing.pop(run.run_id, None)
             self._engines.pop(run.run_id, None)
             self._cancelled.discard(run.run_id)
+            self._stop_as.pop(run.run_id, None)
             self._killed.discard(run.run_id)
         with contextlib.suppress(Exception):
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)

@@ -8,6 +8,7 @@ it branches from (``metadata.branched_from``). Every caller goes through :func:`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -60,17 +61,25 @@ async def apply_command(
 
 async def make_way(service: Service, ns: str, thread_id: str, strategy: str) -> bool:
     """LangGraph's ``multitask_strategy`` ``interrupt`` and ``rollback`` for a new run of API thread ``thread_id``:
-    the thread's unfinished runs are cancelled (a running one stops at its next safe point, what it committed stays;
-    a queued one never starts); with ``rollback`` the thread then goes back to where it was before the earliest of
-    them (:func:`roll_back`). Returns whether there was a run to stop."""
+    the thread's unfinished runs are cancelled (a running one stops at its next safe point, what it committed stays,
+    and ends ``interrupted``; a queued one never starts); with ``rollback`` the thread then goes back to where it was
+    before the earliest of them (:func:`roll_back`) and their records are deleted. Returns whether there was a run
+    to stop."""
     sid = store_id(ns, thread_id)
     unfinished = [r for r in await service.runs.list(sid) if not r.finished]
     if not unfinished:
         return False
-    stopped = [await service.runs.cancel(r.run_id) for r in sorted(unfinished, key=lambda r: r.created_at)]
-    if strategy == "rollback":
+    interrupted = strategy == "interrupt"
+    stopped = [
+        await service.runs.cancel(r.run_id, interrupted=interrupted and r.status == "running")
+        for r in sorted(unfinished, key=lambda r: r.created_at)
+    ]
+    if strategy == "rollback":  # as LangGraph: the rolled back runs are deleted too
         first = next((r for r in stopped if r.start is not None), stopped[0])
         await roll_back(service, ns, thread_id, first)
+        for run in stopped:
+            with contextlib.suppress(ApiError):  # one that ended meanwhile by itself stays
+                await service.runs.delete(run.run_id)
     return True
 
 

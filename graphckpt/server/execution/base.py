@@ -73,10 +73,11 @@ class RunExecutor(Protocol):
 
     async def get(self, run_id: str) -> RunInfo | None: ...
     async def list(self, thread_id: str) -> list[RunInfo]: ...
-    async def cancel(self, run_id: str, *, immediate: bool = False) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
         """Cancel ``run_id``: a queued one never runs; a running one stops at its next safe point, once its
-        journaled calls in flight have returned and been recorded (``immediate``: without waiting for them).
-        Answers once it has stopped."""
+        journaled calls in flight have returned and been recorded (``immediate``: without waiting for them), and
+        ends ``cancelled`` (``interrupted``: LangGraph's status of a run another run's ``multitask_strategy=
+        "interrupt"`` stopped). Answers once it has stopped."""
 
     async def delete(self, run_id: str) -> None:
         """Forget the ended run ``run_id`` (its thread's checkpoints stay); a queued or running one is 409 (cancel

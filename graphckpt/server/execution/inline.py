@@ -56,6 +56,8 @@ class InProcessRuns:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
         self._engines: dict[str, Run] = {}
+        self._stop_as: dict[str, RunStatus] = {}
+        """How a run cancelled while running ends (``interrupted`` when another run's strategy stopped it)."""
         """Thread id -> the engine run of its current run (what a cancel reads the calls in flight from)."""
 
     async def start(self) -> None:
@@ -138,7 +140,7 @@ class InProcessRuns:
         runs = [r for r in self._runs.values() if r.request.thread_id == thread_id]
         return sorted(runs, key=lambda r: r.created_at, reverse=True)
 
-    async def cancel(self, run_id: str, *, immediate: bool = False) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
         info = self._runs[run_id]
         sid = info.request.thread_id
         if info.status == "pending":
@@ -150,6 +152,7 @@ class InProcessRuns:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(engine.journal.settled(), CANCEL_PAID_WAIT)
             if self._current.get(sid) is info and not info.finished:
+                self._stop_as[run_id] = "interrupted" if interrupted else "cancelled"
                 self._tasks[sid].cancel()
             await info.done.wait()
         return info
@@ -186,7 +189,7 @@ class InProcessRuns:
                 try:
                     await self._execute(info)
                 except asyncio.CancelledError:
-                    self._finish(info, "cancelled")
+                    self._finish(info, self._stop_as.pop(info.run_id, "cancelled"))
                     for left in queue:
                         self._finish(left, "cancelled")
                     queue.clear()

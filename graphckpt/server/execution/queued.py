@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt.errors import ThreadBusyError
 from graphckpt.runs import Multitask, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunQueue, RunRecord
+from graphckpt.savers.queue import RunStatus as QueueStatus
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.ephemeral import Ephemera
 from graphckpt.server.execution.base import (
@@ -232,12 +233,13 @@ class QueueRuns:
         runs = await self.queue.list_runs(thread_id=thread_id)
         return sorted((self._info(r) for r in runs), key=lambda r: (r.created_at, r.run_id), reverse=True)
 
-    async def cancel(self, run_id: str, *, immediate: bool = False) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
         saver = self.queue
         if not await saver.cancel_run(run_id):
             run = await saver.get_run(run_id)
             if run is not None and run.status == "running":
-                if not any(worker.cancel(run_id, immediate=immediate) for worker in self.workers):
+                end: QueueStatus = "interrupted" if interrupted else "cancelled"
+                if not any(worker.cancel(run_id, immediate=immediate, status=end) for worker in self.workers):
                     await saver.request_cancel(run_id)  # another process's worker: it stops after its step
                 return await self.join(run_id)
         info = await self.get(run_id)
