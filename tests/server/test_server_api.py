@@ -214,6 +214,8 @@ def test_two_namespaces_cannot_see_or_touch_each_other(serve: Callable[..., Serv
             ("GET", "/threads/{thread_id}/runs/{run_id}/stream"): None,
             ("GET", "/threads/{thread_id}/stream"): None,
             ("POST", "/threads/{thread_id}/answer"): {"answer": "no"},
+            ("POST", "/threads/{thread_id}/commands"): {"id": 1, "method": "input.respond", "params": {"response": 1}},
+            ("POST", "/threads/{thread_id}/stream/events"): {"channels": ["values"]},
             ("POST", "/threads/{thread_id}/runs/crons"): {"assistant_id": "x", "schedule": "* * * * *"},
             ("POST", "/threads/{thread_id}/state"): {"values": {"limit": 1}},
             ("POST", "/threads/{thread_id}/copy"): None,
