@@ -6,8 +6,10 @@ the claim's fence (a worker passes its queued run's fence, so the commit that st
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from graphckpt import ids
@@ -26,12 +28,39 @@ __all__ = ["RunOptions", "check_limit", "resume", "resumed_thread", "start", "st
 
 
 class RunOptions:
-    """What every run of one app shares: its compiled graph, store, node runner and default step limit."""
+    """What every run of one app shares: its compiled graph, store, node runner and default step limit; a
+    :meth:`variant` adds what one run was given (LangGraph's per-run options)."""
 
-    __slots__ = ("graph", "recursion_limit", "store")  # the lease length is the store's
+    __slots__ = ("configurable", "context", "graph", "recursion_limit", "store")  # the lease length is the store's
 
     def __init__(self, graph: CompiledGraph, store: ThreadStore, recursion_limit: int) -> None:
         self.graph, self.store, self.recursion_limit = graph, store, recursion_limit
+        self.configurable: Mapping[str, Any] = MappingProxyType({})
+        """What nodes read as ``ctx.config["configurable"]`` (LangGraph's ``config={"configurable": ...}``)."""
+        self.context: Any = None
+        """What nodes read as ``ctx.context`` (LangGraph's run ``context``)."""
+
+    def variant(
+        self,
+        *,
+        interrupt_before: frozenset[str] | None = None,
+        interrupt_after: frozenset[str] | None = None,
+        configurable: Mapping[str, Any] | None = None,
+        context: Any = None,
+    ) -> RunOptions:
+        """These options for one run: its own interrupt points (instead of the compiled ones; node names already
+        checked), ``configurable`` values and ``context`` for its nodes."""
+        graph = self.graph
+        if interrupt_before is not None or interrupt_after is not None:
+            graph = dataclasses.replace(
+                graph,
+                interrupt_before=graph.interrupt_before if interrupt_before is None else interrupt_before,
+                interrupt_after=graph.interrupt_after if interrupt_after is None else interrupt_after,
+            )
+        found = RunOptions(graph, self.store, self.recursion_limit)
+        found.configurable = MappingProxyType(dict(configurable or self.configurable))
+        found.context = self.context if context is None else context
+        return found
 
     def run(
         self,
@@ -61,6 +90,8 @@ class RunOptions:
             streamed=streamed,
             extra=extra,
             lease=lease,
+            configurable=self.configurable,
+            context=self.context,
         )
 
 

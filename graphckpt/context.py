@@ -12,8 +12,9 @@ import contextvars
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from graphckpt import _hook, ids
@@ -119,8 +120,20 @@ REQUEST_OUTCOMES = ("ok", "http_error", "timeout", "connection_error", "error")
 class Context:
     """Passed as the second argument to nodes declared ``fn(state, ctx)``. One per attempt of a task."""
 
-    def __init__(self, journal: Journal, task: Task, attempt: int, usage: NodeUsage) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        task: Task,
+        attempt: int,
+        usage: NodeUsage,
+        configurable: Mapping[str, Any] | None = None,
+        context: Any = None,
+    ) -> None:
         self._journal = journal
+        self._configurable = configurable or {}
+        self.context = context
+        """The run's context (LangGraph's ``context=`` of a run, its ``Runtime.context``); ``None`` when none was
+        given. Not stored: a run resumed later (after a crash, an interrupt) gets its own run's."""
         self._task = task
         self._effects = 0
         self._interrupts = 0
@@ -134,6 +147,12 @@ class Context:
     @property
     def thread_id(self) -> str:
         return self._journal.thread_id
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """LangGraph's ``RunnableConfig`` as a node sees it: ``{"configurable": {..., "thread_id": ...}}`` with the
+        run's ``configurable`` values (``config={"configurable": ...}`` of a server run); read-only."""
+        return MappingProxyType({"configurable": {**self._configurable, "thread_id": self.thread_id}})
 
     @property
     def node(self) -> str:

@@ -122,8 +122,14 @@ class Run(RunSpans):
         streamed: bool = False,
         extra: Mapping[str, Any] | None = None,
         lease: Heartbeat | None = None,
+        configurable: Mapping[str, Any] | None = None,
+        context: Any = None,
     ) -> None:
         self.graph, self.store, self.codec = graph, store, store.codec
+        self.configurable: Mapping[str, Any] = configurable or {}
+        """The run's ``configurable`` values and ``context`` (see :meth:`graphckpt.begin.RunOptions.variant`), what
+        its nodes read as ``ctx.config`` and ``ctx.context``."""
+        self.context = context
         self.lease = lease
         """The run's lease on the thread, renewed in the background while the run iterates (see
         :mod:`graphckpt.lease`); ``None`` for a run that holds none (one that ends at once)."""
@@ -272,7 +278,7 @@ class Run(RunSpans):
             attempt += 1
             state = task.payload if task.has_payload else self.codec.state.make(self.head.values)
             usage = NodeUsage()
-            ctx = Context(self.journal, task, attempt, usage)
+            ctx = Context(self.journal, task, attempt, usage, self.configurable, self.context)
             self.journal.replayed_ms(task.id)  # a new attempt: its own replays count
             if self.listener is not None:
                 self.emit("tasks", {"id": task.id, "name": task.node, "input": state, "attempt": attempt})

@@ -132,9 +132,11 @@ async def update_state(
     update: Mapping[str, Any] | None,
     as_node: str | None,
     tags: Mapping[str, Any] | None,
+    goto: Goto | None = None,
 ) -> Snapshot:
-    """See ``App.aupdate_state``: a new head of the same thread, never a rewrite of history."""
-    check_as_node(graph, as_node, None)
+    """See ``App.aupdate_state``: a new head of the same thread, never a rewrite of history. ``goto``: the new head's
+    frontier is these tasks (LangGraph's ``Command(goto=...)`` as a run's input) instead of the old head's."""
+    check_as_node(graph, as_node, goto)
     state = store.codec.state
     record = await store.thread(thread_id)
     if record.status == "partial":
@@ -152,6 +154,7 @@ async def update_state(
         writes,
         tags=tags if tags is not None else head.cp.metadata.get("tags"),
         extra=_kept_audit(recorded, head.body.tasks),
+        goto=goto,
     )
     run_id = ids.new_id()
     new = await store.write_checkpoint(
@@ -171,12 +174,16 @@ def update_record(
     *,
     tags: Any,
     extra: dict[str, Any],
+    goto: Goto | None = None,
 ) -> tuple[str, StepRecord]:
     """The new checkpoint's id and the record of an ``update`` step on top of ``src_body``: the frontier routed as
-    ``as_node`` would, else the stored frontier run next as the tasks of the new checkpoint."""
+    ``as_node`` would, or the tasks ``goto`` names, else the stored frontier run next as the tasks of the new
+    checkpoint."""
     cid = ids.new_id()
     if as_node is not None:
         tasks, barriers = route_as(graph, as_node, src_values, values, validated, src_body.barriers, cid)
+    elif goto is not None:
+        tasks, barriers = graph.goto_tasks(goto, cid), src_body.barriers
     else:
         tasks = [Task(f"{cid}.{i}", t.node, t.payload, t.has_payload) for i, t in enumerate(src_body.tasks)]
         barriers = src_body.barriers

@@ -66,6 +66,27 @@ class Journal:
         """The waker's answers, by interrupt id, of the durable waits held at the head so far (the step's parallel
         tasks share the thread's one wait: its firing answers every one of them)."""
         self._holding = asyncio.Lock()
+        self._paying: set[tuple[str, int]] = set()
+        """The started calls ``(task id, seq)`` whose end is not journaled yet: paid work still in flight."""
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    # -- paid work in flight ----------------------------------------------------------------------------------------
+
+    @property
+    def calls_in_flight(self) -> int:
+        """How many started journaled calls have not returned and been recorded yet."""
+        return len(self._paying)
+
+    async def settled(self) -> None:
+        """Return once no journaled call is in flight: every call started has returned and its result (or its
+        failure) is recorded. What a cancel waits for before it stops a step midway, so nothing paid is lost."""
+        await self._settled.wait()
+
+    def _paid(self, key: tuple[str, int]) -> None:
+        self._paying.discard(key)
+        if not self._paying:
+            self._settled.set()
 
     # -- the run, as a context sees it ------------------------------------------------------------------------------
 
@@ -166,6 +187,8 @@ class Journal:
         if info.model is not None:
             entry["model"] = info.model
         recorded.starts[(task.id, seq)] = entry  # before the await: a concurrent effect takes the next number
+        self._paying.add((task.id, seq))
+        self._settled.clear()
         await self.record([StoredWrite(task.id, "started", seq, self.codec.serde.dumps(entry))])
         return seq
 
@@ -199,7 +222,10 @@ class Journal:
             writes.append(StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end)))
         numbered = self._number_requests(task.id, requests or [])
         writes += [StoredWrite(task.id, "request", n, self.codec.serde.dumps(e)) for n, e in numbered]
-        await self.record(writes)
+        try:
+            await self.record(writes)
+        finally:
+            self._paid((task.id, seq))
         self.run.recorded.effects[(task.id, index)] = value
         if end is not None:
             self.run.recorded.finishes[(task.id, seq)] = end
@@ -213,7 +239,10 @@ class Journal:
             "error": f"{type(exc).__name__}: {exc}",
         }
         self.run.recorded.finishes[(task.id, seq)] = end
-        await self.record([StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end))])
+        try:
+            await self.record([StoredWrite(task.id, "finished", seq, self.codec.serde.dumps(end))])
+        finally:
+            self._paid((task.id, seq))
 
     async def record_request(self, task: Task, entry: dict[str, Any]) -> None:
         """Record one HTTP attempt of a started call that did not answer (durably, before it is retried)."""

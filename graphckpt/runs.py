@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENVELOPE",
     "MULTITASK",
+    "RUN_OPTIONS",
     "Multitask",
     "Submitted",
     "begin_queued",
@@ -42,6 +43,7 @@ __all__ = [
     "submit",
     "submitted",
     "unpack",
+    "with_options",
 ]
 
 Multitask = Literal["reject", "enqueue"]
@@ -58,7 +60,9 @@ server reading it back after a restart) in the opaque payload, with no column of
      "metadata": {...},           # the run's own metadata (absent: none)
      "multitask": "enqueue",      # the strategy it was submitted with (absent: not known)
      "start": [step, seq],        # the event cursor before it, its stream's start (absent: not known)
-     "stream_mode": ["values"]}   # the stream modes it was started with, a join's default (absent: none)
+     "stream_mode": ["values"],   # the stream modes it was started with, a join's default (absent: none)
+     "options": {                 # the run's own options (absent: none; see RunOptions.variant)
+         "interrupt_before": [...], "interrupt_after": [...], "configurable": {...}, "context": ...}}
 
 Every key but ``ENVELOPE`` may be absent (a payload written before it existed means none). A payload that is not an
 envelope is the input or the answer itself (what a sweeper's resume and older versions write)."""
@@ -82,6 +86,27 @@ class Submitted:
     """The event cursor ``(step, seq)`` before the run, where its stream starts (``None``: not known)."""
     stream_mode: tuple[str, ...] = ()
     """The stream modes the run was started with (a server's join without modes streams these; ``()``: none)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run's own options: ``interrupt_before``/``interrupt_after`` (lists of node names), ``configurable``,
+    ``context`` (the keyword arguments of :meth:`~graphckpt.begin.RunOptions.variant`); ``{}``: none."""
+
+    def options_of(self, base: begin.RunOptions) -> begin.RunOptions:
+        """``base`` with this run's own options (``base`` itself when it has none)."""
+        return with_options(base, self.options)
+
+
+def with_options(base: begin.RunOptions, found: Mapping[str, Any]) -> begin.RunOptions:
+    """``base`` with the run options ``found`` (see :attr:`Submitted.options`; ``base`` itself when empty)."""
+    if not found:
+        return base
+    before, after = found.get("interrupt_before"), found.get("interrupt_after")
+    configurable = found.get("configurable")
+    return base.variant(
+        interrupt_before=frozenset(before) if isinstance(before, list) else None,
+        interrupt_after=frozenset(after) if isinstance(after, list) else None,
+        configurable=configurable if isinstance(configurable, dict) else None,
+        context=found.get("context"),
+    )
 
 
 def queue_of(saver: Saver) -> RunQueue:
@@ -107,6 +132,7 @@ async def submit(
     metadata: Mapping[str, Any] | None = None,
     start: tuple[int, int] | None = None,
     stream_mode: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> RunRecord:
     """Queue on ``queue`` a run of ``graph`` (``module:attr``, what workers load: a graph compiled as ``compiled``,
     whose input is checked and stored with ``serde``) on ``thread_id``
@@ -115,7 +141,8 @@ async def submit(
     the thread's; ``recursion_limit`` caps its super-steps (``None``: the app's; a run past it fails with
     :class:`~graphckpt.errors.RecursionLimitError`); ``metadata`` is the run's own (not its checkpoints');
     ``start`` is the event cursor its stream starts at and ``stream_mode`` the modes it was streamed with (what a
-    server records). All travel in the payload (see
+    server records); ``options`` the run's own options (see :attr:`Submitted.options`: its interrupt points,
+    ``configurable``, ``context``). All travel in the payload (see
     :data:`ENVELOPE`). Values are checked now, not when a worker runs them."""
     if multitask not in MULTITASK:
         raise ValueError(f"multitask must be one of {', '.join(MULTITASK)}, not {multitask!r}")
@@ -136,6 +163,11 @@ async def submit(
         if not isinstance(tags, Mapping):
             raise ValueError(f"tags must be a mapping (or None for the thread's), not {type(tags).__name__}")
         envelope["tags"] = dict(tags)
+    if options:
+        unknown = set(options) - set(RUN_OPTIONS)
+        if unknown:
+            raise ValueError(f"options: unknown run option(s) {sorted(unknown)} (known: {', '.join(RUN_OPTIONS)})")
+        envelope["options"] = {k: sorted(v) if k.startswith("interrupt_") else v for k, v in options.items()}
     value: Any = answer if resume else dict(compiled.validate_input(input))
     if value is not NO_ANSWER:
         envelope["value"] = value
@@ -143,6 +175,10 @@ async def submit(
     run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
     await queue.enqueue_run(run, reject_busy=multitask == "reject")
     return run
+
+
+RUN_OPTIONS = ("interrupt_before", "interrupt_after", "configurable", "context")
+"""The run options ``submit`` takes (see :attr:`Submitted.options`)."""
 
 
 def _options(
@@ -176,6 +212,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
         return Submitted(value)
     tags, limit, metadata = value.get("tags"), value.get("recursion_limit"), value.get("metadata")
     multitask, start, modes = value.get("multitask"), value.get("start"), value.get("stream_mode")
+    options = value.get("options")
     return Submitted(
         value.get("value", NO_ANSWER),
         tags if isinstance(tags, dict) else None,
@@ -186,6 +223,7 @@ def submitted(serde: Serializer, run: RunRecord) -> Submitted:
         if isinstance(start, list | tuple) and len(start) == 2 and all(type(n) is int for n in start)
         else None,
         tuple(modes) if isinstance(modes, list) and all(isinstance(m, str) for m in modes) else (),
+        options if isinstance(options, dict) else {},
     )
 
 
@@ -230,6 +268,7 @@ async def begin_queued(
     attempt did."""
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
+    options = found.options_of(options)
     if run.attempt > 1:
         record = await options.store.get_thread(run.thread_id)
         old = record.metadata.get("tags") if record is not None else None

@@ -128,6 +128,7 @@ class SubgraphNode:
         namespace = (*parent.namespace, f"{self.name}:{task.id}")
         store = ThreadStore(parent.store.saver, self.codec)
         options = begin.RunOptions(self.graph, store, parent.recursion_limit)
+        options.configurable, options.context = parent.configurable, parent.context  # the parent run's, as LangGraph
         link = {
             "thread_id": parent.thread_id,
             "checkpoint_id": parent.head.cp.checkpoint_id,

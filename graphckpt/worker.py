@@ -11,7 +11,10 @@ with a poll as the fallback) or a few share one SQLite file (its write lock seri
 - **Cancel**: :meth:`Worker.cancel` (this process) or :meth:`RunQueue.request_cancel` (any process) stops a running
   run after its current step: its lease is released (the thread stays ``running`` with no owner, which recovery
   leaves alone) and the run ends ``cancelled``. A cancel in this process does not wait for a step that does not end:
-  after :data:`CANCEL_GRACE` seconds the task running the run is cancelled (its current step is lost, as in a crash).
+  after :data:`CANCEL_GRACE` seconds the task running the run is cancelled at its next safe point, once every
+  journaled call in flight (a model call being paid for) has returned and been recorded (at most
+  :data:`CANCEL_PAID_WAIT` seconds): the step's other work is lost, as in a crash, but no paid call is, and a resume
+  gets its journaled result. ``cancel(run_id, immediate=True)`` does not wait for the calls.
 - **Store errors**: a run that fails on the store goes back to the queue after a backoff (its thread's lease
   released, so the next attempt claims it at once) and ends ``failed`` after ``store_attempts`` such attempts; a
   store error in the loop itself (sweep, claim) is logged and retried after a bounded exponential backoff: the
@@ -91,6 +94,11 @@ CANCEL_GRACE = 0.5
 committed, the lease is released and the run ends ``cancelled``."""
 
 
+CANCEL_PAID_WAIT = 600.0
+"""The longest a cancel waits for the journaled calls in flight to return and be recorded (see :data:`CANCEL_GRACE`)
+before it stops the run's step anyway."""
+
+
 class Worker:
     """Runs the queued runs of ``apps`` (``{"module:attr": app}``: the graphs this worker can run; all on one
     database), ``concurrency`` at a time. ``poll`` is the fallback wait (seconds) between claims when nothing wakes
@@ -137,8 +145,13 @@ class Worker:
         """Called with each claimed run and its engine run before the first step: where a listener of the run's
         ephemeral events (``custom``, ``tasks``, ``messages``, ``debug``) attaches itself (the server's hub)."""
         self._executing: dict[str, asyncio.Task[Any]] = {}
+        self._engines: dict[str, Run] = {}
+        """The engine run of each run this worker executes (what a cancel reads the calls in flight from)."""
+        self._killers: set[asyncio.Task[None]] = set()
         """Run id -> the task executing it."""
         self._cancelled: set[str] = set()
+        self._stop_as: dict[str, RunStatus] = {}
+        """How each cancelled run ends (``cancelled`` unless its cancel said otherwise)."""
         self._killed: set[str] = set()
         """The runs whose task this worker cancelled (a cancel past :data:`CANCEL_GRACE`)."""
 
@@ -150,15 +163,36 @@ class Worker:
         """Whether this worker is running ``run_id`` now."""
         return run_id in self._executing
 
-    def cancel(self, run_id: str) -> bool:
+    def cancel(self, run_id: str, *, immediate: bool = False, status: RunStatus = "cancelled") -> bool:
         """Stop the running run ``run_id`` of this worker after its current step, or after :data:`CANCEL_GRACE`
-        seconds at the latest (its lease is released and the run ends ``cancelled``); ``False`` when this worker is
-        not running it."""
+        seconds once its journaled calls in flight are recorded (its lease is released and the run ends ``status``:
+        ``cancelled``, or ``interrupted`` when another run interrupted it); ``immediate``: after the grace whatever
+        is in flight. ``False`` when this worker is not running it."""
         if run_id not in self._executing:
             return False
         self._cancelled.add(run_id)
-        asyncio.get_running_loop().call_later(CANCEL_GRACE, self._kill, run_id)
+        self._stop_as[run_id] = status
+        loop = asyncio.get_running_loop()
+        if immediate:
+            loop.call_later(CANCEL_GRACE, self._kill, run_id)
+        else:
+            loop.call_later(CANCEL_GRACE, self._kill_later, run_id)
         return True
+
+    def _kill_later(self, run_id: str) -> None:
+        killer = asyncio.get_running_loop().create_task(self._kill_when_paid(run_id))
+        self._killers.add(killer)
+        killer.add_done_callback(self._killers.discard)
+
+    async def _kill_when_paid(self, run_id: str) -> None:
+        """:meth:`_kill` once the run's journaled calls in flight are recorded (a model call is never thrown away)."""
+        engine = self._engines.get(run_id)
+        if engine is not None and engine.journal.calls_in_flight:
+            calls = engine.journal.calls_in_flight
+            logger.info("worker: run %s stops once its %d call(s) in flight are recorded", run_id, calls)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(engine.journal.settled(), CANCEL_PAID_WAIT)
+        self._kill(run_id)
 
     def _kill(self, run_id: str) -> None:
         task = self._executing.get(run_id)
@@ -241,6 +275,7 @@ class Worker:
             if engine.lease is not None:  # a sweeper that re-queues this run ends this attempt's lease
                 engine.lease.watch(self.queue, run.run_id)
             first_step = engine.step
+            self._engines[run.run_id] = engine
             for hook in self.on_begin:
                 hook(run, engine)
             next_check = ids.now() + CANCEL_CHECK
@@ -255,14 +290,17 @@ class Worker:
                         break
             end = _ended(engine.status)
             if engine.status == "running":
-                end = "cancelled" if run.run_id in self._cancelled else "queued" if self.stopping else end
+                if run.run_id in self._cancelled:
+                    end = self._stop_as.get(run.run_id, "cancelled")
+                elif self.stopping:
+                    end = "queued"
         except _Stopped as stopped:
             end = stopped.status
         except asyncio.CancelledError:
             if run.run_id not in self._killed:  # not our cancel (the loop shuts down): the lease expires, re-queued
                 raise
             task.uncancel()
-            end = "cancelled"
+            end = self._stop_as.get(run.run_id, "cancelled")
         except ThreadBusyError as exc:  # a process outside the queue holds the thread: try again later
             end, error = "queued", str(exc)
         except InterruptClosedError as exc:  # its answer lost the race for the interrupt (e.g. to a person's): no-op
@@ -286,7 +324,9 @@ class Worker:
             end, error = "queued", f"{type(exc).__name__}: {exc}"
         finally:
             self._executing.pop(run.run_id, None)
+            self._engines.pop(run.run_id, None)
             self._cancelled.discard(run.run_id)
+            self._stop_as.pop(run.run_id, None)
             self._killed.discard(run.run_id)
         with contextlib.suppress(Exception):
             await self.queue.finish_run(run.run_id, fence=fence, status=end, error=error)

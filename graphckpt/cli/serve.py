@@ -46,6 +46,13 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         metavar="NAME",
         help="also answer requests whose Host header is NAME (loopback names always are; repeatable)",
     )
+    p.add_argument(
+        "--webhook-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host a run's webhook may call (none by default: a run with a webhook is refused; repeatable)",
+    )
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow CORS from ORIGIN")
     p.add_argument("--graceful-timeout", type=float, default=5.0, metavar="S", help="shutdown wait (default 5 s)")
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="largest request body")
@@ -127,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not sep:
             name, spec = target, target
         apps[name] = compile_with(load_target(spec), saver)
+        apps[name].graph_ref = spec  # a thread `graphckpt run MODULE:ATTR` made is this graph's (an alias)
     app = create_app(
         apps,
         saver,
@@ -138,6 +146,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         queue_limit=args.queue_limit,
         recover=args.recover,
         workers=args.workers,
+        webhook_hosts=args.webhook_host,
     )
     config = uvicorn_config(
         app,

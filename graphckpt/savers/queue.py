@@ -138,6 +138,11 @@ class RunQueue:
         """Whether a cancel was asked of the running run ``run_id`` (what its worker checks between steps)."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run ``run_id`` when it has ended (``done``, ``failed``, ``interrupted``, ``cancelled``): its row
+        goes, its thread's checkpoints stay; ``False`` when it is queued, running or unknown (nothing deleted)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 

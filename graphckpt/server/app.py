@@ -35,7 +35,7 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, threads
+from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, thread_stream, threads
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def create_app(
     recover: bool = True,
     workers: int = 1,
     ui: bool = True,
+    webhook_hosts: Sequence[str] = (),
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
@@ -72,13 +73,18 @@ def create_app(
     run queue (see :class:`~graphckpt.server.execution.inline.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
     (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces. ``stall_timeout``: a
     stream client that has not read for that long is dropped; ``queue_limit``: runs one namespace may have queued or
-    running at once (429 beyond)."""
+    running at once (429 beyond); ``webhook_hosts``: the hosts a run's ``webhook`` may call (none by default)."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
     service = build_service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
     config = Config(
-        tokens or Tokens(), max_body=max_body, keepalive=keepalive, stall_timeout=stall_timeout, queue_limit=queue_limit
+        tokens or Tokens(),
+        max_body=max_body,
+        keepalive=keepalive,
+        stall_timeout=stall_timeout,
+        queue_limit=queue_limit,
+        webhook_hosts=frozenset(h.lower() for h in webhook_hosts),
     )
 
     @contextlib.asynccontextmanager
@@ -116,6 +122,7 @@ def create_app(
         Route("/openapi.json", openapi_json),
     ]
     routes += [*store.routes, *crons.routes]  # wave3 issue 29
+    routes += thread_stream.routes  # wave3 issue 28: the v3 thread stream
     handlers: dict[Any, Any] = {}
     if ui:
         routes.extend(_ui_routes(config.tokens))

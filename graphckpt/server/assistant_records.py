@@ -161,7 +161,14 @@ async def for_run(service: Any, ns: str, body: RunBody) -> tuple[str, RunBody]:
     found = await Assistants(service.saver, ns, list(service.graphs.apps)).get(body.assistant_id)
     mine = body.config.model_dump(exclude_defaults=True) if body.config is not None else {}
     theirs = dict(found["config"])
-    merged = {**theirs, **mine, "metadata": {**theirs.get("metadata", {}), **mine.get("metadata", {})}}
+    merged = {
+        **theirs,
+        **mine,
+        "metadata": {**theirs.get("metadata", {}), **mine.get("metadata", {})},
+        "configurable": {**theirs.get("configurable", {}), **mine.get("configurable", {})},
+    }
     metadata = {**found["metadata"], **(body.metadata or {}), "assistant_id": body.assistant_id}
-    update = {"config": RunConfig.model_validate(merged), "metadata": metadata}
+    update: dict[str, Any] = {"config": RunConfig.model_validate(merged), "metadata": metadata}
+    if body.context is None and isinstance(found.get("context"), dict) and found["context"]:
+        update["context"] = found["context"]  # the assistant's context; the run's own replaces it
     return str(found["graph_id"]), body.model_copy(update=update)

@@ -25,6 +25,8 @@ class Config:
     """Seconds a stream's write may wait for a client that stopped reading before the client is dropped."""
     queue_limit: int = 100
     """Most runs one namespace may have queued or running at once (429 beyond)."""
+    webhook_hosts: frozenset[str] = frozenset()
+    """The hosts a run's ``webhook`` may name (see :mod:`graphckpt.server.webhooks`); any other is 422."""
 
 
 def scope_of(conn: HTTPConnection) -> tuple[Service, str, Config]:

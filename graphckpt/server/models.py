@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from itertools import accumulate
 from typing import Any, Literal, TypeVar
 
@@ -114,8 +115,13 @@ class ForkBody(_Body):
 
 
 class RunCommand(_Body):
+    """LangGraph's ``Command`` as a run's input: ``resume`` answers the open interrupt; ``update`` (applied through
+    the reducers) and ``goto`` (the node(s) to run next) edit the thread's head first (not with ``resume``)."""
+
     model_config = ConfigDict(extra="forbid")
     resume: Any = None
+    update: dict[str, Any] | None = None
+    goto: str | list[str] | None = None
 
 
 class RunConfig(BaseModel):
@@ -166,26 +172,34 @@ class RunBody(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first field given that this server cannot honour yet, as a message naming it (``None``: all fine)."""
-        if self.webhook is not None:
-            return "body.webhook: webhooks are not supported by graphckpt serve yet"
         if self.after_seconds:
             return "body.after_seconds: delayed runs are not supported yet"
         if self.langsmith_tracer:
             return "body.langsmith_tracer: LangSmith tracing is not supported (graphckpt records its own trace)"
         if self.feedback_keys:
             return "body.feedback_keys: LangSmith feedback is not supported"
-        if self.interrupt_before or self.interrupt_after:
-            field = "interrupt_before" if self.interrupt_before else "interrupt_after"
-            return f"body.{field}: per-run interrupts are not supported yet (compile the graph with {field}=...)"
-        if self.context:
-            return "body.context: a run context is not supported yet (nodes read their state)"
         if self.config is not None and self.config.tags:
             return "body.config.tags: run tags are not supported (use metadata)"
-        if self.config is not None and self.config.configurable:
-            return "body.config.configurable: configurable values are not supported yet (nodes read their state)"
-        if self.multitask_strategy in ("interrupt", "rollback"):
-            return f"body.multitask_strategy: {self.multitask_strategy!r} is not supported yet (reject or enqueue)"
         return None
+
+    def run_options(self, nodes: Collection[str]) -> dict[str, Any]:
+        """The run's own options for :func:`graphckpt.runs.submit` (interrupt points checked against the graph's
+        ``nodes``: an unknown name is a 422 naming the field)."""
+        found: dict[str, Any] = {}
+        for name in ("interrupt_before", "interrupt_after"):
+            given: str | list[str] | None = getattr(self, name)
+            if given is None:
+                continue
+            names = set(nodes) if given == "*" else {given} if isinstance(given, str) else set(given)
+            unknown = sorted(names - set(nodes))
+            if unknown:
+                raise ApiError(422, "ValidationError", f"body.{name}: no node {unknown[0]!r} in the graph")
+            found[name] = sorted(names)
+        if self.config is not None and self.config.configurable:
+            found["configurable"] = dict(self.config.configurable)
+        if self.context is not None:
+            found["context"] = dict(self.context)
+        return found
 
     def limit(self) -> int | None:
         """The recursion limit asked for (``config.recursion_limit`` or the flat field)."""

@@ -22,6 +22,7 @@ from graphckpt.server.routes.assistants import (
 from graphckpt.server.routes.runs import CancelQuery, RunsQuery
 from graphckpt.server.routes.stateless import CancelManyBody, CancelManyQuery
 from graphckpt.server.routes.thread_ops import CountBody, PruneBody, UpdateStateBody
+from graphckpt.server.routes.thread_stream import CommandBody, EventsBody
 from graphckpt.server.routes.threads import DiffQuery, HistoryQuery, StateQuery
 
 __all__ = ["SPEC", "document"]
@@ -140,9 +141,12 @@ SPEC: dict[tuple[str, str], Entry] = {
     ),
     ("POST", "/threads/{thread_id}/runs/wait"): ("start a run and wait", models.RunBody, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}"): ("one run", None, None, 200, _RUN),
+    ("DELETE", "/threads/{thread_id}/runs/{run_id}"): ("delete an ended run", None, None, 204, None),
     ("POST", "/threads/{thread_id}/runs/{run_id}/cancel"): ("cancel a run", None, CancelQuery, 200, _RUN),
     ("GET", "/threads/{thread_id}/runs/{run_id}/join"): ("wait for a run", None, None, 200, _OBJECT),
     ("GET", "/threads/{thread_id}/runs/{run_id}/stream"): ("join a run's stream", None, StreamQuery, 200, _SSE),
+    ("POST", "/threads/{thread_id}/commands"): ("a v3 thread stream command", CommandBody, None, 200, _OBJECT),
+    ("POST", "/threads/{thread_id}/stream/events"): ("the v3 thread stream's events", EventsBody, None, 200, _SSE),
     ("GET", "/threads/{thread_id}/stream"): ("the thread's event stream", None, StreamQuery, 200, _SSE),
     ("POST", "/threads/{thread_id}/answer"): ("answer open interrupts", models.AnswerBody, None, 202, _RUN),
     ("POST", "/threads/{thread_id}/state"): (

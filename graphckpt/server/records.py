@@ -72,6 +72,8 @@ class RunRequest:
     stream_mode: tuple[str, ...] = ()
     """The stream modes the run was started with: what a join of its stream without ``stream_mode`` streams (as
     LangGraph's server does; LangGraph's JavaScript client rejoins that way)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run's own options (:data:`graphckpt.runs.RUN_OPTIONS`: interrupt points, ``configurable``, ``context``)."""
 
 
 @dataclass

@@ -153,6 +153,13 @@ class Service:
             return thread
         return await self.create_thread(ns, thread_id, {}, graph_id, exist_ok=True)
 
+    async def find_or_create(self, ns: str, thread_id: str, graph_id: str | None) -> ThreadRecord | PendingThread:
+        """:meth:`find`, or :meth:`create_missing` when there is no such thread (a rollback deleted it)."""
+        try:
+            return await self.find(ns, thread_id)
+        except ThreadNotFoundError:
+            return await self.create_missing(ns, thread_id, graph_id)
+
     async def threads(self, ns: str) -> list[ThreadRecord]:
         """Every stored thread of ``ns``, most recently updated first."""
         return [r for r in await self.saver.list_threads() if api_id(ns, r.thread_id) is not None]
@@ -342,8 +349,10 @@ class Service:
         return list(lineage_segments(lineage, NO_END))
 
     async def _cancelled(self, run_id: str) -> bool:
+        """Whether the run ``run_id`` was stopped (cancelled, interrupted by another run, or deleted by a rollback),
+        which writes no event of its own: its stream ends."""
         run = await self.runs.get(run_id)
-        return run is not None and run.status == "cancelled"
+        return run is None or run.status in ("cancelled", "interrupted")
 
     async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str | None, step: int | None) -> Snapshot:
         return await self.state(ns, thread_id, checkpoint_id, step)

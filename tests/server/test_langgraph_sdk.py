@@ -70,11 +70,11 @@ def test_async_client_time_travel_join_stream_interrupts_and_refusals(serve: Cal
         assert interrupts[0].data["__interrupt__"][0]["value"] == {"question": "approve 'a draft'?"}
         resumed = await client.runs.wait(rid, "review", command={"resume": "yes"})
         assert resumed["verdict"] == "yes"
-        # a field the server cannot honour is a 422 naming it
+        # a field the server cannot honour is a 422 naming it (a webhook: only to hosts serve --webhook-host allows)
         with pytest.raises(httpx.HTTPStatusError, match="webhook"):
             await client.runs.wait(tid, COUNTER, input={}, webhook="http://127.0.0.1:9/hook")
-        with pytest.raises(httpx.HTTPStatusError, match="interrupt_before"):
-            await client.runs.create(tid, COUNTER, input={}, interrupt_before=["tick"])
+        with pytest.raises(httpx.HTTPStatusError, match="after_seconds"):
+            await client.runs.create(tid, COUNTER, input={}, after_seconds=5)
         await client.aclose()
 
     asyncio.run(main())

@@ -71,8 +71,7 @@ def test_assistants_are_durable_versioned_configurations(serve: Callable[..., Se
         assert await a.assistants.get_subgraphs(aid) == {}
         # a field its runs cannot honour, a graph not served, a version it lacks
         for call, field in [
-            (a.assistants.create(COUNTER, context={"user": "u"}), "body.context"),
-            (a.assistants.create(COUNTER, config={"configurable": {"k": 1}}), "body.config.configurable"),
+            (a.assistants.create(COUNTER, config={"tags": ["t"]}), "body.config.tags"),
             (a.assistants.create("nope"), "body.graph_id"),
             (a.assistants.set_latest(aid, 9), "body.version"),
         ]:

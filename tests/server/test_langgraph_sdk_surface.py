@@ -1,8 +1,10 @@
 """Every public method of langgraph-sdk's client, async and sync, called against a real ``graphckpt serve`` (the
 methods enumerated with ``inspect``, so a new sdk method shows up here as uncovered). Each answered call's result is
 checked for LangGraph's shape; the methods the server does not answer yet are listed in :data:`NOT_YET`, and
-``crons``/``store`` included, so the count answered is exact. Every call is bounded (client timeouts and
-``asyncio.wait_for``): a stream that does not end fails the test instead of hanging it."""
+``crons``/``store`` included, so the count answered is exact. The v3 thread stream (``threads.stream``) starts a
+run with ``run.start`` and reads its ``output`` (its events: ``test_langgraph_sdk_thread_stream``).
+Every call is bounded (client timeouts and ``asyncio.wait_for``): a stream that does not end fails the test instead
+of hanging it."""
 
 from __future__ import annotations
 
@@ -16,10 +18,7 @@ from support.serving import Served
 
 COUNTER = "support.server_graphs:counter"
 TIMEOUT = httpx.Timeout(30.0)
-NOT_YET = {
-    "threads.stream",
-    "runs.delete",
-}
+NOT_YET: set[str] = set()
 """Methods this server does not answer yet (each fails here; the test checks they still do, so this list is true)."""
 
 
@@ -121,6 +120,20 @@ async def _collect(parts: Any) -> list[Any]:
     return [p async for p in parts]
 
 
+async def _thread_stream_output(stream: Any) -> bool:
+    async with stream as thread:
+        await thread.run.start(input={"limit": 1})
+        out = await thread.output
+    return isinstance(out, dict) and "n" in out
+
+
+def _sync_thread_stream_output(stream: Any) -> bool:
+    with stream as thread:
+        thread.run.start(input={"limit": 1})
+        out = thread.output
+    return isinstance(out, dict) and "n" in out
+
+
 def _check_parts(parts: list[Any]) -> bool:
     return bool(parts) and parts[-1].event == "end" and all(p.event != "error" for p in parts)
 
@@ -151,10 +164,11 @@ def test_every_method_of_the_async_and_sync_clients(serve: Callable[..., Served]
                 if check == "stream":
                     if inspect.isawaitable(result):
                         result = await asyncio.wait_for(result, 60)
-                    if "ThreadStream" in type(result).__name__:
-                        raise NotImplementedError(name)  # the v3 thread stream: not served yet
                     try:
-                        ok = _check_parts(await asyncio.wait_for(_collect(result), 60))
+                        if "ThreadStream" in type(result).__name__:  # the v3 thread stream
+                            ok = await asyncio.wait_for(_thread_stream_output(result), 60)
+                        else:
+                            ok = _check_parts(await asyncio.wait_for(_collect(result), 60))
                     except TimeoutError:
                         raise AssertionError(f"{name}: the stream did not end") from None
                 else:
@@ -180,9 +194,10 @@ def test_every_method_of_the_async_and_sync_clients(serve: Callable[..., Served]
         try:
             result = call()
             if check == "stream":
-                if "ThreadStream" in type(result).__name__:
-                    raise NotImplementedError(name)  # the v3 thread stream: not served yet
-                ok = _check_parts(list(result))  # bounded by the client's read timeout
+                if "ThreadStream" in type(result).__name__:  # the v3 thread stream
+                    ok = _sync_thread_stream_output(result)
+                else:
+                    ok = _check_parts(list(result))  # bounded by the client's read timeout
             else:
                 ok = check(result)
         except (httpx.HTTPStatusError, NotImplementedError):

@@ -132,3 +132,18 @@ def nested() -> StateGraph:
     g.add_edge("inner", "after")
     g.add_edge("after", END)
     return g
+
+
+async def greet(state: Counter, ctx: Any) -> dict[str, Any]:
+    """What the run handed its nodes: ``config={"configurable": {"user": ...}}`` and ``context``."""
+    user = ctx.config["configurable"].get("user")
+    return {"n": state.n + 1, "last": f"{user}|{ctx.config['configurable']['thread_id']}|{ctx.context}"}
+
+
+def configured() -> StateGraph:
+    """``greet`` once: ``last`` shows the run's ``configurable`` user, the thread id and ``context``."""
+    g = StateGraph(Counter)
+    g.add_node("greet", greet)
+    g.add_edge(START, "greet")
+    g.add_edge("greet", END)
+    return g

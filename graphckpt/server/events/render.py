@@ -20,7 +20,7 @@ from graphckpt.server import queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.events.log import Feed
 
-__all__ = ["DURABLE_MODES", "dump", "render_event"]
+__all__ = ["DURABLE_MODES", "dump", "mode_data", "render_event"]
 
 DURABLE_MODES = {
     "checkpoint": ("values", "checkpoints", "debug"),
@@ -50,6 +50,11 @@ async def render_event(
             encoded = feed.log.remember(key, ServerSentEvent(id=eid, event=mode or e.kind, data=dump(data)).encode())
         out += encoded
     return bytes(out)
+
+
+async def mode_data(feed: Feed, ns: str, thread_id: str, e: StoredEvent, mode: str) -> Any:
+    """What ``e`` shows in the stream mode ``mode`` (one of :data:`DURABLE_MODES`' for its kind; ``""``: itself)."""
+    return await _data(feed, ns, thread_id, e, _payload(ns, e), mode)
 
 
 def _payload(ns: str, e: StoredEvent) -> dict[str, Any]:

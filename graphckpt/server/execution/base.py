@@ -31,6 +31,7 @@ __all__ = [
     "Thread",
     "check_request",
     "inherited_tags",
+    "refuse_unended",
 ]
 
 Thread = ThreadRecord | PendingThread | None
@@ -45,6 +46,11 @@ class RunConflict(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(409, "RunConflict", message)
+
+
+def refuse_unended(run_id: str) -> ApiError:
+    """What deleting a queued or running run answers (409)."""
+    return ApiError(409, "RunConflict", f"run {run_id!r} has not ended: cancel it before deleting it")
 
 
 class RunExecutor(Protocol):
@@ -67,7 +73,16 @@ class RunExecutor(Protocol):
 
     async def get(self, run_id: str) -> RunInfo | None: ...
     async def list(self, thread_id: str) -> list[RunInfo]: ...
-    async def cancel(self, run_id: str) -> RunInfo: ...
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
+        """Cancel ``run_id``: a queued one never runs; a running one stops at its next safe point, once its
+        journaled calls in flight have returned and been recorded (``immediate``: without waiting for them), and
+        ends ``cancelled`` (``interrupted``: LangGraph's status of a run another run's ``multitask_strategy=
+        "interrupt"`` stopped). Answers once it has stopped."""
+
+    async def delete(self, run_id: str) -> None:
+        """Forget the ended run ``run_id`` (its thread's checkpoints stay); a queued or running one is 409 (cancel
+        it first), an unknown one 404."""
+
     async def cancel_thread(self, thread_id: str) -> None: ...
     async def join(self, run_id: str) -> RunInfo: ...
 

@@ -15,10 +15,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from graphckpt import ids
+from graphckpt import begin, ids
+from graphckpt.engine import Run
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
+from graphckpt.runs import with_options
 from graphckpt.savers.queue import RunQueue
+from graphckpt.server.errors import ApiError
 from graphckpt.server.execution.base import (
     RunConflict,
     RunInfo,
@@ -27,10 +30,12 @@ from graphckpt.server.execution.base import (
     Thread,
     check_request,
     inherited_tags,
+    refuse_unended,
 )
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import thread_tags
 from graphckpt.subgraph import link_of
+from graphckpt.worker import CANCEL_PAID_WAIT
 
 __all__ = ["InProcessRuns"]
 
@@ -50,6 +55,10 @@ class InProcessRuns:
         self._queues: dict[str, list[RunInfo]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._current: dict[str, RunInfo] = {}
+        self._engines: dict[str, Run] = {}
+        self._stop_as: dict[str, RunStatus] = {}
+        """How a run cancelled while running ends (``interrupted`` when another run's strategy stopped it)."""
+        """Thread id -> the engine run of its current run (what a cancel reads the calls in flight from)."""
 
     async def start(self) -> None:
         """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off); sweep
@@ -113,7 +122,7 @@ class InProcessRuns:
     ) -> RunInfo:
         sid = request.thread_id
         if self.active(sid):
-            if multitask == "reject":
+            if multitask != "enqueue":  # interrupt/rollback stopped the run before: another one came meanwhile
                 raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         elif not recovery:
             check_request(self.graphs, thread, request)
@@ -131,16 +140,30 @@ class InProcessRuns:
         runs = [r for r in self._runs.values() if r.request.thread_id == thread_id]
         return sorted(runs, key=lambda r: r.created_at, reverse=True)
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
         info = self._runs[run_id]
         sid = info.request.thread_id
         if info.status == "pending":
             self._queues.get(sid, []).remove(info)
             self._finish(info, "cancelled")
         elif info.status == "running" and self._current.get(sid) is info:
-            self._tasks[sid].cancel()
+            engine = self._engines.get(sid)
+            if not immediate and engine is not None:  # its calls in flight return and are recorded first
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(engine.journal.settled(), CANCEL_PAID_WAIT)
+            if self._current.get(sid) is info and not info.finished:
+                self._stop_as[run_id] = "interrupted" if interrupted else "cancelled"
+                self._tasks[sid].cancel()
             await info.done.wait()
         return info
+
+    async def delete(self, run_id: str) -> None:
+        info = self._runs.get(run_id)
+        if info is None:
+            raise ApiError(404, "NotFound", f"no run {run_id!r}")
+        if not info.finished:
+            raise refuse_unended(run_id)
+        del self._runs[run_id]
 
     async def cancel_thread(self, thread_id: str) -> None:
         for info in list(self._queues.get(thread_id, [])) + [
@@ -166,7 +189,7 @@ class InProcessRuns:
                 try:
                     await self._execute(info)
                 except asyncio.CancelledError:
-                    self._finish(info, "cancelled")
+                    self._finish(info, self._stop_as.pop(info.run_id, "cancelled"))
                     for left in queue:
                         self._finish(left, "cancelled")
                     queue.clear()
@@ -193,16 +216,19 @@ class InProcessRuns:
         request = info.request
         app = self.graphs.app(request.graph_id)
         info.status, info.updated_at = "running", ids.now()
+        options = with_options(app.run_options, request.options)  # its interrupt points, configurable, context
         try:
             if request.resume:
                 tags = request.tags
                 if tags is None:  # the thread as it is now (a run queued after another sees that one's tags)
                     tags = inherited_tags(await self.graphs.saver.get_thread(request.thread_id))
-                snap = await app.aresume(
+                run = await begin.resume(
+                    options,
                     request.thread_id,
                     request.answer,
-                    recursion_limit=request.recursion_limit,
-                    tags=dict(tags) if tags is not None else None,
+                    request.recursion_limit,
+                    dict(tags) if tags is not None else None,
+                    app.runner,
                 )
             else:
                 tags = {
@@ -210,12 +236,15 @@ class InProcessRuns:
                     "metadata": dict(request.metadata),
                     **await self._ttl_tag(request.thread_id),
                 }
-                snap = await app.ainvoke(
-                    request.input or {},
-                    thread_id=request.thread_id,
-                    tags=tags,
-                    recursion_limit=request.recursion_limit,
+                run = await begin.start(
+                    options, request.input or {}, request.thread_id, request.recursion_limit, tags, app.runner
                 )
+            self._engines[request.thread_id] = run
+            try:
+                await run.drain()
+            finally:
+                self._engines.pop(request.thread_id, None)
+            snap = app.store.snapshot(run.head, run.status, run.recorded)
         except GraphckptError as exc:
             self._finish(info, "error", f"{type(exc).__name__}: {exc}")
             return

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt.errors import ThreadBusyError
 from graphckpt.runs import Multitask, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunQueue, RunRecord
+from graphckpt.savers.queue import RunStatus as QueueStatus
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.ephemeral import Ephemera
 from graphckpt.server.execution.base import (
@@ -44,6 +45,7 @@ from graphckpt.server.execution.base import (
     Thread,
     check_request,
     inherited_tags,
+    refuse_unended,
 )
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.records import PendingThread, thread_tags
@@ -107,7 +109,7 @@ class QueueRuns:
         from graphckpt.worker import Worker
 
         for n in range(self._count):
-            worker = Worker(self.graphs.apps, concurrency=self._concurrency, poll=0.25)
+            worker = Worker(self.graphs.by_ref(), concurrency=self._concurrency, poll=0.25)
             worker.on_end.append(self._ended)
             worker.on_begin.append(self.ephemera.attach)  # its ephemeral events, while streamed
             worker.on_end.append(self.ephemera.ended)
@@ -158,6 +160,7 @@ class QueueRuns:
             "metadata": metadata,
             "start": start,
             "stream_mode": request.stream_mode,
+            "options": request.options,
         }
         parts = (self.queue, app.graph, app.codec.serde)
         try:
@@ -240,12 +243,13 @@ class QueueRuns:
         runs = await self.queue.list_runs(thread_id=thread_id)
         return sorted((self._info(r) for r in runs), key=lambda r: (r.created_at, r.run_id), reverse=True)
 
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def cancel(self, run_id: str, *, immediate: bool = False, interrupted: bool = False) -> RunInfo:
         saver = self.queue
         if not await saver.cancel_run(run_id):
             run = await saver.get_run(run_id)
             if run is not None and run.status == "running":
-                if not any(worker.cancel(run_id) for worker in self.workers):
+                end: QueueStatus = "interrupted" if interrupted else "cancelled"
+                if not any(worker.cancel(run_id, immediate=immediate, status=end) for worker in self.workers):
                     await saver.request_cancel(run_id)  # another process's worker: it stops after its step
                 return await self.join(run_id)
         info = await self.get(run_id)
@@ -253,6 +257,14 @@ class QueueRuns:
             raise ApiError(404, "NotFound", f"no run {run_id!r}")
         self._settle(info)
         return info
+
+    async def delete(self, run_id: str) -> None:
+        if not await self.queue.delete_run(run_id):
+            if await self.queue.get_run(run_id) is None:
+                raise ApiError(404, "NotFound", f"no run {run_id!r}")
+            raise refuse_unended(run_id)
+        self._facts.pop(run_id, None)
+        self._waiters.pop(run_id, None)
 
     async def cancel_thread(self, thread_id: str) -> None:
         for run in await self.queue.list_runs(thread_id=thread_id):

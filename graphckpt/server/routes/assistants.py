@@ -41,11 +41,8 @@ class AssistantFields(BaseModel):
     description: str | None = None
 
     def changes(self) -> dict[str, Any]:
-        if self.context:
-            raise ApiError(422, "ValidationError", "body.context: a run context is not supported yet")
-        if self.config is not None and (self.config.configurable or self.config.tags):
-            field = "configurable" if self.config.configurable else "tags"
-            raise ApiError(422, "ValidationError", f"body.config.{field}: not supported yet by graphckpt's runs")
+        if self.config is not None and self.config.tags:
+            raise ApiError(422, "ValidationError", "body.config.tags: run tags are not supported (use metadata)")
         found = self.model_dump(exclude_unset=True, exclude_none=True)
         if self.config is not None:
             found["config"] = self.config.model_dump(exclude_defaults=True)

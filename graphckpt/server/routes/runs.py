@@ -6,8 +6,9 @@ goes to the executor, and its lineage to the stream."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, Field
@@ -16,21 +17,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from graphckpt.errors import ThreadNotFoundError
+from graphckpt.errors import GraphckptError, ThreadNotFoundError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import ThreadRecord
 from graphckpt.server import models, queries
 from graphckpt.server.assistant_records import for_run
 from graphckpt.server.auth import store_id
-from graphckpt.server.branching import branch, roll_back
+from graphckpt.server.branching import apply_command, branch, make_way, roll_back
 from graphckpt.server.errors import ApiError
 from graphckpt.server.events.streams import parse_modes
 from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, RunInfo, RunRequest, user_metadata
 from graphckpt.server.routes.streams import sse_response, thread_stream
-from graphckpt.server.service import Service
+from graphckpt.server.webhooks import checked_url, deliver
 
-__all__ = ["Starter", "routes", "start_run", "stream_new_run", "wait_new_run"]
+if TYPE_CHECKING:
+    from graphckpt.server.service import Service
+
+__all__ = ["Starter", "routes", "start_run", "stream_new_run", "submit_run", "wait_new_run"]
 
 Starter = Callable[[Request, models.RunBody], Awaitable[Response]]
 """How a run starts and what it answers (background, streamed, waited for)."""
@@ -57,6 +61,8 @@ async def _submit(
     refused = b.unsupported()
     if refused is not None:
         raise ApiError(422, "ValidationError", refused)
+    if b.webhook is not None:
+        checked_url(b.webhook, config.webhook_hosts)
     parse_modes([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode, "body.stream_mode")
     assistant_graph = None
     if b.assistant_id is not None:  # the assistant's graph, config and metadata (the run's own win)
@@ -67,6 +73,13 @@ async def _submit(
         if b.if_not_exists == "reject":
             raise
         found = await service.create_missing(ns, thread_id, assistant_graph)
+    if b.multitask_strategy in ("interrupt", "rollback") and await make_way(
+        service, ns, thread_id, b.multitask_strategy
+    ):
+        found = await service.find_or_create(ns, thread_id, assistant_graph)
+        new_input = b.command is None and b.input is not None and b.branch_from() is None
+        if isinstance(found, ThreadRecord) and found.status != "done" and new_input:
+            b = b.model_copy(update={"checkpoint_id": found.head_checkpoint_id})  # new input on the stopped head
     source = b.branch_from()
     if source is not None:  # time travel: the thread continues from that checkpoint, as a new head
         if isinstance(found, PendingThread):
@@ -88,6 +101,12 @@ async def _submit(
         graph = assistant_graph
     if b.command is not None:
         resume, answer = True, NO_ANSWER if b.command.resume is None else b.command.resume
+        if b.command.update is not None or b.command.goto is not None:
+            if b.command.resume is not None:
+                raise ApiError(422, "ValidationError", "body.command: give resume, or update/goto, not both")
+            if isinstance(found, PendingThread):
+                raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} has no state to update yet")
+            await apply_command(service, ns, thread_id, b.command.update, b.command.goto)
     elif b.input is None and isinstance(found, ThreadRecord) and found.status != "done":
         resume = True  # LangGraph's run without input: the thread continues from its head
     run = RunRequest(
@@ -99,12 +118,33 @@ async def _submit(
         metadata=metadata,
         recursion_limit=b.limit(),
         stream_mode=tuple([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode or ()),
+        options=b.run_options(service.graphs.app(graph).graph.nodes),
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
         run, thread=found, multitask=b.multitask_strategy, start=start, metadata=run_metadata
     )
+    if b.webhook is not None:
+        task = asyncio.ensure_future(_notify(service, ns, thread_id, info.run_id, b.webhook))
+        service.tasks.add(task)
+        task.add_done_callback(service.tasks.discard)
     return info, segments
+
+
+async def _notify(service: Service, ns: str, thread_id: str, run_id: str, url: str) -> None:
+    """Once run ``run_id`` ends, POST its record and the thread's values to ``url`` (see :mod:`..webhooks`)."""
+    run = await service.runs.join(run_id)
+    payload = queries.run_view(ns, run)
+    try:
+        payload["values"] = queries.state_view(ns, await service.state(ns, thread_id))["values"]
+    except GraphckptError:  # the thread is gone (a stateless run's, a rollback of its first run)
+        payload["values"] = None
+    await deliver(url, payload)
+
+
+async def submit_run(request: Request, b: models.RunBody) -> RunInfo:
+    """Submit the run ``b`` asks for on the request's thread (what the v3 thread stream's ``run.start`` does)."""
+    return (await _submit(request, b))[0]
 
 
 async def _run(request: Request) -> RunInfo:
@@ -226,6 +266,9 @@ class CancelQuery(BaseModel):
     wait: bool = False
     """Answered once the run has stopped either way (a cancel always waits for that)."""
     action: Literal["interrupt", "rollback"] = "interrupt"
+    immediate: bool = False
+    """Stop the run's step now, without waiting for its journaled calls in flight (their results are then lost:
+    a resume calls again). By default a cancel waits for them to return and be recorded."""
 
 
 async def cancel_run(request: Request) -> Response:
@@ -233,10 +276,17 @@ async def cancel_run(request: Request) -> Response:
     :func:`~graphckpt.server.branching.roll_back`)."""
     service, ns, _ = scope_of(request)
     q = models.query(request, CancelQuery)
-    run = await service.runs.cancel((await _run(request)).run_id)
+    run = await service.runs.cancel((await _run(request)).run_id, immediate=q.immediate)
     if q.action == "rollback":
         await roll_back(service, ns, request.path_params["thread_id"], run)
     return json_response(queries.run_view(ns, run))
+
+
+async def delete_run(request: Request) -> Response:
+    """Delete an ended run (204): its record goes, the thread's checkpoints and events stay."""
+    service, _, _ = scope_of(request)
+    await service.runs.delete((await _run(request)).run_id)
+    return Response(status_code=204)
 
 
 async def join_run(request: Request) -> Response:
@@ -285,6 +335,7 @@ routes = [
     Route("/threads/{thread_id}/runs/stream", stream_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/wait", wait_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}", get_run, methods=["GET"]),
+    Route("/threads/{thread_id}/runs/{run_id}", delete_run, methods=["DELETE"]),
     Route("/threads/{thread_id}/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
     Route("/threads/{thread_id}/runs/{run_id}/join", join_run, methods=["GET"]),
     Route("/threads/{thread_id}/runs/{run_id}/stream", join_stream, methods=["GET"]),

@@ -116,7 +116,7 @@ class ServiceBackend(LocalBackend):
         super().__init__(service.saver, {}, default_graph=None)
         self.service = service
         self.ns = ns
-        self.apps = dict(service.graphs.apps)
+        self.apps = service.graphs.by_ref()  # a thread the CLI made for a NAME=MODULE:ATTR graph is runnable
         self.default_graph = service.graphs.default
 
     async def _app_for(self, thread_id: str, action: str) -> tuple[App, dict[str, Any]]:
