@@ -349,10 +349,11 @@ class Service:
         return list(lineage_segments(lineage, NO_END))
 
     async def _cancelled(self, run_id: str) -> bool:
-        """Whether the run ``run_id`` was stopped (cancelled, interrupted by another run, or deleted by a rollback),
-        which writes no event of its own: its stream ends."""
+        """Whether the run ``run_id`` was stopped (cancelled, or deleted by a rollback), which writes no event of its
+        own: its stream ends. Not ``interrupted``: a run that stops at an interrupt writes ``run.interrupted``, which
+        its stream must still read (a run another run's strategy interrupted ends its stream at that run's end)."""
         run = await self.runs.get(run_id)
-        return run is None or run.status in ("cancelled", "interrupted")
+        return run is None or run.status == "cancelled"
 
     async def _checkpoint_state(self, ns: str, thread_id: str, checkpoint_id: str | None, step: int | None) -> Snapshot:
         return await self.state(ns, thread_id, checkpoint_id, step)

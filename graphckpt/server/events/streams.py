@@ -320,6 +320,7 @@ async def event_source(
         stream = _Ephemeral(channel, ephemera.epoch, ns, modes if subgraphs else live, cursor, after_n, subgraphs)
         if PARTIAL in modes:  # LangGraph's ``messages``: assembled, and as they are only if ``messages-tuple`` too
             stream.assembly, stream.tuples = MessageAssembly(), TUPLE in modes
+    stopped = False
     try:
         while not hub.closing:
             wake.clear()  # before the read: a change after it sets it again
@@ -353,8 +354,11 @@ async def event_source(
                 yield END
                 return
             if run_id is not None and await feed.cancelled(run_id):
-                yield END
-                return
+                if stopped:  # read once more after seeing it stopped: what it committed before is streamed
+                    yield END
+                    return
+                stopped = True
+                continue
             if not wake.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5.0):
