@@ -133,6 +133,13 @@ class MemoryRuns(RunQueue):
         run = self._runs.get(run_id)
         return run is not None and run.status == "running" and run_id in self._cancel_asked
 
+    async def delete_run(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status in ("queued", "running"):
+            return False
+        del self._runs[run_id]
+        return True
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)
 

@@ -91,6 +91,8 @@ RUN_SQL: dict[str, LiteralString] = {
     "request_cancel": "UPDATE {runs} SET cancel_requested = true WHERE run_id = %(run)s AND status = 'running' "
     "RETURNING 1",
     "cancel_requested": "SELECT cancel_requested FROM {runs} WHERE run_id = %(run)s AND status = 'running'",
+    # Only an ended run is forgotten.
+    "delete_run": "DELETE FROM {runs} WHERE run_id = %(run)s AND status NOT IN ('queued', 'running') RETURNING 1",
     "get_run": "SELECT " + RUN_COLS + " FROM {runs} WHERE run_id = %(run)s",
     "list_runs": "SELECT "
     + RUN_COLS
@@ -212,6 +214,9 @@ class PostgresRuns(RunQueue):
     async def cancel_requested(self, run_id: str) -> bool:
         rows = await self._fetch(f"cancel check of run {brief(run_id)!r}", "cancel_requested", {"run": run_id})
         return bool(rows and rows[0][0])
+
+    async def delete_run(self, run_id: str) -> bool:
+        return bool(await self._fetch(f"delete of run {brief(run_id)!r}", "delete_run", {"run": run_id}))
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"get_run {brief(run_id)!r}", "get_run", {"run": run_id})

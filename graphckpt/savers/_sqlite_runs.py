@@ -70,6 +70,8 @@ CANCEL_RUN = "UPDATE runs SET status = 'cancelled', ended_at = ? WHERE run_id = 
 """Only a queued run is cancelled here (a running one is the worker's to stop: :data:`REQUEST_CANCEL`)."""
 REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND status = 'running'"
 """Ask a running run's worker to stop it after its step; the worker ends it ``cancelled``."""
+DELETE_RUN = "DELETE FROM runs WHERE run_id = ? AND status NOT IN ('queued', 'running')"
+"""Only an ended run is forgotten (a queued or running one is its worker's until it ends)."""
 CANCEL_REQUESTED = "SELECT cancel_requested FROM runs WHERE run_id = ? AND status = 'running'"
 REQUEUE_EXPIRED = (
     "UPDATE runs SET status = 'queued', fence = NULL, lease_until = NULL WHERE status = 'running' AND lease_until < ?"
@@ -151,6 +153,10 @@ class SqliteRuns(RunQueue):
     async def cancel_requested(self, run_id: str) -> bool:
         rows = await self._fetch(CANCEL_REQUESTED, (run_id,))
         return bool(rows and rows[0][0])
+
+    async def delete_run(self, run_id: str) -> bool:
+        deleted: int = await self._write(lambda conn: conn.execute(DELETE_RUN, (run_id,)).rowcount)
+        return deleted == 1
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))

@@ -138,6 +138,11 @@ class RunQueue:
         """Whether a cancel was asked of the running run ``run_id`` (what its worker checks between steps)."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Forget an ended run (its row; the thread's checkpoints and events stay); ``False`` when the run is
+        queued, running or unknown (the Agent Protocol's ``DELETE /runs/{run_id}``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
 

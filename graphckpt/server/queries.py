@@ -75,7 +75,7 @@ def thread_view(ns: str, thread: ThreadRecord | PendingThread, graph_id: str, va
             "status": "idle",
             "graphckpt_status": None,
             "graph_id": thread.graph_id,
-            "values": None,
+            "values": {},
             "interrupts": {},
             "head": None,
             "parent": None,

@@ -19,6 +19,7 @@ from graphckpt import ids
 from graphckpt.errors import GraphckptError
 from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
 from graphckpt.savers.queue import RunQueue
+from graphckpt.server.errors import ApiError
 from graphckpt.server.execution.base import (
     RunConflict,
     RunInfo,
@@ -147,6 +148,14 @@ class InProcessRuns:
             r for r in self._current.values() if r.request.thread_id == thread_id
         ]:
             await self.cancel(info.run_id)
+
+    async def delete(self, run_id: str) -> None:
+        info = self._runs.get(run_id)
+        if info is None:
+            raise ApiError(404, "NotFound", f"no run {run_id!r}")
+        if not info.finished:
+            raise ApiError(409, "RunConflict", f"run {run_id!r} is {info.status}: cancel it before deleting it")
+        del self._runs[run_id]
 
     async def join(self, run_id: str) -> RunInfo:
         info = self._runs[run_id]

@@ -250,6 +250,14 @@ class QueueRuns:
                 with contextlib.suppress(ApiError):
                     await self.cancel(run.run_id)
 
+    async def delete(self, run_id: str) -> None:
+        if not await self.queue.delete_run(run_id):
+            info = await self.get(run_id)
+            if info is None:
+                raise ApiError(404, "NotFound", f"no run {run_id!r}")
+            raise ApiError(409, "RunConflict", f"run {run_id!r} is {info.status}: cancel it before deleting it")
+        self._facts.pop(run_id, None)
+
     async def join(self, run_id: str) -> RunInfo:
         event = self._waiters.setdefault(run_id, asyncio.Event())
         while True:

@@ -1,6 +1,6 @@
-"""Thread routes: create, get, search, patch, delete; state, history, fork, diff, branch tree; export, import;
-the inbox of open interrupts. Each handler parses, calls one :class:`~graphckpt.server.service.Service` method and
-renders it with :mod:`graphckpt.server.queries`."""
+"""Thread routes: create, get, search, delete (patch: :mod:`.thread_ops`); state, history, fork, diff, branch tree;
+export, import; the inbox of open interrupts. Each handler parses, calls one
+:class:`~graphckpt.server.service.Service` method and renders it with :mod:`graphckpt.server.queries`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.records import PendingThread, user_metadata
 from graphckpt.server.service import Service
 
-__all__ = ["matching", "routes"]
+__all__ = ["matching", "routes", "thread_with_values"]
 
 
 class StateQuery(BaseModel):
@@ -49,6 +49,15 @@ def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
     return thread.graph_id if isinstance(thread, PendingThread) else service.graphs.graph_of(thread)
 
 
+async def thread_with_values(service: Service, ns: str, thread: ThreadRecord | PendingThread) -> dict[str, Any]:
+    """The thread's view with its current ``values`` (``{}`` before its first checkpoint)."""
+    if isinstance(thread, PendingThread):
+        return queries.thread_view(ns, thread, thread.graph_id)
+    api = api_id(ns, thread.thread_id) or thread.thread_id
+    values = queries.state_view(ns, await service.state(ns, api))["values"]
+    return queries.thread_view(ns, thread, service.graphs.graph_of(thread), values)
+
+
 async def create_thread(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadBody, config.max_body)
@@ -60,11 +69,9 @@ async def create_thread(request: Request) -> Response:
 
 async def get_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
-    thread = await service.find(ns, request.path_params["thread_id"])
-    values = None
-    if isinstance(thread, ThreadRecord):
-        values = queries.state_view(ns, await service.state(ns, request.path_params["thread_id"]))["values"]
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread), values))
+    return json_response(
+        await thread_with_values(service, ns, await service.find(ns, request.path_params["thread_id"]))
+    )
 
 
 def keeper(
@@ -100,22 +107,18 @@ async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
     status = queries.to_store_status(b.status) if b.status else None
-    page = await service.search(
-        ns,
-        status=status,
-        parent_thread_id=b.parent_thread_id,
-        keep=keeper(service, b.metadata, b.graph_id),
-        limit=b.limit,
-        offset=b.offset,
-    )
-    return json_response([queries.thread_view(ns, r, service.graphs.graph_of(r)) for r in page])
-
-
-async def patch_thread(request: Request) -> Response:
-    service, ns, config = scope_of(request)
-    b = await models.body(request, models.ThreadPatchBody, config.max_body)
-    thread = await service.patch_metadata(ns, request.path_params["thread_id"], b.metadata)
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+    keep = keeper(service, b.metadata, b.graph_id)
+    if not b.values:
+        page = await service.search(
+            ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
+        )
+        return json_response([await thread_with_values(service, ns, r) for r in page])
+    found = []  # a filter on values: each thread's head is read
+    for record in await service.search(ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep):
+        view = await thread_with_values(service, ns, record)
+        if isinstance(view["values"], dict) and all(view["values"].get(k) == v for k, v in b.values.items()):
+            found.append(view)
+    return json_response(found[b.offset : b.offset + b.limit])
 
 
 async def delete_thread(request: Request) -> Response:
@@ -251,7 +254,6 @@ routes = [
     Route("/threads/search", search_threads, methods=["POST"]),
     Route("/threads/import", import_thread, methods=["POST"]),
     Route("/threads/{thread_id}", get_thread, methods=["GET"]),
-    Route("/threads/{thread_id}", patch_thread, methods=["PATCH"]),
     Route("/threads/{thread_id}", delete_thread, methods=["DELETE"]),
     Route("/threads/{thread_id}/state", get_state, methods=["GET"]),
     Route("/threads/{thread_id}/state/checkpoint", post_state_checkpoint, methods=["POST"]),
