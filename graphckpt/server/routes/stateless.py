@@ -52,7 +52,7 @@ def on_new_thread(request: Request, b: models.RunBody) -> tuple[str, bool]:
     """Point the request at a new thread for ``b``; whether to delete it after the run."""
     if b.if_not_exists == "reject":
         raise ApiError(422, "ValidationError", "body.if_not_exists: a run without a thread always creates one")
-    thread_id = ids.new_id()
+    thread_id = ids.new_uuid()
     request.scope["path_params"] = {**request.path_params, "thread_id": thread_id}
     return thread_id, b.on_completion != "keep"
 

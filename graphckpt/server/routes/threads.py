@@ -44,11 +44,6 @@ class DiffQuery(BaseModel):
     """A checkpoint of ``other`` (its head by default)."""
 
 
-def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
-    service = request.app.state.service
-    return thread.graph_id if isinstance(thread, PendingThread) else service.graphs.graph_of(thread)
-
-
 async def thread_with_values(service: Service, ns: str, thread: ThreadRecord | PendingThread) -> dict[str, Any]:
     """The thread's view with its current ``values`` (``{}`` before its first checkpoint)."""
     if isinstance(thread, PendingThread):
@@ -64,7 +59,7 @@ async def create_thread(request: Request) -> Response:
     ttl = b.ttl.model_dump() if b.ttl is not None else None
     exist_ok = b.if_exists == "do_nothing"
     thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=exist_ok, ttl=ttl)
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+    return json_response(await thread_with_values(service, ns, thread))
 
 
 async def get_thread(request: Request) -> Response:
