@@ -195,3 +195,15 @@ def test_cancel_a_run_by_id(client: httpx.Client) -> None:
     assert client.post(f"/runs/{run['run_id']}/cancel").status_code == 204
     assert client.get(f"/runs/{run['run_id']}").json()["status"] in ("success", "interrupted")
     assert client.post(f"/runs/{uuid.uuid4()}/cancel").status_code == 404
+
+
+def test_store_items_with_the_protocols_namespace_parameters(client: httpx.Client) -> None:
+    put = client.put("/store/items", json={"namespace": ["ap", "notes"], "key": "k", "value": {"v": 1}})
+    assert put.status_code == 204
+    item = client.get("/store/items", params=[("key", "k"), ("namespace", "ap"), ("namespace", "notes")]).json()
+    conforms(item, "Item")
+    assert item["value"] == {"v": 1}
+    found = client.post("/store/items/search", json={"namespace_prefix": ["ap"]}).json()
+    conforms(found, "SearchItemsResponse")
+    deleted = client.request("DELETE", "/store/items", json={"namespace": ["ap", "notes"], "key": "k"})
+    assert deleted.status_code == 204
