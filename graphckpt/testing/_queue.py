@@ -134,6 +134,17 @@ class QueueCases:
         assert (await q.get_run(queued.run_id)).status == "cancelled"  # type: ignore[union-attr]
         assert (await self._claim(saver))[0] is None
 
+    async def test_delete_forgets_only_an_ended_run(self, saver: Saver) -> None:
+        await self._drain(saver)
+        q, t = _queue(saver), new_thread_id("q-delete")
+        queued = _run(t)
+        await q.enqueue_run(queued, reject_busy=True)
+        assert not await q.delete_run(queued.run_id)  # queued: kept
+        assert not await q.delete_run("no-such-run")
+        assert await q.cancel_run(queued.run_id)
+        assert await q.delete_run(queued.run_id)
+        assert await q.get_run(queued.run_id) is None and await q.list_runs(thread_id=t) == []
+
     async def test_the_sweeper_requeues_dead_runs_and_queues_crashed_threads(self, saver: Saver) -> None:
         await self._drain(saver)
         q, t, crashed = _queue(saver), new_thread_id("q-dead"), new_thread_id("q-crashed")
