@@ -207,3 +207,12 @@ def test_store_items_with_the_protocols_namespace_parameters(client: httpx.Clien
     conforms(found, "SearchItemsResponse")
     deleted = client.request("DELETE", "/store/items", json={"namespace": ["ap", "notes"], "key": "k"})
     assert deleted.status_code == 204
+
+
+def test_a_runs_stream_joined_by_id_replays_it_and_ends(client: httpx.Client) -> None:
+    body = {"agent_id": "agent", "on_completion": "keep", "messages": [{"role": "user", "content": "j"}]}
+    run = client.post("/runs", json=body).json()
+    events = read_events(client, f"/runs/{run['run_id']}/stream", params={"stream_mode": "values"})
+    assert events[-1][1] == "end"
+    values = [data for _, event, data in events if event == "values"]
+    assert values[-1]["messages"][-1] == {"role": "assistant", "content": "echo: j"}
