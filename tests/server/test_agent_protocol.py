@@ -7,6 +7,7 @@ UUIDs)."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +217,33 @@ def test_a_runs_stream_joined_by_id_replays_it_and_ends(client: httpx.Client) ->
     assert events[-1][1] == "end"
     values = [data for _, event, data in events if event == "values"]
     assert values[-1]["messages"][-1] == {"role": "assistant", "content": "echo: j"}
+
+
+def test_a_subscription_opened_first_sees_the_run_it_then_starts(client: httpx.Client) -> None:
+    thread_id = client.post("/threads", json={}).json()["thread_id"]
+    opened, seen = threading.Event(), []
+
+    def subscribe() -> None:
+        frames = SseFrames()
+        with httpx.Client(base_url=str(client.base_url), timeout=30) as own:
+            body = {"channels": ["lifecycle", "updates"], "namespaces": [[]]}
+            with own.stream("POST", f"/threads/{thread_id}/stream", json=body) as response:
+                opened.set()
+                for line in response.iter_lines():
+                    if (event := frames.feed(line)) is not None:
+                        seen.append(event[2])
+                        if event[2]["params"]["data"].get("event") == "completed":
+                            return
+
+    reader = threading.Thread(target=subscribe)
+    reader.start()
+    assert opened.wait(20)
+    command = {"id": 7, "method": "run.start", "params": {"assistantId": "agent", "input": {"messages": []}}}
+    assert client.post(f"/threads/{thread_id}/commands", json=command).json()["type"] == "success"
+    reader.join(30)
+    assert not reader.is_alive()
+    assert [e["method"] for e in seen] == ["lifecycle", "updates", "lifecycle"]
+    assert seen[1]["params"]["data"] == {
+        "node": "reply",
+        "values": {"messages": [{"role": "assistant", "content": "echo: "}]},
+    }
