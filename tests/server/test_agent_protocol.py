@@ -182,6 +182,9 @@ def test_patch_applies_values_and_messages_and_merges_metadata(client: httpx.Cli
     ).json()
     assert branched["values"]["approved"] == "edited"
     assert branched["values"]["messages"][-1]["content"] == "echo: a"  # the branch is from the earlier checkpoint
+    fresh = client.post("/threads", json={}).json()["thread_id"]
+    early = client.patch(f"/threads/{fresh}", json={"values": {"approved": "x"}})
+    assert early.status_code == 409 and "no state yet" in early.json()["message"]
     found = client.post("/threads/search", json={"values": {"approved": "edited"}}).json()
     assert [t["thread_id"] for t in found] == [thread_id]
     copy = client.post(f"/threads/{thread_id}/copy").json()

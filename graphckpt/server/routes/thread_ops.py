@@ -19,6 +19,7 @@ from graphckpt.server.auth import api_id
 from graphckpt.server.branching import branch
 from graphckpt.server.errors import ApiError
 from graphckpt.server.http import json_response, scope_of
+from graphckpt.server.records import PendingThread
 from graphckpt.server.routes.threads import matching, thread_with_values
 from graphckpt.server.service import Service
 
@@ -78,6 +79,8 @@ async def patch_thread(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     update = b.update()
     if update is not None:
+        if isinstance(await service.find(ns, thread_id), PendingThread):
+            raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} has no state yet: run it, then patch values")
         source = b.checkpoint.checkpoint_id if b.checkpoint is not None else None
         await apply_update(service, ns, thread_id, update, source, None)
     if b.metadata is not None or update is None:
