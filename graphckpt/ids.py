@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["new_id", "now"]
+__all__ = ["new_id", "new_uuid", "now"]
 
 _last_ms = 0
 _seq = 0
@@ -32,3 +32,11 @@ def new_id() -> str:
         _seq = 0
     _last_ms = ms
     return f"{ms:012x}{_seq:04x}{os.urandom(4).hex()}"
+
+
+def new_uuid() -> str:
+    """A new id in the form of a UUID (``8-4-4-4-12`` hex digits), what LangGraph's and the Agent Protocol's clients
+    expect of a thread or run id: :func:`new_id`'s 24 digits (so it sorts by creation time the same way) and 8 more
+    random ones."""
+    h = new_id() + os.urandom(4).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

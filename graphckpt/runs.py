@@ -172,7 +172,7 @@ async def submit(
     if value is not NO_ANSWER:
         envelope["value"] = value
     payload = serde.dumps(envelope)
-    run = RunRecord(ids.new_id(), thread_id, "resume" if resume else "input", "queued", graph, payload)
+    run = RunRecord(ids.new_uuid(), thread_id, "resume" if resume else "input", "queued", graph, payload)
     await queue.enqueue_run(run, reject_busy=multitask == "reject")
     return run
 

@@ -4,7 +4,8 @@ This is the composition: the served graphs (:class:`~graphckpt.server.graphs.Gra
 executor chosen for the saver (:mod:`~graphckpt.server.execution`: the durable run queue's, or in process), and the
 :class:`~graphckpt.server.service.Service` over them, which starts and stops with the app's lifespan. The routes are
 a plain list, one module per resource group under :mod:`graphckpt.server.routes` (assistants, threads, runs, with the
-SSE streams of :mod:`graphckpt.server.events`). Errors cross the boundary in :mod:`~graphckpt.server.errors`.
+SSE streams of :mod:`graphckpt.server.events`; the Agent Protocol's agents, runs and thread streams). Errors cross the
+boundary in :mod:`~graphckpt.server.errors`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,19 @@ from graphckpt.server.execution.queued import QueueRuns
 from graphckpt.server.graphs import Graphs
 from graphckpt.server.guard import Guard
 from graphckpt.server.http import Config
-from graphckpt.server.routes import assistants, crons, runs, stateless, store, thread_ops, thread_stream, threads
+from graphckpt.server.routes import (
+    agents,
+    ap_runs,
+    ap_threads,
+    assistants,
+    crons,
+    runs,
+    stateless,
+    store,
+    thread_ops,
+    thread_stream,
+    threads,
+)
 from graphckpt.server.service import Service
 
 if TYPE_CHECKING:
@@ -122,7 +135,9 @@ def create_app(
         Route("/openapi.json", openapi_json),
     ]
     routes += [*store.routes, *crons.routes]  # wave3 issue 29
-    routes += thread_stream.routes  # wave3 issue 28: the v3 thread stream
+    # wave3 issue 28: the Agent Protocol, then the sdk's v3 thread stream (its events route; the commands route is
+    # the protocol's, which takes the v3 stream's commands too)
+    routes += [*thread_stream.routes, *agents.routes, *ap_runs.routes, *ap_threads.routes]
     handlers: dict[Any, Any] = {}
     if ui:
         routes.extend(_ui_routes(config.tokens))

@@ -73,11 +73,27 @@ class ThreadBody(_Body):
 
 
 class ThreadPatchBody(_Body):
-    metadata: dict[str, Any]
+    """LangGraph's ``threads.update`` (``metadata``) and the Agent Protocol's ``ThreadPatch`` (``values`` and
+    ``messages`` applied through the reducers, on the head or, with ``checkpoint``, on a past checkpoint)."""
+
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = Field(default=None, max_length=10_000)
+    checkpoint: CheckpointRefBody | None = None
+
+    def update(self) -> dict[str, Any] | None:
+        """The state update asked for (``values`` with ``messages`` as its ``messages`` field), or ``None``."""
+        if self.messages is None:
+            return self.values
+        if self.values is not None and "messages" in self.values:
+            raise ApiError(422, "ValidationError", "body.messages: give the messages here or in body.values")
+        return {**(self.values or {}), "messages": self.messages}
 
 
 class ThreadSearchBody(_Body):
     metadata: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, Any] | None = None
+    """The Agent Protocol's filter: each key equal in the thread's current values."""
     status: ThreadStatusName | None = None
     graph_id: str | None = None
     parent_thread_id: str | None = None

@@ -11,6 +11,7 @@ from graphckpt.server import models
 from graphckpt.server.events.streams import StreamQuery
 from graphckpt.server.routes import crons as cron_routes
 from graphckpt.server.routes import store as store_routes
+from graphckpt.server.routes.ap_spec import agent_spec
 from graphckpt.server.routes.assistants import (
     AssistantCountBody,
     AssistantFields,
@@ -118,7 +119,13 @@ SPEC: dict[tuple[str, str], Entry] = {
     ("POST", "/threads/search"): ("search threads", models.ThreadSearchBody, None, 200, _array(_THREAD)),
     ("POST", "/threads/import"): ("import an export (JSON lines)", None, None, 201, _THREAD),
     ("GET", "/threads/{thread_id}"): ("one thread", None, None, 200, _THREAD),
-    ("PATCH", "/threads/{thread_id}"): ("merge metadata", models.ThreadPatchBody, None, 200, _THREAD),
+    ("PATCH", "/threads/{thread_id}"): (
+        "merge metadata; apply values/messages (on a past checkpoint: branch)",
+        models.ThreadPatchBody,
+        None,
+        200,
+        _THREAD,
+    ),
     ("DELETE", "/threads/{thread_id}"): ("delete a thread", None, None, 204, None),
     ("GET", "/threads/{thread_id}/state"): ("the head, or the checkpoint at ?step=", None, StateQuery, 200, _STATE),
     ("POST", "/threads/{thread_id}/state/checkpoint"): ("a checkpoint", models.CheckpointBody, None, 200, _STATE),
@@ -159,14 +166,12 @@ SPEC: dict[tuple[str, str], Entry] = {
     ("POST", "/threads/{thread_id}/copy"): ("copy a thread (a fork of its head)", None, None, 200, _THREAD),
     ("POST", "/threads/count"): ("count threads", CountBody, None, 200, {"type": "integer"}),
     ("POST", "/threads/prune"): ("delete the threads named", PruneBody, None, 200, _OBJECT),
-    ("POST", "/runs"): ("a background run on a new thread", models.RunBody, None, 200, _RUN),
-    ("POST", "/runs/stream"): ("a streamed run on a new thread", models.RunBody, None, 200, _SSE),
-    ("POST", "/runs/wait"): ("a run on a new thread, waited for", models.RunBody, None, 200, _OBJECT),
     ("POST", "/runs/batch"): ("background runs on new threads (an array of run bodies)", None, None, 200, _array(_RUN)),
     ("POST", "/runs/cancel"): ("cancel runs", CancelManyBody, CancelManyQuery, 204, None),
 }
 SPEC.update(store_routes.SPEC)  # wave3 issue 29
 SPEC.update(cron_routes.SPEC)
+SPEC.update(agent_spec(_RUN))  # wave3 issue 28
 
 
 def _parameters(path: str, query: type[BaseModel] | None) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ def thread_view(
             "status": "idle",
             "graphckpt_status": None,
             "graph_id": thread.graph_id,
-            "values": None,
+            "values": {},
             "interrupts": {},
             "head": None,
             "parent": None,

@@ -129,7 +129,7 @@ class Service:
         ttl: dict[str, Any] | None = None,
     ) -> ThreadRecord | PendingThread:
         """A new (pending) thread; an existing id is 409 unless ``exist_ok`` (then the existing one)."""
-        tid = thread_id or ids.new_id()
+        tid = thread_id or ids.new_uuid()
         sid = store_id(ns, tid)
         existing = self.pending.get(sid) or await self.saver.get_thread(sid) or await self._created(sid, tid)
         if existing is not None:
@@ -235,7 +235,7 @@ class Service:
         tags = dict(record.metadata.get("tags") or {})
         tags["graph"] = self.graphs.graph_of(record)
         tags["metadata"] = {**user_metadata(record), **(metadata or {})}
-        new_sid = store_id(ns, new_thread_id or ids.new_id())
+        new_sid = store_id(ns, new_thread_id or ids.new_uuid())
         return await app.afork(
             record.thread_id,
             checkpoint_id,

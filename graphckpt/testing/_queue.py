@@ -140,6 +140,7 @@ class QueueCases:
         queued = _run(t)
         await q.enqueue_run(queued, reject_busy=True)
         assert not await q.delete_run(queued.run_id)  # queued: cancel it first
+        assert not await q.delete_run("no-such-run")
         run, fence = await self._claim(saver)
         assert run is not None and not await q.delete_run(run.run_id)  # running: nothing deleted
         await q.finish_run(run.run_id, fence=fence, status="cancelled")

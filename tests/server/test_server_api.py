@@ -219,6 +219,7 @@ def test_two_namespaces_cannot_see_or_touch_each_other(serve: Callable[..., Serv
             ("POST", "/threads/{thread_id}/runs/crons"): {"assistant_id": "x", "schedule": "* * * * *"},
             ("POST", "/threads/{thread_id}/state"): {"values": {"limit": 1}},
             ("POST", "/threads/{thread_id}/copy"): None,
+            ("POST", "/threads/{thread_id}/stream"): {"channels": ["values"]},
         }
         per_thread = {k for k in openapi.SPEC if "{thread_id}" in k[1]}
         assert per_thread == set(probes)
@@ -229,6 +230,10 @@ def test_two_namespaces_cannot_see_or_touch_each_other(serve: Callable[..., Serv
             json_body = body if isinstance(body, dict) else None
             response = b.request(method, path + (f"?{query}" if query else ""), json=json_body)
             assert response.status_code == 404, (method, path, response.status_code, response.text)
+        for method, path in [("GET", ""), ("GET", "/wait"), ("GET", "/stream"), ("POST", "/cancel"), ("DELETE", "")]:
+            response = b.request(method, f"/runs/{run_id}{path}")  # the Agent Protocol's runs by id
+            assert response.status_code == 404, (method, path, response.status_code, response.text)
+        assert b.post("/runs/search", json={}).json() == []
         stream = b.get("/threads/x/stream", headers={"Last-Event-ID": "x:1:0"})
         assert stream.status_code == 404
         assert a.get("/threads/x/state").json()["checkpoint"]["checkpoint_id"] == head  # untouched

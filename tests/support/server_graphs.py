@@ -147,3 +147,38 @@ def configured() -> StateGraph:
     g.add_edge(START, "greet")
     g.add_edge("greet", END)
     return g
+
+
+class Chat(BaseModel):
+    messages: Annotated[list[dict[str, Any]], append] = []
+    approved: str = ""
+
+
+def reply(state: Chat) -> dict[str, Any]:
+    last = state.messages[-1]["content"] if state.messages else ""
+    return {"messages": [{"role": "assistant", "content": f"echo: {last}"}]}
+
+
+def echo() -> StateGraph:
+    """An Agent Protocol agent: answers the last message (``{"role", "content"}``) with ``echo: <its content>``."""
+    g = StateGraph(Chat)
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", END)
+    return g
+
+
+def gate(state: Chat, ctx: Any) -> dict[str, Any]:
+    answer = ctx.interrupt({"question": "send the reply?"})
+    return {"approved": str(answer)}
+
+
+def guarded() -> StateGraph:
+    """``reply``, then ``gate``, which asks a person (``ctx.interrupt``) before it ends."""
+    g = StateGraph(Chat)
+    g.add_node("reply", reply)
+    g.add_node("gate", gate)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", "gate")
+    g.add_edge("gate", END)
+    return g

@@ -126,7 +126,7 @@ class InProcessRuns:
                 raise RunConflict(f"thread {sid!r} already has a run (multitask_strategy 'enqueue' queues after it)")
         elif not recovery:
             check_request(self.graphs, thread, request)
-        info = RunInfo(ids.new_id(), request, multitask, start, dict(metadata or {}))
+        info = RunInfo(ids.new_uuid(), request, multitask, start, dict(metadata or {}))
         self._runs[info.run_id] = info
         self._queues.setdefault(sid, []).append(info)
         if sid not in self._tasks:

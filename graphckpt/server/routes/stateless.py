@@ -1,5 +1,6 @@
-"""Runs without a thread (langgraph-sdk's ``thread_id=None``): ``POST /runs``, ``/runs/stream``, ``/runs/wait`` and
-``/runs/batch``, each on a new temporary thread, and ``POST /runs/cancel`` (``cancel_many``).
+"""Runs without a thread (langgraph-sdk's ``thread_id=None``): ``POST /runs/batch``, each on a new temporary thread,
+:func:`stateless` for ``POST /runs``, ``/runs/stream`` and ``/runs/wait`` (whose routes are in
+:mod:`graphckpt.server.routes.ap_runs`: the Agent Protocol shares them), and ``POST /runs/cancel`` (``cancel_many``).
 
 A stateless run is the thread route's run on a thread made for it; ``on_completion`` (default ``delete``, as
 LangGraph's) deletes that thread once the run has ended and its answer (the stream, the values) has been sent; ``keep``
@@ -30,7 +31,7 @@ from graphckpt.server.http import json_response, scope_of
 from graphckpt.server.routes import runs
 from graphckpt.server.service import Service
 
-__all__ = ["MAX_BATCH", "routes"]
+__all__ = ["MAX_BATCH", "cleanup", "on_new_thread", "routes", "stateless"]
 
 MAX_BATCH = 100
 """The most runs one ``/runs/batch`` request starts."""
@@ -47,16 +48,18 @@ class CancelManyQuery(BaseModel):
     action: Literal["interrupt", "rollback"] = "interrupt"
 
 
-def _on_thread(request: Request, b: models.RunBody) -> tuple[str, bool]:
+def on_new_thread(request: Request, b: models.RunBody) -> tuple[str, bool]:
     """Point the request at a new thread for ``b``; whether to delete it after the run."""
     if b.if_not_exists == "reject":
         raise ApiError(422, "ValidationError", "body.if_not_exists: a run without a thread always creates one")
-    thread_id = ids.new_id()
+    thread_id = ids.new_uuid()
     request.scope["path_params"] = {**request.path_params, "thread_id": thread_id}
     return thread_id, b.on_completion != "keep"
 
 
-def _cleanup(service: Service, ns: str, thread_id: str) -> BackgroundTask:
+def cleanup(service: Service, ns: str, thread_id: str) -> BackgroundTask:
+    """The deletion of a temporary thread once its runs have ended (a response's background task)."""
+
     async def delete() -> None:
         for run in await service.runs.list(store_id(ns, thread_id)):
             await service.runs.join(run.run_id)
@@ -66,29 +69,14 @@ def _cleanup(service: Service, ns: str, thread_id: str) -> BackgroundTask:
     return BackgroundTask(delete)
 
 
-async def _stateless(request: Request, b: models.RunBody, start: runs.Starter) -> Response:
+async def stateless(request: Request, b: models.RunBody, start: runs.Starter) -> Response:
+    """``start`` on a new thread, deleted after its run unless ``b.on_completion`` is ``keep``."""
     service, ns, _ = scope_of(request)
-    thread_id, delete = _on_thread(request, b)
+    thread_id, delete = on_new_thread(request, b)
     response = await start(request, b)
     if delete:
-        response.background = _cleanup(service, ns, thread_id)
+        response.background = cleanup(service, ns, thread_id)
     return response
-
-
-async def create(request: Request) -> Response:
-    _, _, config = scope_of(request)
-    return await _stateless(request, await models.body(request, models.RunBody, config.max_body), runs.start_run)
-
-
-async def stream(request: Request) -> Response:
-    _, _, config = scope_of(request)
-    b = await models.body(request, models.RunBody, config.max_body)
-    return await _stateless(request, b, runs.stream_new_run)
-
-
-async def wait(request: Request) -> Response:
-    _, _, config = scope_of(request)
-    return await _stateless(request, await models.body(request, models.RunBody, config.max_body), runs.wait_new_run)
 
 
 async def batch(request: Request) -> Response:
@@ -105,7 +93,7 @@ async def batch(request: Request) -> Response:
             raise ApiError(422, "ValidationError", f"run {i}: {exc}") from None
     made = []
     for b in bodies:
-        response = await _stateless(request, b, runs.start_run)
+        response = await stateless(request, b, runs.start_run)
         made.append(json.loads(bytes(response.body)))
         if response.background is not None:  # its temporary thread is deleted once its run ends
             task = asyncio.ensure_future(response.background())
@@ -146,9 +134,6 @@ async def cancel_many(request: Request) -> Response:
 
 
 routes = [
-    Route("/runs", create, methods=["POST"]),
-    Route("/runs/stream", stream, methods=["POST"]),
-    Route("/runs/wait", wait, methods=["POST"]),
     Route("/runs/batch", batch, methods=["POST"]),
     Route("/runs/cancel", cancel_many, methods=["POST"]),
 ]

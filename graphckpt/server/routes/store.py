@@ -30,7 +30,7 @@ class PutItemBody(BaseModel):
 
 class GetItemQuery(BaseModel):
     namespace: str = ""
-    """The labels joined with ``"."``."""
+    """The labels joined with ``"."`` (langgraph-sdk's), or repeated, one label each (the Agent Protocol's)."""
     key: str
     refresh_ttl: bool | None = None
 
@@ -79,7 +79,8 @@ async def put_item(request: Request) -> Response:
 async def get_item(request: Request) -> Response:
     items, _ = _items(request)
     q = models.query(request, GetItemQuery)
-    namespace = q.namespace.split(".") if q.namespace else []
+    labels = request.query_params.getlist("namespace")  # the Agent Protocol's: one parameter per label
+    namespace = labels if len(labels) > 1 else q.namespace.split(".") if q.namespace else []
     try:
         found = await items.aget(namespace, q.key, refresh_ttl=q.refresh_ttl)
     except InvalidItemError as exc:

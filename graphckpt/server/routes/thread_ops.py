@@ -12,15 +12,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from graphckpt.checkpoint import Snapshot
 from graphckpt.errors import ThreadNotFoundError
-from graphckpt.server import models, queries
+from graphckpt.server import models
 from graphckpt.server.auth import api_id
 from graphckpt.server.branching import branch
 from graphckpt.server.errors import ApiError
 from graphckpt.server.http import json_response, scope_of
-from graphckpt.server.routes.threads import matching
+from graphckpt.server.records import PendingThread
+from graphckpt.server.routes.threads import matching, thread_with_values
+from graphckpt.server.service import Service
 
-__all__ = ["routes"]
+__all__ = ["apply_update", "routes"]
 
 
 class UpdateStateBody(BaseModel):
@@ -44,23 +47,45 @@ class PruneBody(BaseModel):
     strategy: Literal["delete", "keep_latest"] = "delete"
 
 
+async def apply_update(
+    service: Service, ns: str, thread_id: str, values: dict[str, Any] | None, source: str | None, as_node: str | None
+) -> Snapshot:
+    """A new checkpoint of the thread with ``values`` applied through the reducers (as ``as_node``'s writes when
+    given); on a past checkpoint ``source``, the thread branches there. A running thread is 409."""
+    record = await service.record(ns, thread_id)
+    if source is not None and source != record.head_checkpoint_id:
+        return await branch(service, ns, thread_id, source, values, as_node)
+    if record.status == "running" and service.runs.active(record.thread_id):
+        raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; update it when it stops")
+    return await service.graphs.app_of(record).aupdate_state(record.thread_id, values, as_node=as_node)
+
+
 async def update_state(request: Request) -> Response:
-    """``threads.update_state``: a new checkpoint with ``values`` applied through the reducers (as ``as_node``'s
-    writes when given); on a past checkpoint, the thread branches there."""
+    """``threads.update_state``: see :func:`apply_update`."""
     service, ns, config = scope_of(request)
     b = await models.body(request, UpdateStateBody, config.max_body)
     thread_id = request.path_params["thread_id"]
-    record = await service.record(ns, thread_id)
     source = b.checkpoint_id or (b.checkpoint.checkpoint_id if b.checkpoint is not None else None)
-    if source is not None and source != record.head_checkpoint_id:
-        snap = await branch(service, ns, thread_id, source, b.values, b.as_node)
-    else:
-        if record.status == "running" and service.runs.active(record.thread_id):
-            raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} is running; update it when it stops")
-        app = service.graphs.app_of(record)
-        snap = await app.aupdate_state(record.thread_id, b.values, as_node=b.as_node)
+    snap = await apply_update(service, ns, thread_id, b.values, source, b.as_node)
     ref = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": snap.checkpoint_id}
     return json_response({"checkpoint": ref})
+
+
+async def patch_thread(request: Request) -> Response:
+    """LangGraph's ``threads.update`` (merge ``metadata``) and the Agent Protocol's ``patch_thread`` (also
+    ``values``/``messages``, applied through the reducers on the head or on ``checkpoint``: a branch)."""
+    service, ns, config = scope_of(request)
+    b = await models.body(request, models.ThreadPatchBody, config.max_body)
+    thread_id = request.path_params["thread_id"]
+    update = b.update()
+    if update is not None:
+        if isinstance(await service.find(ns, thread_id), PendingThread):
+            raise ApiError(409, "ThreadStateError", f"thread {thread_id!r} has no state yet: run it, then patch values")
+        source = b.checkpoint.checkpoint_id if b.checkpoint is not None else None
+        await apply_update(service, ns, thread_id, update, source, None)
+    if b.metadata is not None or update is None:
+        await service.patch_metadata(ns, thread_id, b.metadata or {})
+    return json_response(await thread_with_values(service, ns, await service.find(ns, thread_id)))
 
 
 async def copy_thread(request: Request) -> Response:
@@ -79,7 +104,7 @@ async def copy_thread(request: Request) -> Response:
         metadata=None,
     )
     record = await service.record(ns, api_id(ns, snap.thread_id) or snap.thread_id)
-    return json_response(queries.thread_view(ns, record, service.graphs.graph_of(record)))
+    return json_response(await thread_with_values(service, ns, record))
 
 
 async def count_threads(request: Request) -> Response:
@@ -110,4 +135,5 @@ routes = [
     Route("/threads/prune", prune_threads, methods=["POST"]),
     Route("/threads/{thread_id}/state", update_state, methods=["POST"]),
     Route("/threads/{thread_id}/copy", copy_thread, methods=["POST"]),
+    Route("/threads/{thread_id}", patch_thread, methods=["PATCH"]),
 ]

@@ -39,6 +39,7 @@ from graphckpt.server.errors import ApiError
 from graphckpt.server.events.render import dump, mode_data
 from graphckpt.server.events.streams import HEADERS, SHUTDOWN_GRACE, START, StreamResponse
 from graphckpt.server.http import scope_of
+from graphckpt.server.routes import ap_threads
 from graphckpt.server.routes.runs import submit_run
 from graphckpt.server.service import Service
 
@@ -69,9 +70,22 @@ def _error(command_id: int | None, code: str, message: str, status: int) -> JSON
     return JSONResponse({"type": "error", "id": command_id, "error": code, "message": message}, status_code=status)
 
 
+def _sdk_shaped(c: CommandBody) -> bool:
+    """Whether ``c`` is the langgraph-sdk's v3 command (``assistant_id``, ``response``: snake case) rather than the
+    Agent Protocol's (``assistantId``, ``interruptId``/``responses``): one route serves both."""
+    if c.method == "run.start":
+        return "assistant_id" in c.params
+    if c.method == "input.respond":
+        return "interruptId" not in c.params and "responses" not in c.params
+    return False
+
+
 async def command(request: Request) -> Response:
     _, _, config = scope_of(request)
     c = await models.body(request, CommandBody, config.max_body)
+    if not _sdk_shaped(c) and c.method in ap_threads.COMMANDS:  # the protocol's (state.*, camel-case params)
+        command = ap_threads.StreamingCommandBody(id=c.id, method=c.method, params=c.params)
+        return await ap_threads.answer_command(request, command)
     fields: dict[str, Any]
     if c.method == "run.start":
         fields = {k: c.params[k] for k in ("assistant_id", "input", "config", "metadata") if k in c.params}

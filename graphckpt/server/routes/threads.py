@@ -1,6 +1,6 @@
-"""Thread routes: create, get, search, patch, delete; state, history, fork, diff, branch tree; export, import;
-the inbox of open interrupts. Each handler parses, calls one :class:`~graphckpt.server.service.Service` method and
-renders it with :mod:`graphckpt.server.queries`."""
+"""Thread routes: create, get, search, delete (patch: :mod:`.thread_ops`); state, history, fork, diff, branch tree;
+export, import; the inbox of open interrupts. Each handler parses, calls one
+:class:`~graphckpt.server.service.Service` method and renders it with :mod:`graphckpt.server.queries`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from graphckpt.server.records import PendingThread, user_metadata
 from graphckpt.server.service import Service
 from graphckpt.subgraph import link_of
 
-__all__ = ["matching", "routes"]
+__all__ = ["matching", "routes", "thread_with_values"]
 
 
 class StateQuery(BaseModel):
@@ -46,9 +46,16 @@ class DiffQuery(BaseModel):
     """A checkpoint of ``other`` (its head by default)."""
 
 
-def _graph(request: Request, thread: ThreadRecord | PendingThread) -> str:
-    service = request.app.state.service
-    return thread.graph_id if isinstance(thread, PendingThread) else service.graphs.graph_of(thread)
+async def thread_with_values(
+    service: Service, ns: str, thread: ThreadRecord | PendingThread, wake_at: float | None = None
+) -> dict[str, Any]:
+    """The thread's view with its current ``values`` (``{}`` before its first checkpoint) and, for a waiting thread,
+    when it wakes (``wake_at``, see :func:`wake_times`)."""
+    if isinstance(thread, PendingThread):
+        return queries.thread_view(ns, thread, thread.graph_id)
+    api = api_id(ns, thread.thread_id) or thread.thread_id
+    values = queries.state_view(ns, await service.state(ns, api))["values"]
+    return queries.thread_view(ns, thread, service.graphs.graph_of(thread), values, wake_at)
 
 
 async def create_thread(request: Request) -> Response:
@@ -57,17 +64,16 @@ async def create_thread(request: Request) -> Response:
     ttl = b.ttl.model_dump() if b.ttl is not None else None
     exist_ok = b.if_exists == "do_nothing"
     thread = await service.create_thread(ns, b.thread_id, b.metadata, b.graph_id, exist_ok=exist_ok, ttl=ttl)
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+    return json_response(await thread_with_values(service, ns, thread))
 
 
 async def get_thread(request: Request) -> Response:
     service, ns, _ = scope_of(request)
     thread = await service.find(ns, request.path_params["thread_id"])
-    values, wake = None, None
-    if isinstance(thread, ThreadRecord):
-        values = queries.state_view(ns, await service.state(ns, request.path_params["thread_id"]))["values"]
-        wake = (await wake_times(service.saver, [thread])).get(thread.thread_id)
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread), values, wake))
+    wake = (
+        (await wake_times(service.saver, [thread])).get(thread.thread_id) if isinstance(thread, ThreadRecord) else None
+    )
+    return json_response(await thread_with_values(service, ns, thread, wake))
 
 
 def keeper(
@@ -121,19 +127,20 @@ async def search_threads(request: Request) -> Response:
     service, ns, config = scope_of(request)
     b = await models.body(request, models.ThreadSearchBody, config.max_body)
     status, keep = await status_filter(service, b.status, keeper(service, b.metadata, b.graph_id))
-    page = await service.search(
-        ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
-    )
-    wakes = await wake_times(service.saver, page)
-    views = [queries.thread_view(ns, r, service.graphs.graph_of(r), wake_at=wakes.get(r.thread_id)) for r in page]
-    return json_response(views)
-
-
-async def patch_thread(request: Request) -> Response:
-    service, ns, config = scope_of(request)
-    b = await models.body(request, models.ThreadPatchBody, config.max_body)
-    thread = await service.patch_metadata(ns, request.path_params["thread_id"], b.metadata)
-    return json_response(queries.thread_view(ns, thread, _graph(request, thread)))
+    if not b.values:
+        page = await service.search(
+            ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep, limit=b.limit, offset=b.offset
+        )
+        wakes = await wake_times(service.saver, page)
+        return json_response([await thread_with_values(service, ns, r, wakes.get(r.thread_id)) for r in page])
+    found = []  # a filter on values: each thread's head is read
+    records = await service.search(ns, status=status, parent_thread_id=b.parent_thread_id, keep=keep)
+    wakes = await wake_times(service.saver, records)
+    for record in records:
+        view = await thread_with_values(service, ns, record, wakes.get(record.thread_id))
+        if isinstance(view["values"], dict) and all(view["values"].get(k) == v for k, v in b.values.items()):
+            found.append(view)
+    return json_response(found[b.offset : b.offset + b.limit])
 
 
 async def delete_thread(request: Request) -> Response:
@@ -269,7 +276,6 @@ routes = [
     Route("/threads/search", search_threads, methods=["POST"]),
     Route("/threads/import", import_thread, methods=["POST"]),
     Route("/threads/{thread_id}", get_thread, methods=["GET"]),
-    Route("/threads/{thread_id}", patch_thread, methods=["PATCH"]),
     Route("/threads/{thread_id}", delete_thread, methods=["DELETE"]),
     Route("/threads/{thread_id}/state", get_state, methods=["GET"]),
     Route("/threads/{thread_id}/state/checkpoint", post_state_checkpoint, methods=["POST"]),
