@@ -39,6 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scale_fill import TEMPLATES, fill_postgres, fill_sqlite  # noqa: E402
 from bench.scale_graph import graph  # noqa: E402
 from bench.server import Server, _drop  # noqa: E402
 from graphckpt import ids  # noqa: E402
@@ -163,14 +164,25 @@ async def queue_ops(saver: Saver, reps: int) -> dict[str, float]:
     return out
 
 
-async def measure(kind: str, n: int, reps: int, tmp: Path, queue: bool) -> tuple[dict[str, float], float]:
+async def measure(
+    kind: str, n: int, reps: int, tmp: Path, queue: bool, fill: str = "copy"
+) -> tuple[dict[str, float], float]:
     where = str(tmp / f"scale{n}.db") if kind == "sqlite" else f"bench_scale_{n}_{os.getpid()}"
     if kind == "postgres":
         _drop(where)
     app = graph().compile(saver=open_saver(kind, where))
     try:
-        built = await build(app, n)
-        print(f"{kind} {n:,} threads built in {built:.0f} s", flush=True)
+        if fill == "engine":
+            built = await build(app, n)
+        else:  # the engine writes the templates, the rest are copies of their rows (bench/scale_fill.py)
+            built = await build(app, TEMPLATES)
+            await app.aclose()
+            if kind == "sqlite":
+                built += await asyncio.to_thread(fill_sqlite, where, n)
+            else:
+                built += await asyncio.to_thread(fill_postgres, PG, where, n)
+            app = graph().compile(saver=open_saver(kind, where))
+        print(f"{kind} {n:,} threads built in {built:.0f} s ({fill})", flush=True)
         db = where if kind == "sqlite" else f"{PG}?schema={where}"
         server = await asyncio.to_thread(Server, db, tmp, GRAPH)
         try:
@@ -192,6 +204,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1k and 10k threads on both savers")
     parser.add_argument("--sizes", help="N1,N2 for every saver (overrides the defaults)")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument(
+        "--fill",
+        choices=("copy", "engine"),
+        default="copy",
+        help="copy: the engine writes 10 threads, the rest are copies of their rows (bench/scale_fill.py); "
+        "engine: every thread by App.ainvoke (hours at 100k)",
+    )
     parser.add_argument("--label", default="", help="a note for the section (say, which checkout ran)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument("--no-write", action="store_true")
@@ -208,7 +227,7 @@ def main() -> int:
         results = []
         with tempfile.TemporaryDirectory() as tmp:
             for i, n in enumerate(sizes):
-                results.append(asyncio.run(measure(kind, n, args.reps, Path(tmp), queue=i == 0)))
+                results.append(asyncio.run(measure(kind, n, args.reps, Path(tmp), queue=i == 0, fill=args.fill)))
         small, big = results[0][0], results[-1][0]
         lines = [
             f"### {kind}: {sizes[0]:,} vs {sizes[-1]:,} threads x 10 checkpoints "

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +28,7 @@ from graphckpt.checkpoint import Interrupt, Snapshot, ThreadInfo
 from graphckpt.compat._lgread import written_by_langgraph
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
-from graphckpt.errors import GraphckptError
+from graphckpt.errors import GraphckptError, InvalidCursorError
 from graphckpt.plain import (
     audit_of,
     duration_ms,
@@ -47,6 +46,7 @@ from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
 from graphckpt.server.ui.liveness import NOBODY, Liveness, liveness, pending_items
 from graphckpt.server.ui.records import interrupt_record, pending_rows
+from graphckpt.server.ui.thread_list import ThreadPage, walk_page
 
 __all__ = [
     "CheckpointPage",
@@ -100,18 +100,6 @@ class ThreadRow:
     """``running`` but known to have no run going (its run was cancelled)."""
     lease: Liveness = NOBODY
     """Who holds the thread, the seconds left on its lease, when it crashed."""
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadPage:
-    """One page of the filtered threads list, and what the filters can offer."""
-
-    rows: list[ThreadRow]
-    total: int
-    page: int
-    pages: int
-    statuses: list[str]
-    graphs: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +201,8 @@ class UIBackend(Protocol):
     """What the UI's handlers need. The server may implement it over its own query layer (namespaces, tokens)."""
 
     async def thread_page(
-        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
-    ) -> ThreadPage: ...
+        self, *, status: str | None, graph: str | None, q: str | None, after: str | None, per_page: int
+    ) -> ThreadPage[ThreadRow]: ...
 
     async def thread_view(self, thread_id: str) -> ThreadView: ...
 
@@ -264,17 +252,29 @@ class LocalBackend:
     # -- reading -----------------------------------------------------------------------------------------------------
 
     async def thread_page(
-        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
-    ) -> ThreadPage:
-        infos = await self._infos()
-        statuses: list[str] = sorted({str(i.status) for i in infos})
-        graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
-        chosen = [i for i in infos if _keep(i, status, graph, q)]
-        pages = max(1, math.ceil(len(chosen) / per_page))
-        page = min(max(page, 1), pages)
-        shown = chosen[(page - 1) * per_page : page * per_page]
-        rows = list(await asyncio.gather(*(self._row(i) for i in shown)))
-        return ThreadPage(rows, len(chosen), page, pages, statuses, graphs)
+        self, *, status: str | None, graph: str | None, q: str | None, after: str | None, per_page: int
+    ) -> ThreadPage[ThreadRow]:
+        """One keyset page of the list (see :mod:`~graphckpt.server.ui.thread_list`): the status filtered in SQL,
+        the graph, ``q`` and the namespace on the threads read."""
+
+        def keep(info: ThreadInfo) -> bool:
+            return self._mine(info.thread_id) and _keep(info, None, graph, q)
+
+        try:
+            return await walk_page(
+                self.reader.saver,
+                status=status,
+                after=after,
+                per_page=per_page,
+                keep=keep,
+                searching=bool(graph or q),
+                row=self._row,
+                graphs=self.apps,
+            )
+        except InvalidCursorError as exc:
+            raise UIError(f"after: {exc}") from None
+        except ValueError as exc:  # a status the saver does not know
+            raise UIError(f"status: {exc}") from None
 
     async def _infos(self, status: str | None = None) -> list[ThreadInfo]:
         """The threads this backend shows (every one of the saver; the server's backend keeps its namespace's)."""
