@@ -56,6 +56,9 @@ RUN_SQL: dict[str, LiteralString] = {
     # worker's graphs, the least busy namespace first, oldest first, the first FAIR_PICKS of them. "claim_among": the
     # first of those still claimable (rechecked: the order was read without locks), as claim_run; when none is (all
     # claimed or locked meanwhile, or none in the window), claim_run takes the oldest claimable run of the queue.
+    # With no run running, every namespace is equally busy and the fair order is the queue's order: fair_order is
+    # then empty at once (a one-time check of runs_one_running gates the window's read) and claim_run, one index
+    # probe, claims the oldest, so an idle queue's claim costs the same at any depth (issue 25).
     "fair_order": """WITH w AS (
             SELECT run_id, thread_id, graph, created_at FROM {runs} WHERE status = 'queued'
             ORDER BY created_at, run_id LIMIT %(window)s),
@@ -68,6 +71,7 @@ RUN_SQL: dict[str, LiteralString] = {
             AND NOT EXISTS (SELECT 1 FROM {runs} b WHERE b.thread_id = w.thread_id AND b.status = 'running')
             AND NOT EXISTS (SELECT 1 FROM {threads} t WHERE t.thread_id = w.thread_id AND t.status = 'running'
                 AND t.lease_until >= %(now)s)
+            AND EXISTS (SELECT 1 FROM {runs} WHERE status = 'running')
         ORDER BY coalesce(busy.n, 0), w.created_at, w.run_id LIMIT %(picks)s""",
     "claim_among": """WITH c AS (
             SELECT r.run_id FROM {runs} r WHERE r.run_id = ANY(%(picks)s::text[]) AND r.status = 'queued'
