@@ -281,8 +281,7 @@ class LocalBackend:
         return await self.reader.athreads(status=status)  # type: ignore[arg-type]
 
     async def _row(self, info: ThreadInfo, own: Sequence[Snapshot] | None = None) -> ThreadRow:
-        if own is None:
-            own = await self._own(info.thread_id)
+        # (``own`` is not read here: the list's rows need no history, one read of the row and the spend each)
         record = await self.reader.store.thread(info.thread_id)
         lease = liveness(record)
         owner = self._owner(info.thread_id, record) or lease.owner
