@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -170,12 +172,22 @@ async def queue_stores(kind: str, tmp: Path, reps: int) -> list[dict[str, list[f
             for k in range(size):
                 run = RunRecord(ids.new_id(), f"q{k:06d}", "input", "queued", graph=GRAPH, created_at=time.time())
                 await saver.enqueue_run(run, reject_busy=False)
+            if kind == "postgres":  # what autovacuum does within a minute of such growth (see docs/scale.md)
+                analyze(where)
         return await interleaved([queue_operations(s) for s, _ in savers], reps)
     finally:
         for saver, where in savers:
             await saver.aclose()
             if kind == "postgres":
                 _drop(where)
+
+
+def analyze(schema: str) -> None:
+    """``ANALYZE`` the schema's tables: a store built in a minute has no statistics yet, and PostgreSQL plans a
+    table it never analyzed as a few rows (the claim then sorts every queued run instead of walking the index)."""
+    with psycopg.connect(PG, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute("ANALYZE")
 
 
 async def prepare(kind: str, n: int, tmp: Path, fill: str) -> tuple[Any, str, float]:
