@@ -39,13 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.scale_fill import TEMPLATES, fill_postgres, fill_sqlite  # noqa: E402
+from bench.scale_fill import TEMPLATES, fill_postgres, fill_sqlite, vacuum_analyze  # noqa: E402
 from bench.scale_graph import graph  # noqa: E402
 from bench.server import Server, _drop  # noqa: E402
 from graphckpt import ids  # noqa: E402
@@ -185,9 +183,7 @@ async def queue_stores(kind: str, tmp: Path, reps: int) -> list[dict[str, list[f
 def analyze(schema: str) -> None:
     """``ANALYZE`` the schema's tables: a store built in a minute has no statistics yet, and PostgreSQL plans a
     table it never analyzed as a few rows (the claim then sorts every queued run instead of walking the index)."""
-    with psycopg.connect(PG, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        conn.execute("ANALYZE")
+    vacuum_analyze(PG, schema, vacuum=False)
 
 
 async def prepare(kind: str, n: int, tmp: Path, fill: str) -> tuple[Any, str, float]:

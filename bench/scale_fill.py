@@ -9,8 +9,9 @@ threads (``th000000`` .. ``th000009``, one per metadata team), and every other t
 - the thread id replaced by ``th{i:06d}`` (same length, so the msgpack bodies that carry it stay valid),
 - each checkpoint id and run id of the template replaced by a new id from :func:`graphckpt.ids.new_id`, made in the
   template's order (so checkpoint ids still sort by step),
-- every time column (``*_at``, ``lease_until``) moved back by ``0.05 s`` per block of ten threads, so the threads'
-  creation order is ``i`` order (and the metadata teams interleave in it as they would in service);
+- every time column (``*_at``, ``lease_until``) moved so that thread ``i`` was created ``SPACING`` (5 ms) after
+  thread ``i - 1``, all before the templates: the threads' creation order is ``i`` order (and the metadata teams
+  interleave in it as they would in service);
 - the ``id`` column (the event log's identity / rowid) left to the store.
 
 Replacement is textual and exact: it applies to strings, JSON text and bytes alike, wherever the old id appears.
@@ -34,7 +35,7 @@ from psycopg import sql
 from graphckpt import ids
 
 TEMPLATES = 10
-SPACING = 0.05  # seconds between blocks of ten threads
+SPACING = 0.005  # seconds between the creation of two copied threads
 
 Field = tuple[str, Any]  # ("c", value) | ("t", float) | ("s", parts) | ("b", parts)
 
@@ -60,6 +61,13 @@ class Template:
 
     olds: list[str]
     tables: list[Table]
+
+    @property
+    def created(self) -> float:
+        """When the template thread was created (its ``threads`` row's ``created_at``)."""
+        table = next(t for t in self.tables if t.name == "threads")
+        _, value = table.rows[0][table.columns.index("created_at")]
+        return float(value)
 
     def rows(self, names: Sequence[str], offset: float, table: Table) -> Iterator[tuple[Any, ...]]:
         byte_names = [n.encode() for n in names]
@@ -115,8 +123,11 @@ def _same_tables(templates: list[Template]) -> None:
         raise RuntimeError(f"the template threads have rows in different tables: {shapes}")
 
 
-def _offset(i: int, n: int) -> float:
-    return -(n // TEMPLATES - i // TEMPLATES) * SPACING
+def _offsets(templates: list[Template], n: int) -> dict[int, float]:
+    """How far each copy's times move from its template's: thread ``i`` created ``(n - i) * SPACING`` before the
+    first template."""
+    first = min(t.created for t in templates)
+    return {i: first - (n - i) * SPACING - templates[i % TEMPLATES].created for i in range(TEMPLATES, n)}
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------------------------------
@@ -167,6 +178,7 @@ def fill_postgres(dsn: str, schema: str, n: int, progress: Callable[[str], None]
         templates = [_pg_template(conn, schema, thread_name(j)) for j in range(TEMPLATES)]
         _same_tables(templates)
         names = {i: _new_names(templates[i % TEMPLATES], i) for i in range(TEMPLATES, n)}
+        offsets = _offsets(templates, n)
         conn.execute("SET session_replication_role = replica")
         for k, table in enumerate(templates[0].tables):
             target = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
@@ -177,14 +189,24 @@ def fill_postgres(dsn: str, schema: str, n: int, progress: Callable[[str], None]
             with conn.cursor() as cur, cur.copy(target) as copy:
                 for i in range(TEMPLATES, n):
                     tpl = templates[i % TEMPLATES]
-                    for row in tpl.rows(names[i], _offset(i, n), tpl.tables[k]):
+                    for row in tpl.rows(names[i], offsets[i], tpl.tables[k]):
                         copy.write_row(row)
             progress(f"  {table.name}: {n - TEMPLATES:,} threads copied ({time.perf_counter() - t0:.0f} s)")
         conn.commit()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        conn.execute("VACUUM ANALYZE")
+    vacuum_analyze(dsn, schema)
     return time.perf_counter() - t0
+
+
+def vacuum_analyze(dsn: str, schema: str, *, vacuum: bool = True) -> None:
+    """``VACUUM ANALYZE`` (or ``ANALYZE``) each table of ``schema``, by name: a bare ``VACUUM`` would walk every
+    table of the database, other schemas' included."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+        ).fetchall()
+        verb = sql.SQL("VACUUM ANALYZE" if vacuum else "ANALYZE")
+        for (table,) in tables:
+            conn.execute(sql.SQL("{} {}.{}").format(verb, sql.Identifier(schema), sql.Identifier(table)))
 
 
 # -- SQLite ------------------------------------------------------------------------------------------------------------
@@ -217,6 +239,7 @@ def fill_sqlite(path: str, n: int, progress: Callable[[str], None] = print) -> f
         templates = [_sqlite_template(conn, thread_name(j)) for j in range(TEMPLATES)]
         _same_tables(templates)
         names = {i: _new_names(templates[i % TEMPLATES], i) for i in range(TEMPLATES, n)}
+        offsets = _offsets(templates, n)
         triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
         conn.execute("BEGIN IMMEDIATE")
         for name, _ in triggers:
@@ -228,7 +251,7 @@ def fill_sqlite(path: str, n: int, progress: Callable[[str], None] = print) -> f
             def rows(k: int = k) -> Iterator[tuple[Any, ...]]:
                 for i in range(TEMPLATES, n):
                     tpl = templates[i % TEMPLATES]
-                    yield from tpl.rows(names[i], _offset(i, n), tpl.tables[k])
+                    yield from tpl.rows(names[i], offsets[i], tpl.tables[k])
 
             conn.executemany(f'INSERT INTO "{table.name}" ({listed}) VALUES ({marks})', rows())
             progress(f"  {table.name}: {n - TEMPLATES:,} threads copied ({time.perf_counter() - t0:.0f} s)")
