@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt import ids
 from graphckpt.errors import GraphckptError, ThreadConflictError
 from graphckpt.records import CrashedThread, RecoveryResult
+from graphckpt.store import lineage_segments
 from graphckpt.subgraph import link_of
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ __all__ = ["CrashedThread", "RecoveryResult", "crashed", "recover"]
 
 async def crashed(store: ThreadStore, records: Sequence[ThreadRecord] | None = None) -> list[CrashedThread]:
     """Every crashed thread of ``store``'s saver, most recently updated first; or those of ``records`` (thread rows
-    read as crashed), each described from its own lineage only (one read of it per thread)."""
+    read as crashed). Each is described from its own row and lineage, read once: its head checkpoint (what it was
+    running, its lineage) and the lineage's other checkpoints (metadata only: tokens, the graph recorded); no
+    values, no second read of the thread row."""
     found = []
     now = ids.now()
     for record in await store.saver.list_threads(status="crashed") if records is None else records:
@@ -39,17 +42,17 @@ async def crashed(store: ThreadStore, records: Sequence[ThreadRecord] | None = N
             continue
         if link_of(record.metadata) is not None:  # a subgraph's child thread: its parent's recovery continues it
             continue
-        head = await store.state(record.thread_id)
-        tokens = 0
-        for cp in await store.lineage_checkpoints(record):
-            tokens += _tokens(cp.metadata)
-        tags = record.metadata.get("tags")
-        graph = tags.get("graph") if isinstance(tags, dict) else None
-        graph_ref = graph if isinstance(graph, str) else None
+        head = await store.checkpoint(record.thread_id, record.head_checkpoint_id)
+        body = store.codec.decode_body(head)
+        lineage = [head]
+        for tid, first, below in lineage_segments(body.lineage, record.head_step):  # the head is read already
+            lineage += [cp for cp in await store.saver.list_checkpoints(tid, before_step=below) if cp.step >= first]
+        tokens = sum(_tokens(cp.metadata) for cp in lineage)
+        metadatas = [record.metadata, *(cp.metadata for cp in lineage)]
+        graph = next((g for m in metadatas if isinstance(g := _graph(m), str)), None)
+        running = tuple(t.node for t in body.tasks)
         ago = max(0.0, now - record.lease.heartbeat_at)
-        found.append(
-            CrashedThread(record.thread_id, graph_ref, record.head_step, tuple(head.next), tokens, record.lease, ago)
-        )
+        found.append(CrashedThread(record.thread_id, graph, record.head_step, running, tokens, record.lease, ago))
     return found
 
 
@@ -68,6 +71,12 @@ async def recover(resume: Callable[[str], Awaitable[Snapshot]], thread_ids: Sequ
         except GraphckptError as exc:
             results.append(RecoveryResult(thread_id, None, f"{type(exc).__name__}: {exc}"))
     return results
+
+
+def _graph(metadata: Any) -> Any:
+    """The graph reference a checkpoint's tags record (``tags.graph``), or ``None``."""
+    tags = metadata.get("tags") if hasattr(metadata, "get") else None
+    return tags.get("graph") if isinstance(tags, dict) else None
 
 
 def _tokens(metadata: Any) -> int:

@@ -30,17 +30,14 @@ async def cmd_recover(args: argparse.Namespace, s: Session) -> int:
         print(f"no crashed threads in {s.db.display}")
         return 0
     failed = 0
-    for record in records:  # each one on its own: a thread that cannot be recovered does not stop the others
-        try:
-            app, _ = await s.app_for(record.thread_id, args.graph, action="recover")
+    # each crashed thread is read once to describe it (its row came with the list); resume then takes it over
+    for info in await crashed(reader.store, records):  # a subgraph's child thread is left to its parent's recovery
+        try:  # each one on its own: a thread that cannot be recovered does not stop the others
+            app, _ = s.app_of(info.thread_id, info.graph, args.graph, action="recover")
         except CliError as exc:
             failed += 1
-            print(f"thread {record.thread_id}: not recovered: {exc}")
+            print(f"thread {info.thread_id}: not recovered: {exc}")
             continue
-        described = await crashed(app.store, [record])
-        if not described:
-            continue  # a subgraph's child thread: its parent's recovery continues it
-        info = described[0]
         line = (
             f"thread {info.thread_id}: graph {info.graph or '?'}, crashed at step {info.step} running "
             f"{', '.join(info.running) or 'nothing'}; {info.tokens:,} tokens so far; last heard from "

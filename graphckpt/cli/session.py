@@ -143,7 +143,12 @@ class Session:
     async def app_for(self, thread_id: str, override: str | None, *, action: str) -> tuple[App, str]:
         """The app that can ``action`` (resume, fork) ``thread_id``: it needs the graph code. A graph taken from the
         thread's record (not ``override``) is named on stderr before it is imported: it is code the data chose."""
-        ref = await self.graph_ref(thread_id, override)
+        return self.app_of(thread_id, await self.graph_ref(thread_id, override), override, action=action)
+
+    def app_of(self, thread_id: str, ref: str | None, override: str | None, *, action: str) -> tuple[App, str]:
+        """:meth:`app_for` with the graph reference already known (``override``, else the one the thread
+        records): no read of the thread."""
+        ref = override or ref
         if ref is None:
             raise UsageError(
                 f"cannot {action} thread {thread_id!r}: it records no graph (it was not started by `graphckpt run`); "

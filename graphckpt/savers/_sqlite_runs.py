@@ -59,6 +59,9 @@ CLAIM_FAIR = (
 of ``runs_queued_order``) sorted least busy namespace first, then oldest first (``LIMIT -1`` keeps SQLite from
 flattening it, so the claimability checks run only until the first claimable run, not on the whole window); when
 none of them is claimable, :data:`CLAIM_RUN` takes the oldest claimable run of the whole queue."""
+ANY_RUNNING = "SELECT 1 FROM runs WHERE status = 'running' LIMIT 1"
+"""Whether any run is running (``runs_one_running``). With none, every namespace is equally busy and the fair order
+is the queue's order: :data:`CLAIM_RUN` alone (one index probe) claims the oldest, at any depth of the queue."""
 FINISH_RUN = (
     "UPDATE runs SET status = ?, error = ?, ended_at = CASE WHEN ? = 'queued' THEN NULL ELSE ? END,"
     " fence = CASE WHEN ? = 'queued' THEN NULL ELSE fence END,"
@@ -128,7 +131,9 @@ class SqliteRuns(RunQueue):
         among = (json.dumps(list(graphs)), now)
 
         def body(conn: sqlite3.Connection) -> RunRecord | None:
-            row = conn.execute(CLAIM_FAIR, (*claim, FAIR_WINDOW, *among)).fetchone()
+            row = None
+            if conn.execute(ANY_RUNNING).fetchone() is not None:  # else the fair order is the queue's order
+                row = conn.execute(CLAIM_FAIR, (*claim, FAIR_WINDOW, *among)).fetchone()
             if row is None:
                 row = conn.execute(CLAIM_RUN, claim + among).fetchone()
             return self.sealer.open_run(RunRecord.from_row(row)) if row is not None else None

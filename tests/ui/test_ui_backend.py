@@ -12,7 +12,7 @@ from support.ui_world import APPROVAL, approval_graph
 from support.waiting import await_for
 
 from graphckpt.savers.sqlite import SqliteSaver
-from graphckpt.server.ui import LocalBackend, UIError
+from graphckpt.server.ui import LocalBackend, UIError, thread_list
 from graphckpt.server.ui.routes import _line_diff, _split_ref
 
 
@@ -82,16 +82,27 @@ async def test_without_the_graph_it_reads_only_and_says_why(db: Path) -> None:
 async def test_the_list_filters_searches_and_pages(db: Path) -> None:
     backend = LocalBackend(SqliteSaver(db))
     try:
-        everything = await backend.thread_page(status=None, graph=None, q=None, page=1, per_page=25)
-        assert everything.total == 6 and everything.graphs == [APPROVAL]
+        everything = await backend.thread_page(status=None, graph=None, q=None, after=None, per_page=25)
+        assert len(everything.rows) == 6 and everything.graphs == [APPROVAL] and everything.next is None
         assert everything.statuses == ["done", "interrupted", "running"]  # the fork has not run yet
-        done = await backend.thread_page(status="done", graph=None, q=None, page=1, per_page=25)
+        done = await backend.thread_page(status="done", graph=None, q=None, after=None, per_page=25)
         assert [r.thread_id for r in done.rows] == ["deploy-0"]
-        team = await backend.thread_page(status="interrupted", graph=APPROVAL, q='"t1"', page=1, per_page=25)
+        team = await backend.thread_page(status="interrupted", graph=APPROVAL, q='"t1"', after=None, per_page=25)
         assert sorted(r.thread_id for r in team.rows) == ["deploy-1", "deploy-3"]
-        pages = [await backend.thread_page(status=None, graph=None, q=None, page=n, per_page=4) for n in (1, 2, 9)]
-        assert [len(p.rows) for p in pages] == [4, 2, 2] and pages[2].page == 2  # past the end: the last page
-        assert sorted(r.thread_id for p in pages[:2] for r in p.rows) == sorted(r.thread_id for r in everything.rows)
+        none = await backend.thread_page(status=None, graph="other:graph", q=None, after=None, per_page=25)
+        assert none.rows == [] and none.next is None
+        pages, after = [], None
+        while True:  # keyset pages: newest created first, each page after the last row of the one before
+            page = await backend.thread_page(status=None, graph=None, q=None, after=after, per_page=4)
+            pages.append(page)
+            if page.next is None:
+                break
+            after = page.next
+        assert [len(p.rows) for p in pages] == [4, 2] and pages[1].after == pages[0].next
+        assert [r.thread_id for p in pages for r in p.rows] == [r.thread_id for r in everything.rows]
+        assert everything.rows[0].thread_id == "deploy-0-alt"  # the newest created first
+        with pytest.raises(UIError, match="after"):
+            await backend.thread_page(status=None, graph=None, q=None, after="not-a-cursor", per_page=4)
         alt = next(r for r in everything.rows if r.thread_id == "deploy-0-alt")
         assert alt.forked_from is not None and alt.forked_from.startswith("deploy-0@")
     finally:
@@ -194,3 +205,32 @@ def test_the_stand_alone_ui_serves_a_database(db: Path) -> None:
         token = client.cookies["graphckpt_csrf"]
         cancel = client.post("/ui/actions/cancel", data={"csrf": token, "thread": "deploy-1"})
         assert cancel.status_code == 422 and "only `graphckpt serve`" in cancel.text
+
+
+async def test_the_list_reads_a_page_not_every_thread_and_a_search_reads_a_bounded_walk(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saver = SqliteSaver(db)
+    backend = LocalBackend(saver)
+
+    async def every_thread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the list read every thread")
+
+    monkeypatch.setattr(saver, "list_threads", every_thread)
+    try:
+        first = await backend.thread_page(status=None, graph=None, q=None, after=None, per_page=2)
+        assert [r.thread_id for r in first.rows] == ["deploy-0-alt", "deploy-4"] and first.read == 3  # one more
+        monkeypatch.setattr(thread_list, "SCAN", 3)
+        seen, after, pages = [], None, 0
+        while True:  # newest first: alt, 4, 3 | 2, 1, 0 | (nothing)
+            page = await backend.thread_page(status=None, graph=None, q="deploy-1", after=after, per_page=25)
+            pages += 1
+            assert page.read <= 3
+            seen += [r.thread_id for r in page.rows]
+            if page.next is None:
+                break
+            assert page.cut  # fewer matches than a page in the bounded walk: the next page searches on
+            after = page.next
+        assert seen == ["deploy-1"] and pages == 3
+    finally:
+        await backend.aclose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -123,9 +124,13 @@ def test_pages_read_without_javascript_and_posts_need_the_csrf_token(server: Ser
     for path in ("/ui/threads/demo", "/ui/interrupts", "/ui/?status=failed", "/ui/diff?a=demo&b=batch-0"):
         status, html, _ = http(server.base + path)
         assert status == 200 and "<a href=" in html, path  # links (and forms) work with no script
-    status, html, _ = http(server.base + "/ui/?per=2&page=2")
-    assert status == 200 and "page 2 of 4" in html and 'href="?per=2&amp;page=3"' in html
-    assert html.count('<td data-label="Thread">') == 2
+    status, html, _ = http(server.base + "/ui/?per=2")
+    nxt = re.search(r'href="\?per=2&amp;after=([^"]+)" rel="next"', html)
+    assert status == 200 and nxt and html.count('<td data-label="Thread">') == 2 and 'rel="first"' not in html
+    status, html, _ = http(server.base + "/ui/?per=2&after=" + nxt.group(1))  # keyset pages: the next one
+    assert status == 200 and 'href="?per=2" rel="first"' in html and html.count('<td data-label="Thread">') == 2
+    status, html, _ = http(server.base + "/ui/?after=nonsense")
+    assert status == 422 and "after" in html
     status, html, _ = http(server.base + "/ui/threads/nope")
     assert status == 404 and "nope" in html
     with read_db(db) as reader:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -27,7 +26,7 @@ from graphckpt.checkpoint import Snapshot, ThreadInfo
 from graphckpt.compat._lgread import written_by_langgraph
 from graphckpt.compiled import CompiledGraph
 from graphckpt.diff import Change, Diff
-from graphckpt.errors import GraphckptError
+from graphckpt.errors import GraphckptError, InvalidCursorError
 from graphckpt.plain import (
     audit_of,
     duration_ms,
@@ -43,10 +42,11 @@ from graphckpt.reader import RawReader
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.base import Saver
 from graphckpt.server.ui.family import fork_family
-from graphckpt.server.ui.filters import kept, statuses_of
+from graphckpt.server.ui.filters import kept
 from graphckpt.server.ui.liveness import liveness, pending_items
-from graphckpt.server.ui.pages import CheckpointPage, InterruptItem, StepRow, ThreadPage, ThreadRow, ThreadView
+from graphckpt.server.ui.pages import CheckpointPage, InterruptItem, StepRow, ThreadRow, ThreadView
 from graphckpt.server.ui.records import interrupt_record, pending_rows
+from graphckpt.server.ui.thread_list import ThreadPage, walk_page
 from graphckpt.server.ui.workbench import Comparison, Conversation, StepView, compare, conversation, step_view
 from graphckpt.subgraph import SEPARATOR
 
@@ -85,8 +85,8 @@ class UIBackend(Protocol):
     """What the UI's handlers need. The server may implement it over its own query layer (namespaces, tokens)."""
 
     async def thread_page(
-        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
-    ) -> ThreadPage: ...
+        self, *, status: str | None, graph: str | None, q: str | None, after: str | None, per_page: int
+    ) -> ThreadPage[ThreadRow]: ...
 
     async def thread_view(self, thread_id: str) -> ThreadView: ...
 
@@ -148,25 +148,36 @@ class LocalBackend:
     # -- reading -----------------------------------------------------------------------------------------------------
 
     async def thread_page(
-        self, *, status: str | None, graph: str | None, q: str | None, page: int, per_page: int
-    ) -> ThreadPage:
-        infos = await self._infos()
-        statuses = statuses_of(infos)
-        graphs = sorted({g for i in infos if (g := graph_of(metadata_of(i))) is not None})
-        chosen = [i for i in infos if kept(i, status, graph, q)]
-        pages = max(1, math.ceil(len(chosen) / per_page))
-        page = min(max(page, 1), pages)
-        shown = chosen[(page - 1) * per_page : page * per_page]
-        rows = list(await asyncio.gather(*(self._row(i) for i in shown)))
-        return ThreadPage(rows, len(chosen), page, pages, statuses, graphs)
+        self, *, status: str | None, graph: str | None, q: str | None, after: str | None, per_page: int
+    ) -> ThreadPage[ThreadRow]:
+        """One keyset page of the list (see :mod:`~graphckpt.server.ui.thread_list`): the status filtered in SQL,
+        the graph, ``q`` and the namespace on the threads read."""
+
+        def keep(info: ThreadInfo) -> bool:
+            return self._mine(info.thread_id) and kept(info, status, graph, q)
+
+        try:
+            return await walk_page(
+                self.reader.saver,
+                status=status,
+                after=after,
+                per_page=per_page,
+                keep=keep,
+                searching=bool(graph or q),
+                row=self._row,
+                graphs=self.apps,
+            )
+        except InvalidCursorError as exc:
+            raise UIError(f"after: {exc}") from None
+        except ValueError as exc:  # a status the saver does not know
+            raise UIError(f"status: {exc}") from None
 
     async def _infos(self, status: str | None = None) -> list[ThreadInfo]:
         """The threads this backend shows (every one of the saver; the server's backend keeps its namespace's)."""
         return await self.reader.athreads(status=status)  # type: ignore[arg-type]
 
     async def _row(self, info: ThreadInfo, own: Sequence[Snapshot] | None = None) -> ThreadRow:
-        if own is None:
-            own = await self._own(info.thread_id)
+        # (``own`` is not read here: the list's rows need no history, one read of the row and the spend each)
         record = await self.reader.store.thread(info.thread_id)
         lease = liveness(record)
         owner = self._owner(info.thread_id, record) or lease.owner

@@ -3,7 +3,7 @@
 Paths (relative to where the UI is mounted, ``/ui`` under ``graphckpt serve``):
 
 ==========================================  =====================================================================
-``GET /``                                   threads: ``?status=&graph=&q=&page=``
+``GET /``                                   threads: ``?status=&graph=&q=&after=`` (keyset pages)
 ``GET /threads/{thread}``                   a thread: timeline, graph, fork tree
 ``GET /threads/{thread}@{checkpoint}``      a checkpoint (the CLI's ``thread@checkpoint`` deep link)
 ``GET /fragments/live/{thread}``            the live part of a thread's page (what htmx polls while it runs)
@@ -103,23 +103,21 @@ def ui_routes(backend_of: BackendOf, *, stream: bool = False) -> list[BaseRoute]
 
 async def threads_page(request: Request, backend: UIBackend) -> Response:
     q = request.query_params
-    page_no, per = _int(q.get("page"), 1, 1, 1 << 30), _int(q.get("per"), PER_PAGE, 1, 200)
+    per = _int(q.get("per"), PER_PAGE, 1, 200)
     filters = {k: q.get(k, "") for k in ("status", "graph", "q")}
     page = await backend.thread_page(
         status=filters["status"] or None,
         graph=filters["graph"] or None,
         q=filters["q"] or None,
-        page=page_no,
+        after=q.get("after") or None,
         per_page=per,
     )
     kept = {k: v for k, v in filters.items() if v} | ({"per": str(per)} if per != PER_PAGE else {})
-
-    def page_url(n: int) -> str:
-        return "?" + urlencode({**kept, "page": n})
-
+    first_url = "?" + urlencode(kept) if kept else "?"
+    next_url = "?" + urlencode({**kept, "after": page.next}) if page.next else None
     known = ["running", "crashed", "interrupted", "waiting", "failed", "done", "partial"]
     choices = known + [s for s in page.statuses if s not in known]
-    ctx = {"page": page, "filters": filters, "page_url": page_url, "status_choices": choices}
+    ctx = {"page": page, "filters": filters, "first_url": first_url, "next_url": next_url, "status_choices": choices}
     return render_page(request, "threads.html", ctx)
 
 
