@@ -85,7 +85,7 @@ from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_listing import PostgresListings
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
-from graphckpt.savers._pg_waits import PostgresWaits
+from graphckpt.savers._pg_waits import PostgresWaits, Statements
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -186,6 +186,18 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             return []
         except psycopg.Error as exc:
             raise self._io.error(action, exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, action: str) -> AsyncIterator[Statements]:
+        """One transaction: the block runs named statements with the ``run(name, params)`` it gets; all or nothing."""
+        with self._io.errors(action):
+            async with self._connection() as conn, conn.transaction():
+
+                async def run(query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+                    cur = await conn.execute(self._io.queries[query], params, binary=True)
+                    return await cur.fetchall() if cur.description is not None else []
+
+                yield run
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
