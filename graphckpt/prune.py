@@ -16,6 +16,7 @@ before. Deleting is idempotent: two sweepers racing remove each thread once (the
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -26,7 +27,16 @@ from graphckpt.errors import InvalidUpdateError, ThreadNotFoundError
 from graphckpt.savers.base import Saver, Status, ThreadRecord
 from graphckpt.subgraph import SEPARATOR, link_of, subgraph_threads
 
-__all__ = ["TTL_SWEEP_EVERY", "PruneReport", "parse_duration", "prune", "sweep_expired", "ttl_of"]
+__all__ = [
+    "TTL_SWEEP_EVERY",
+    "PruneReport",
+    "parse_duration",
+    "prune",
+    "sweep_expired",
+    "ttl_of",
+    "ttl_seconds",
+    "with_ttl",
+]
 
 TTL_SWEEP_EVERY = 60.0
 """How often (seconds) workers and ``graphckpt serve`` sweep expired threads: a TTL is honoured within this long
@@ -52,6 +62,37 @@ def parse_duration(value: Any, *, what: str = "duration") -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise InvalidUpdateError(f"{what} must be more than 0 seconds: got {value!r}")
     return seconds
+
+
+def ttl_seconds(ttl: Any) -> float:
+    """The seconds of a TTL given to a run or a thread: seconds, a :class:`~datetime.timedelta`, a duration text
+    (``"30d"``) or LangGraph's ``{"strategy": "delete", "ttl": minutes}``; :class:`InvalidUpdateError` naming
+    ``ttl`` otherwise."""
+    if isinstance(ttl, datetime.timedelta):
+        ttl = ttl.total_seconds()
+    elif isinstance(ttl, Mapping):
+        minutes = ttl.get("ttl")
+        if ttl.get("strategy", "delete") != "delete" or set(ttl) - {"strategy", "ttl"}:
+            raise InvalidUpdateError(f"ttl: only {{'strategy': 'delete', 'ttl': minutes}} is supported, not {ttl!r}")
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float):
+            raise InvalidUpdateError(f"ttl.ttl must be a number of minutes, not {minutes!r}")
+        ttl = minutes * 60
+    return parse_duration(ttl, what="ttl")
+
+
+async def with_ttl(
+    tags: Mapping[str, Any] | None, ttl: Any, saver: Saver, thread_id: str | None
+) -> Mapping[str, Any] | None:
+    """A run's tags with its ``ttl`` (see :func:`ttl_seconds`) set: ``tags`` when given, else the thread's current
+    tags (so a TTL given alone changes nothing else); ``tags`` unchanged when ``ttl`` is ``None``."""
+    if ttl is None:
+        return tags
+    seconds = ttl_seconds(ttl)
+    if tags is None:
+        record = await saver.get_thread(thread_id) if thread_id is not None else None
+        found = record.metadata.get("tags") if record is not None else None
+        tags = found if isinstance(found, Mapping) else {}
+    return {**tags, "ttl": int(seconds) if seconds.is_integer() else seconds}
 
 
 def ttl_of(metadata: Mapping[str, Any]) -> float | None:

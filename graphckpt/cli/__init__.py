@@ -352,7 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument(
-        "--decrypt", action="store_true", help="an encrypted database: write its values decrypted (else refused)"
+        "--decrypt",
+        action="store_true",
+        help="an encrypted database: write its values in plaintext (else they stay encrypted under the current key)",
     )
 
     p = command(

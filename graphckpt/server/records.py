@@ -69,6 +69,8 @@ class RunRequest:
     recursion_limit: int | None = None
     tags: Mapping[str, Any] | None = None
     """Tags a resume records in its checkpoints (the web UI's ``via``/``ui_action``); ``None``: the thread's own."""
+    ttl: Mapping[str, Any] | None = None
+    """LangGraph's ``{"strategy": "delete", "ttl": minutes}`` this run sets on its thread (``None``: it keeps its)."""
 
 
 @dataclass

@@ -18,7 +18,6 @@ from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
 from graphckpt.compat._lgread import is_compat
 from graphckpt.diff import Diff
-from graphckpt.encryption import encrypted
 from graphckpt.erase import refuse_forked
 from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
 from graphckpt.reader import RawCodec
@@ -289,10 +288,8 @@ class Service:
 
     def export(self, ns: str, record: ThreadRecord, *, decrypt: bool = False) -> AsyncIterator[str]:
         """The export of ``record``'s thread with the ids ``ns`` sees (an API id, not the stored ``ns/ID``), so the
-        file imports into any namespace, or anywhere with ``graphckpt import``. From an encrypted store only with
-        ``decrypt`` (``?decrypt=true``): else 409."""
-        if encrypted(self.saver) and not decrypt:
-            raise ApiError(409, "EncryptionError", "the store is encrypted: export with ?decrypt=true")
+        file imports into any namespace, or anywhere with ``graphckpt import``. From an encrypted store the values
+        stay encrypted (they import into a store holding the key) unless ``decrypt`` (``?decrypt=true``)."""
 
         def visible(stored: str) -> str:
             found = api_id(ns, stored)

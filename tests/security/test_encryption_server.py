@@ -1,6 +1,6 @@
 """``graphckpt serve`` on an encrypted database (keys from ``GRAPHCKPT_ENCRYPTION_KEYS``, as a deployment gives
 them): runs, interrupts, answers and the SSE stream work as without encryption, the stream carries the marker
-decrypted, the database files never hold it, and an export needs ``?decrypt=true``."""
+decrypted, the database files never hold it, and an export stays encrypted unless ``?decrypt=true``."""
 
 from __future__ import annotations
 
@@ -30,8 +30,12 @@ def test_a_served_encrypted_database_streams_decrypted_and_stores_ciphertext(
         assert answered.status_code == 202
         c.get(f"/threads/t/runs/{answered.json()['run_id']}/join").raise_for_status()
         assert c.get("/threads/t/state").json()["values"]["answer"] == f"ok {MARKER}"
-        refused = c.get("/threads/t/export")
-        assert refused.status_code == 409 and refused.json()["error"] == "EncryptionError"
-        assert c.get("/threads/t/export", params={"decrypt": "true"}).status_code == 200
+        sealed = c.get("/threads/t/export")  # stays encrypted
+        assert sealed.status_code == 200 and MARKER not in sealed.text and '"kind":"checkpoint"' in sealed.text
+        imported = c.post("/threads/import", content=sealed.text.replace('"thread_id":"t"', '"thread_id":"t2"'))
+        assert imported.status_code == 200, imported.text
+        assert c.get("/threads/t2/state").json()["values"]["answer"] == f"ok {MARKER}"
+        decrypted = c.get("/threads/t/export", params={"decrypt": "true"})
+        assert decrypted.status_code == 200 and MARKER in decrypted.text
     on_disk = b"".join(p.read_bytes() for p in tmp_path.glob("serve.db*"))
     assert on_disk and MARKER.encode() not in on_disk

@@ -40,10 +40,18 @@ logger = logging.getLogger("graphckpt.server")
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
-    def __init__(self, graphs: Graphs, *, recover: bool = True, recover_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        graphs: Graphs,
+        *,
+        recover: bool = True,
+        recover_interval: float = 1.0,
+        ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
+    ) -> None:
         self.graphs = graphs
         self.recover = recover
         self.recover_interval = recover_interval
+        self.ttl_sweep_every = ttl_sweep_every
         self._recovery: asyncio.Task[None] | None = None
         self._ttl: asyncio.Task[None] | None = None
         self._runs: dict[str, RunInfo] = {}
@@ -53,10 +61,12 @@ class InProcessRuns:
 
     async def start(self) -> None:
         """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off); sweep
-        expired threads every :data:`~graphckpt.prune.TTL_SWEEP_EVERY` seconds."""
+        expired threads every ``ttl_sweep_every`` seconds (default :data:`~graphckpt.prune.TTL_SWEEP_EVERY`; ``None``:
+        never)."""
         if self.recover:
             self._recovery = asyncio.create_task(self._recover_loop(), name="graphckpt-recovery")
-        self._ttl = asyncio.create_task(self._ttl_loop(), name="graphckpt-ttl-sweep")
+        if self.ttl_sweep_every:
+            self._ttl = asyncio.create_task(self._ttl_loop(self.ttl_sweep_every), name="graphckpt-ttl-sweep")
 
     async def _recover_loop(self) -> None:
         while True:
@@ -66,13 +76,13 @@ class InProcessRuns:
                 logger.warning("recovery scan failed: %s", exc)
             await asyncio.sleep(self.recover_interval)
 
-    async def _ttl_loop(self) -> None:
+    async def _ttl_loop(self, every: float) -> None:
         while True:
             try:
                 await sweep_expired(self.graphs.saver)
             except Exception as exc:  # the store is unreachable for a moment: try again next time
                 logger.warning("ttl sweep failed: %s", exc)
-            await asyncio.sleep(TTL_SWEEP_EVERY)
+            await asyncio.sleep(every)
 
     async def recover_crashed(self) -> None:
         """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
@@ -203,6 +213,7 @@ class InProcessRuns:
                     request.answer,
                     recursion_limit=request.recursion_limit,
                     tags=dict(tags) if tags is not None else None,
+                    ttl=request.ttl,
                 )
             else:
                 tags = {
@@ -215,6 +226,7 @@ class InProcessRuns:
                     thread_id=request.thread_id,
                     tags=tags,
                     recursion_limit=request.recursion_limit,
+                    ttl=request.ttl,
                 )
         except GraphckptError as exc:
             self._finish(info, "error", f"{type(exc).__name__}: {exc}")

@@ -97,6 +97,7 @@ async def _submit(
         answer=answer,
         metadata=metadata,
         recursion_limit=b.limit(),
+        ttl=b.ttl.model_dump() if b.ttl is not None else None,
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(
