@@ -24,7 +24,9 @@ from typing import Any
 
 from graphckpt import ids
 from graphckpt.errors import InvalidUpdateError, ThreadNotFoundError
+from graphckpt.keep_last import trim_thread
 from graphckpt.savers.base import Saver, Status, ThreadRecord
+from graphckpt.savers.usage import StorageUsage
 from graphckpt.subgraph import SEPARATOR, link_of, subgraph_threads
 
 __all__ = [
@@ -123,6 +125,9 @@ class PruneReport:
     """Bytes of their rows (:meth:`Saver.storage_usage`); measured after the delete as the drop of the store's total
     row bytes (rows a surviving fork needs stay, so it can be less than the dry run's figure)."""
     dry_run: bool
+    keep_last: int | None = None
+    """With ``keep_last``: the threads were trimmed to their last checkpoints, not removed (``threads`` names those
+    that lost any, ``checkpoints`` counts the checkpoints that went)."""
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -161,14 +166,19 @@ async def prune(
     status: Iterable[Status] | None = None,
     thread_ids: Iterable[str] | None = None,
     expired: bool = False,
+    keep_last: int | None = None,
     dry_run: bool = False,
     measure: bool = True,
 ) -> PruneReport:
     """Remove the threads matching every policy given (at least one): last activity older than ``older_than``
     (seconds or a duration), a status in ``status``, an id in ``thread_ids``, a TTL that ran out (``expired``).
+    With ``keep_last`` (alone, or with the others to choose the threads) the threads are not removed but keep
+    their last ``keep_last`` checkpoints (see :mod:`graphckpt.keep_last`).
     ``measure=False`` skips the two :meth:`~Saver.storage_usage` reads (the report's counts are then 0)."""
-    if older_than is None and status is None and thread_ids is None and not expired:
-        raise InvalidUpdateError("prune needs a policy: older_than, status, thread_ids or expired")
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+        raise InvalidUpdateError(f"keep_last must be a number of checkpoints (1 or more), not {keep_last!r}")
+    if older_than is None and status is None and thread_ids is None and not expired and keep_last is None:
+        raise InvalidUpdateError("prune needs a policy: older_than, status, thread_ids, expired or keep_last")
     age = None if older_than is None else parse_duration(older_than, what="older_than")
     statuses = None if status is None else frozenset(status)
     wanted = None if thread_ids is None else frozenset(thread_ids)
@@ -176,6 +186,8 @@ async def prune(
     chosen = [r for r in await saver.list_threads() if _selected(r, now, age, statuses, wanted, expired)]
     measure = measure and bool(chosen)
     before = await saver.storage_usage(top=1 << 30) if measure else None
+    if keep_last is not None:
+        return await _keep_last(saver, chosen, keep_last, dry_run, before)
     sizes = {t.thread_id: t for t in before.threads} if before is not None else {}
     removed: list[str] = []
     checkpoints = planned = 0
@@ -197,6 +209,28 @@ async def prune(
     after = await saver.storage_usage(top=1 << 30)
     freed = sum(t.bytes for t in before.threads) - sum(t.bytes for t in after.threads)
     return PruneReport(removed, checkpoints, freed, dry_run)
+
+
+async def _keep_last(
+    saver: Saver, chosen: list[ThreadRecord], keep: int, dry_run: bool, before: StorageUsage | None
+) -> PruneReport:
+    trimmed: list[str] = []
+    checkpoints = planned = 0
+    forks: dict[str, list[ThreadRecord]] = {}
+    for r in await saver.list_threads():
+        if r.parent_thread_id is not None and r.parent_thread_id != r.thread_id:
+            forks.setdefault(r.parent_thread_id, []).append(r)
+    for record in chosen:
+        trim = await trim_thread(saver, record, keep, forks.get(record.thread_id, []), dry_run=dry_run)
+        if trim.checkpoints:
+            trimmed.append(record.thread_id)
+            checkpoints += trim.checkpoints
+            planned += trim.bytes
+    if dry_run or not trimmed or before is None:
+        return PruneReport(trimmed, checkpoints, planned, dry_run, keep)
+    after = await saver.storage_usage(top=1 << 30)
+    freed = sum(t.bytes for t in before.threads) - sum(t.bytes for t in after.threads)
+    return PruneReport(trimmed, checkpoints, freed, dry_run, keep)
 
 
 async def sweep_expired(saver: Saver) -> PruneReport | None:

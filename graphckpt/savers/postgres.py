@@ -394,6 +394,19 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
                     if row is not None and row[0]:
                         tid, source = source, row[1]
 
+    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+        check_storable(thread_id=thread_id)
+        async with self._transaction(f"drop_steps of thread {brief(thread_id)!r}") as run:
+            found = await run("lock_thread", {"tid": thread_id})
+            head = await run("get_thread", {"tid": thread_id})
+            if not found or found[0][0] or not head or head[0][2] < below:  # [2]: head_step
+                return 0
+            [(needed,)] = await run("needed_step", {"tid": thread_id})
+            chs, firsts = list(blobs_from), list(blobs_from.values())
+            params = {"tid": thread_id, "above": -1 if needed is None else needed, "below": below}
+            [(dropped,)] = await run("drop_steps", {**params, "chs": chs, "firsts": firsts})
+            return int(dropped)
+
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -334,6 +334,12 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         await self._write(lambda conn: tx.delete_thread(conn, thread_id, now))
         await self._io.truncate_wal()  # erasure: see SqliteConnections.truncate_wal
 
+    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+        dropped = await self._write(lambda conn: tx.drop_steps(conn, thread_id, below, dict(blobs_from)))
+        if dropped:
+            await self._io.truncate_wal()  # erasure, as for delete_thread
+        return dropped
+
     async def storage_usage(self, *, top: int = 10) -> StorageUsage:
         def read(conn: sqlite3.Connection) -> StorageUsage:
             tables: dict[str, int] = {}
