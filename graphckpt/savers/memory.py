@@ -23,6 +23,7 @@ from graphckpt.savers._checks import (
 )
 from graphckpt.savers._memory_crons import MemoryCrons
 from graphckpt.savers._memory_items import MemoryItems
+from graphckpt.savers._memory_retention import MemoryRetention
 from graphckpt.savers._memory_runs import MemoryRuns
 from graphckpt.savers._memory_waits import MemoryWaits
 from graphckpt.savers.base import (
@@ -61,7 +62,7 @@ class _Thread:
     deleted: bool = False
 
 
-class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
+class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryRetention, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 
@@ -271,31 +272,6 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
         for cron_id in [c.cron_id for c in self._crons.values() if c.thread_id == thread_id]:
             del self._crons[cron_id]
         self._collect()
-
-    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
-        thread = self._threads.get(thread_id)
-        if thread is None or thread.deleted or thread.record.head_step < below:
-            return 0
-        needed = self._needed_steps(thread_id)
-        above = -1 if needed is None else needed
-        dropped = [s for s in thread.steps if above < s < below]
-        for step in dropped:
-            cp = thread.by_step.pop(step)
-            del thread.by_id[cp.checkpoint_id]
-            self._writes.pop((thread_id, cp.checkpoint_id), None)
-            self._writes.pop((thread_id, kept_key(cp.checkpoint_id)), None)
-        thread.steps = [s for s in thread.steps if not above < s < below]
-        events = self._events.get(thread_id, [])
-        events[:] = [e for e in events if not above < e.step < below]
-        for (tid, channel), blobs in list(self._blobs.items()):
-            if tid == thread_id:
-                first = min(blobs_from.get(channel, below), below)
-                for step in [s for s in blobs if above < s < first]:
-                    del blobs[step]
-                if not blobs:
-                    del self._blobs[(tid, channel)]
-        self._version += 1
-        return len(dropped)
 
     async def storage_usage(self, *, top: int = 10) -> StorageUsage:
         per: dict[str, list[int]] = {}
