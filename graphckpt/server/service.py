@@ -19,7 +19,7 @@ from graphckpt.checkpoint import Snapshot
 from graphckpt.compat._lgread import is_compat
 from graphckpt.diff import Diff
 from graphckpt.erase import refuse_forked
-from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
+from graphckpt.errors import CorruptCheckpointError, EncryptionError, ThreadNotFoundError
 from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -311,8 +311,8 @@ class Service:
 
         try:
             imported = await transfer.import_thread(self.saver, lines, rename=stored)
-        except CorruptCheckpointError as exc:  # the file is the request: refused, nothing written
-            raise ApiError(422, "CorruptCheckpointError", str(exc)) from None
+        except (CorruptCheckpointError, EncryptionError) as exc:  # the file is the request: refused, nothing written
+            raise ApiError(422, type(exc).__name__, str(exc)) from None
         return api_id(ns, imported) or imported
 
     # -- events -------------------------------------------------------------------------------------------------------
