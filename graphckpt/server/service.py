@@ -20,6 +20,7 @@ from graphckpt.compat._lgread import is_compat
 from graphckpt.diff import Diff
 from graphckpt.erase import refuse_forked
 from graphckpt.errors import CorruptCheckpointError, EncryptionError, ThreadNotFoundError
+from graphckpt.prune import prune
 from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -189,6 +190,13 @@ class Service:
             refuse_forked(thread_id, [api_id(ns, f) or f for f in await self.saver.thread_forks(sid)])
         await self.runs.cancel_thread(sid)
         await self.graphs.app_of(record).adelete_thread(sid, cascade=cascade)
+
+    async def keep_latest(self, ns: str, thread_id: str) -> bool:
+        """LangGraph's ``prune(strategy="keep_latest")``: the thread keeps only its head checkpoint (see
+        :mod:`graphckpt.keep_last`); ``False`` when nothing went (a running thread is left alone)."""
+        record = await self.record(ns, thread_id)
+        report = await prune(self.saver, thread_ids=[record.thread_id], keep_last=1, measure=False)
+        return bool(report.threads)
 
     async def state(
         self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None

@@ -1,7 +1,8 @@
 """A TTL set when a run starts (``invoke``/``resume``/``stream``/``submit`` with ``ttl=``, or ``ttl`` in a served
 run's body, LangGraph's ``{"strategy": "delete", "ttl": minutes}``), besides thread creation: it replaces the
 thread's TTL and keeps its other tags; a bad one is refused naming ``ttl``. ``graphckpt serve`` sweeps: a served
-thread whose short TTL ran out disappears within a bounded wait, one without a TTL stays."""
+thread whose short TTL ran out disappears within a bounded wait, one without a TTL stays (and LangGraph's
+``POST /threads/prune`` with ``strategy: keep_latest`` trims it to its head)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,10 @@ def test_a_served_thread_with_a_short_ttl_disappears(serve: Callable[..., Served
 
         wait_for(lambda: c.get("/threads/short").status_code == 404, 20, interval=0.1, what="the sweep by serve")
         assert c.get("/threads/kept").status_code == 200
+        # the same server: LangGraph's prune with strategy keep_latest keeps each thread's head only
+        state = c.get("/threads/kept/state").json()
+        assert len(c.post("/threads/kept/history", json={"limit": 100}).json()) > 1
+        body = {"thread_ids": ["kept", "nobody"], "strategy": "keep_latest"}
+        assert c.post("/threads/prune", json=body).json() == {"pruned_count": 1}
+        [head] = c.post("/threads/kept/history", json={"limit": 100}).json()
+        assert head["values"] == state["values"] == c.get("/threads/kept/state").json()["values"]
