@@ -2,9 +2,13 @@
 removing them without breaking what stays.
 
 A thread's *last activity* is its row's ``updated_at`` (every commit, claim and stop moves it). Its *time-to-live*
-is the tag ``ttl`` of its runs (``invoke(..., tags={"ttl": "7d"})``: seconds, or a duration such as ``"90m"``,
-``"12h"``, ``"30d"``; LangGraph's ``{"strategy": "delete", "ttl": MINUTES}`` too): it has expired when its last
-activity is older than that. Resumed runs keep their thread's tags, so a TTL holds until a run sets another.
+is the tag ``ttl`` of its runs (``invoke(..., ttl="7d")``, or ``tags={"ttl": "7d"}``: seconds, a ``timedelta``, or a
+duration such as ``"90m"``, ``"12h"``, ``"30d"``; LangGraph's ``{"strategy": "delete", "ttl": MINUTES}`` too): it has
+expired when its last activity is older than that. Resumed runs keep their thread's tags, so a TTL holds until a run
+sets another.
+
+With ``keep_last`` the threads chosen are not removed but trimmed to their last checkpoints (see
+:mod:`graphckpt.keep_last`).
 
 What a prune never breaks: a thread that is running with a live lease is never selected; the child threads of a
 thread's subgraphs go with it (and are never selected on their own); a selected thread that a surviving fork
