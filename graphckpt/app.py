@@ -13,17 +13,18 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from graphckpt import begin, recovery, runs
+from graphckpt import begin, recovery
 from graphckpt.checkpoint import Snapshot
 from graphckpt.compiled import CompiledGraph
 from graphckpt.control import Command
 from graphckpt.fork import fork, update_state
 from graphckpt.lifecycle import DataLifecycle
+from graphckpt.prune import with_ttl
+from graphckpt.queueing import RunQueueing
 from graphckpt.reads import Reader
 from graphckpt.records import NO_ANSWER, CrashedThread, Goto, RecoveryResult
 from graphckpt.savers.base import Saver
 from graphckpt.savers.memory import MemorySaver
-from graphckpt.savers.queue import RunRecord, RunStatus
 from graphckpt.store import ThreadStore
 from graphckpt.streams import StreamMode, check_modes, stream
 from graphckpt.subgraph import codec_for
@@ -32,7 +33,7 @@ from graphckpt.sync import sync_iter_twin, sync_twin
 __all__ = ["App", "StreamMode"]
 
 
-class App(Reader, DataLifecycle):
+class App(Reader, DataLifecycle, RunQueueing):
     """A compiled graph bound to a saver. Create it with :meth:`StateGraph.compile`."""
 
     def __init__(
@@ -81,16 +82,19 @@ class App(Reader, DataLifecycle):
         thread_id: str | None = None,
         recursion_limit: int | None = None,
         tags: Mapping[str, Any] | None = None,
+        ttl: Any = None,
     ) -> Snapshot:
         """Start a run on ``thread_id`` (a new thread, or one that is ``done``: multi-turn) with ``input`` applied
         through the reducers, and run it until it is done, interrupted or failed. Returns the head snapshot.
         Raises :class:`NodeError` when a node fails (the thread is ``failed``; call :meth:`aresume`).
 
         ``input`` may be ``Command(resume=answer)`` (LangGraph's spelling): then it is :meth:`aresume` with that
-        answer, not a new input."""
+        answer, not a new input. ``ttl`` (seconds, a ``timedelta``, ``"30d"`` or LangGraph's ``{"strategy":
+        "delete", "ttl": minutes}``) sets the thread's time-to-live from its last activity (:mod:`graphckpt.prune`)."""
         if isinstance(input, Command):
             thread_id = begin.resumed_thread(input, thread_id)
-            return await self.aresume(thread_id, input, recursion_limit=recursion_limit, tags=tags)
+            return await self.aresume(thread_id, input, recursion_limit=recursion_limit, tags=tags, ttl=ttl)
+        tags = await with_ttl(tags, ttl, self.saver, thread_id)
         run = await begin.start(self.run_options, input, thread_id, recursion_limit, tags, self.runner)
         await run.drain()
         return self.store.snapshot(run.head, run.status, run.recorded)
@@ -103,11 +107,13 @@ class App(Reader, DataLifecycle):
         recursion_limit: int | None = None,
         tags: Mapping[str, Any] | None = None,
         take_over: bool = False,
+        ttl: Any = None,
     ) -> Snapshot:
         """Continue a thread from its head: after a crash (``running``), a failure (``failed``: only the tasks
         without recorded results run again) or an interrupt (``answer`` is what ``ctx.interrupt`` returns).
-        A ``done`` thread's head is returned as is. ``take_over``: take a live owner's thread (its next write fails)."""
-        options, runner = self.run_options, self.runner
+        A ``done`` thread's head is returned as is. ``take_over``: take a live owner's thread (its next write fails).
+        ``ttl``: as in :meth:`ainvoke`."""
+        options, runner, tags = self.run_options, self.runner, await with_ttl(tags, ttl, self.saver, thread_id)
         run = await begin.resume(options, thread_id, answer, recursion_limit, tags, runner, take_over=take_over)
         await run.drain()
         return self.store.snapshot(run.head, run.status, run.recorded)
@@ -124,6 +130,7 @@ class App(Reader, DataLifecycle):
         answer: Any = NO_ANSWER,
         subgraphs: bool = False,
         take_over: bool = False,
+        ttl: Any = None,
     ) -> AsyncIterator[Any]:
         """Run like :meth:`ainvoke` (or like :meth:`aresume` with ``resume=True``: then ``input`` is ignored and
         ``answer``, when given, answers the open interrupt) and yield as the run goes:
@@ -148,8 +155,9 @@ class App(Reader, DataLifecycle):
         what subgraphs run, and every chunk becomes ``(namespace, chunk)`` (or ``(namespace, mode, chunk)``): ``()``
         for this graph, ``("node:task_id", ...)`` for a subgraph, as in LangGraph. The run advances as the stream is
         read: it is never more than one step ahead of its reader, and a stream abandoned midway stops its run (what
-        it committed stays). ``take_over`` with ``resume``: as in :meth:`aresume`."""
+        it committed stays). ``take_over`` with ``resume``: as in :meth:`aresume`; ``ttl``: as in :meth:`ainvoke`."""
         check_modes(mode)  # before the run begins
+        tags = await with_ttl(tags, ttl, self.saver, thread_id)
         args = (self.run_options, input, thread_id, recursion_limit, tags, self.runner)
         run = await begin.streamed(*args, resuming=resume, answer=answer, take_over=take_over)
         chunks = stream(run, mode, subgraphs=subgraphs, graph=self.graph, store=self.store)
@@ -161,48 +169,7 @@ class App(Reader, DataLifecycle):
     resume = sync_twin(aresume)
     stream = sync_iter_twin(astream)
 
-    # -- the run queue (see graphckpt.runs and graphckpt.worker), recovery (see graphckpt.recovery) ----------------
-
-    async def asubmit(
-        self,
-        input: Any = None,
-        *,
-        thread_id: str | None = None,
-        multitask: runs.Multitask = "reject",
-        resume: bool = False,
-        answer: Any = NO_ANSWER,
-        graph: str | None = None,
-        tags: Mapping[str, Any] | None = None,
-        recursion_limit: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> RunRecord:
-        """Queue a run for a worker (see :func:`graphckpt.runs.submit`): ``multitask="reject"`` raises
-        :class:`ThreadBusyError` at once when the thread is busy, ``"enqueue"`` runs it after the current one;
-        ``tags`` (not ``None``) are its checkpoints' tags instead of the thread's; ``recursion_limit`` caps the
-        run's super-steps (its worker applies it); ``metadata`` is the run's own."""
-        queue, ref = runs.queue_of(self.saver), graph or self.graph_ref
-        return await runs.submit(
-            queue,
-            self.graph,
-            self.codec.serde,
-            input,
-            thread_id=thread_id,
-            multitask=multitask,
-            resume=resume,
-            answer=answer,
-            graph=ref,
-            tags=tags,
-            recursion_limit=recursion_limit,
-            metadata=metadata,
-        )
-
-    async def aruns(self, *, thread_id: str | None = None, status: RunStatus | None = None) -> list[RunRecord]:
-        """Queued, running and ended runs, oldest first."""
-        return await runs.list_runs(runs.queue_of(self.saver), thread_id=thread_id, status=status)
-
-    async def acancel_run(self, run_id: str) -> bool:
-        """Cancel a queued run; ``False`` when it is not queued any more."""
-        return await runs.cancel(runs.queue_of(self.saver), run_id)
+    # -- recovery (see graphckpt.recovery; the run queue is graphckpt.queueing's) ------------------------------------
 
     async def acrashed(self) -> list[CrashedThread]:
         """The crashed threads (``running``, lease expired: their process died), each with what a person needs to
@@ -214,7 +181,6 @@ class App(Reader, DataLifecycle):
         process took first is skipped with its reason (see :func:`graphckpt.recovery.recover`)."""
         return await recovery.recover(self.aresume, thread_ids)
 
-    submit, runs, cancel_run = sync_twin(asubmit), sync_twin(aruns), sync_twin(acancel_run)
     crashed, recover = sync_twin(acrashed), sync_twin(arecover)
 
     # -- forking ---------------------------------------------------------------------------------------------------

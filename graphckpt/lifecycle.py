@@ -31,13 +31,21 @@ class DataLifecycle(SyncFacade):
         status: Iterable[Status] | None = None,
         thread_ids: Iterable[str] | None = None,
         expired: bool = False,
+        keep_last: int | None = None,
         dry_run: bool = False,
     ) -> PruneReport:
         """Remove the threads matching every policy given: last activity older than ``older_than`` (seconds or
-        ``"30d"``), a status in ``status``, an id in ``thread_ids``, an expired TTL; ``dry_run`` only reports.
-        What surviving threads need stays (see :mod:`graphckpt.prune`)."""
+        ``"30d"``), a status in ``status``, an id in ``thread_ids``, an expired TTL; with ``keep_last`` the threads
+        chosen (every thread when no other policy is given) keep their last ``keep_last`` checkpoints instead of
+        going. ``dry_run`` only reports. What surviving threads need stays (see :mod:`graphckpt.prune`)."""
         return await prune(
-            self.saver, older_than=older_than, status=status, thread_ids=thread_ids, expired=expired, dry_run=dry_run
+            self.saver,
+            older_than=older_than,
+            status=status,
+            thread_ids=thread_ids,
+            expired=expired,
+            keep_last=keep_last,
+            dry_run=dry_run,
         )
 
     delete_thread, prune = sync_twin(adelete_thread), sync_twin(aprune)

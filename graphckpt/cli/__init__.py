@@ -324,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", required=True, action="append", metavar="MODULE:ATTR", help="a graph to run (repeat)")
     p.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="runs at a time (default 1)")
     p.add_argument("--poll", type=positive_float, default=1.0, metavar="S", help="poll interval when idle (s)")
+    p.add_argument("--ttl-sweep-every", type=float, default=60.0, metavar="S", help="sweep expired TTLs every S s")
     p.add_argument(
         "--lease-seconds",
         type=positive_float,
@@ -352,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     _completes(p.add_argument("thread", type=nonempty, metavar="ID"), "thread")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument(
-        "--decrypt", action="store_true", help="an encrypted database: write its values decrypted (else refused)"
+        "--decrypt",
+        action="store_true",
+        help="an encrypted database: write its values in plaintext (else they stay encrypted under the current key)",
     )
 
     p = command(

@@ -30,14 +30,19 @@ def add_parsers(command: Any, positive_int: Any) -> None:
         "prune",
         "remove threads by retention policy or expiry",
         "Remove the threads that match every policy given: --older-than (last activity), --status, --thread, "
-        "--expired (their tag ttl ran out). A running thread is never removed; its subgraphs' threads go with a "
-        "thread; a thread a surviving fork depends on keeps its lineage up to the fork point. --dry-run prints what "
+        "--expired (their tag ttl ran out); with --keep-last N the threads chosen (all, without another policy) "
+        "keep their last N checkpoints instead of going. A running thread is never removed; its subgraphs' threads "
+        "go with a thread; a thread a surviving fork depends on keeps its lineage up to the fork point. --dry-run "
+        "prints what "
         "would go (threads, checkpoints, bytes); otherwise it asks first on a terminal and needs --yes elsewhere.",
     )
     p.add_argument("--older-than", metavar="DURATION", help="last activity older than this: seconds, 90m, 12h, 30d")
     p.add_argument("--status", metavar="S[,S]", help="only threads with one of these statuses (done,failed,...)")
     p.add_argument("--thread", action="append", metavar="ID", help="only this thread (repeatable)")
     p.add_argument("--expired", action="store_true", help="threads whose ttl (a run's tag) has run out")
+    p.add_argument(
+        "--keep-last", type=positive_int, metavar="N", help="keep the last N checkpoints of each thread chosen"
+    )
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
@@ -65,9 +70,9 @@ def _policy(args: argparse.Namespace) -> dict[str, Any]:
         except InvalidUpdateError as exc:
             raise UsageError(str(exc)) from None
     policy = {"older_than": args.older_than, "status": statuses, "thread_ids": args.thread, "expired": args.expired}
-    if not any(v for v in policy.values()):
-        raise UsageError("prune needs a policy: --older-than, --status, --thread or --expired")
-    return policy
+    if not any(v for v in policy.values()) and args.keep_last is None:
+        raise UsageError("prune needs a policy: --older-than, --status, --thread, --expired or --keep-last")
+    return {**policy, "keep_last": args.keep_last}
 
 
 async def cmd_prune(args: argparse.Namespace, s: Session) -> int:
@@ -81,10 +86,12 @@ async def cmd_prune(args: argparse.Namespace, s: Session) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"not pruning {len(planned.threads)} thread(s) without confirmation: pass --yes")
-        sys.stderr.write(
-            f"remove {len(planned.threads)} thread(s), {planned.checkpoints} checkpoint(s), {_size(planned.bytes)}? "
-            "[y/N] "
-        )
+        what = f"{planned.checkpoints} checkpoint(s), {_size(planned.bytes)}"
+        if planned.keep_last is not None:
+            what = f"{what} from {len(planned.threads)} thread(s), keeping the last {planned.keep_last} of each"
+        else:
+            what = f"{len(planned.threads)} thread(s), {what}"
+        sys.stderr.write(f"remove {what}? [y/N] ")
         sys.stderr.flush()
         if (await asyncio.to_thread(sys.stdin.readline)).strip().lower() not in ("y", "yes"):
             sys.stderr.write("graphckpt: nothing pruned\n")
@@ -98,7 +105,13 @@ def _report(report: PruneReport, as_json: bool) -> None:
         print(json.dumps(report.as_json(), indent=2, ensure_ascii=False))
         return
     verb = "would remove" if report.dry_run else "removed"
-    print(f"{verb} {len(report.threads)} thread(s), {report.checkpoints} checkpoint(s), {_size(report.bytes)}")
+    if report.keep_last is not None:
+        print(
+            f"{verb} {report.checkpoints} checkpoint(s), {_size(report.bytes)}, from {len(report.threads)} thread(s)"
+            f" (keeping the last {report.keep_last} of each)"
+        )
+    else:
+        print(f"{verb} {len(report.threads)} thread(s), {report.checkpoints} checkpoint(s), {_size(report.bytes)}")
     for thread_id in report.threads:
         print(f"  {thread_id}")
 

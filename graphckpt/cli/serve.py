@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import sys
 
+from graphckpt.prune import TTL_SWEEP_EVERY
 from graphckpt.targets import Database, UsageError, compile_with, load_target
 
 __all__ = ["LOOPBACK", "add_parser", "cmd_serve"]
@@ -98,6 +99,13 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         help="in-process workers running the queued runs (default 1; each up to 8 at a time)",
     )
     p.add_argument(
+        "--ttl-sweep-every",
+        type=float,
+        default=TTL_SWEEP_EVERY,
+        metavar="SECONDS",
+        help=f"remove threads whose TTL ran out every SECONDS (default {TTL_SWEEP_EVERY:g}; 0: never)",
+    )
+    p.add_argument(
         "--no-workers",
         dest="workers",
         action="store_const",
@@ -126,6 +134,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if args.workers < 0:
         raise UsageError(f"--workers must be 0 or more, not {args.workers}")
+    if not 0 <= args.ttl_sweep_every < float("inf"):
+        raise UsageError(f"--ttl-sweep-every must be 0 or more seconds, not {args.ttl_sweep_every}")
     db = Database(getattr(args, "db", None))
     saver = db.saver(create=True)
     apps = {}
@@ -147,6 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         recover=args.recover,
         workers=args.workers,
         webhook_hosts=args.webhook_host,
+        ttl_sweep_every=args.ttl_sweep_every or None,
     )
     config = uvicorn_config(
         app,

@@ -14,6 +14,7 @@ from typing import Any
 from graphckpt.cli.session import CliError, Session, parse_json
 from graphckpt.lease import LEASE_ENV
 from graphckpt.savers.queue import RunRecord
+from graphckpt.targets import UsageError
 
 __all__ = ["cmd_runs", "cmd_submit", "cmd_worker"]
 
@@ -83,7 +84,9 @@ async def cmd_worker(args: argparse.Namespace, s: Session) -> int:
 
     _lease_option(args)
     apps = {ref: s.app(ref, create=True) for ref in args.graph}
-    worker = Worker(apps, concurrency=args.concurrency, poll=args.poll)
+    if not 0 <= args.ttl_sweep_every < float("inf"):
+        raise UsageError(f"--ttl-sweep-every must be 0 or more seconds, not {args.ttl_sweep_every}")
+    worker = Worker(apps, concurrency=args.concurrency, poll=args.poll, ttl_sweep_every=args.ttl_sweep_every or None)
     stop = asyncio.Event()
     ctrl_c = getattr(args, "ctrl_c", None)
     if ctrl_c is not None:

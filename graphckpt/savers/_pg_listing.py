@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from graphckpt import ids
 from graphckpt.savers._checks import brief, check_filter
 from graphckpt.savers._pg_sql import page_query, thread_from_row
-from graphckpt.savers._thread_pages import ThreadPage, check_limit, page_from_rows
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, page_from_rows, sealed_page
 from graphckpt.savers.base import FAMILY_SEP, Status, StoredEvent, ThreadRecord
 from graphckpt.savers.usage import StorageUsage, ThreadUsage
 
@@ -77,14 +77,21 @@ class PostgresListings:
         parent_thread_id: str | None = None,
     ) -> ThreadPage:
         check_limit(limit)
-        query, params = page_query(limit, after, status, metadata, parent_thread_id)  # checks the cursor
+        page_query(limit, after, status, metadata, parent_thread_id)  # checks the cursor
         if metadata:
             check_filter(metadata)
-        now = ids.now()
-        rows = await self._fetch("page_threads", query, params)
-        return page_from_rows(
-            self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=limit, status=status
-        )
+        plain = self.sealer.split_filter(metadata)
+
+        async def read(n: int, cursor: str | None) -> ThreadPage:
+            query, params = page_query(n, cursor, status, plain, parent_thread_id)
+            now, rows = ids.now(), await self._fetch("page_threads", query, params)
+            return page_from_rows(
+                self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=n, status=status
+            )
+
+        if metadata and plain is not metadata:
+            return await sealed_page(read, limit=limit, after=after, metadata=metadata)
+        return await read(limit, after)
 
     # -- events ------------------------------------------------------------------------------------------------------
 

@@ -120,6 +120,20 @@ SQL: dict[str, LiteralString] = {
     "needed_step": """SELECT max(p.step) FROM {threads} f JOIN {checkpoints} p
         ON p.thread_id = f.parent_thread_id AND p.checkpoint_id = f.parent_checkpoint_id
         WHERE f.parent_thread_id = %(tid)s""",
+    # drop_steps: a live thread's own steps under %(below)s, above the highest fork point (%(above)s); per channel
+    # the blobs under its first needed step (unnest of %(chs)s, %(firsts)s), others under %(below)s.
+    "drop_steps": """WITH c AS (
+        DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(above)s AND step < %(below)s
+        RETURNING checkpoint_id
+    ), w AS (DELETE FROM {writes} WHERE thread_id = %(tid)s AND (checkpoint_id IN (SELECT checkpoint_id FROM c)
+        OR checkpoint_id IN (SELECT checkpoint_id || '#kept' FROM c))
+    ), e AS (DELETE FROM {events} WHERE thread_id = %(tid)s AND step > %(above)s AND step < %(below)s
+    ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(above)s AND step < %(below)s
+        AND NOT (channel = ANY(%(chs)s::text[]))
+    ), n AS (DELETE FROM {blobs} AS x USING unnest(%(chs)s::text[], %(firsts)s::bigint[]) AS k(ch, first)
+        WHERE x.thread_id = %(tid)s AND x.channel = k.ch AND x.step > %(above)s AND x.step < least(k.first, %(below)s)
+    )
+    SELECT count(*) FROM c""",
     "prune": """WITH c AS (
         DELETE FROM {checkpoints} WHERE thread_id = %(tid)s AND step > %(keep)s RETURNING checkpoint_id
     ), b AS (DELETE FROM {blobs} WHERE thread_id = %(tid)s AND step > %(keep)s

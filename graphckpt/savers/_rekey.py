@@ -110,6 +110,14 @@ def _run(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if fixed is None else {"payload": fixed}
 
 
+def _wait(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
+    if row["answer"] is None:
+        return None
+    ctx = context("wait", row["thread_id"], row["checkpoint_id"])
+    fixed = _bytes_fix(sealer, bytes(row["answer"]), ctx, f"the answer of the wait of thread {row['thread_id']!r}")
+    return None if fixed is None else {"answer": fixed}
+
+
 def _event(sealer: Sealer, row: Mapping[str, Any]) -> dict[str, Any] | None:
     if row["kind"] != "task.finished":
         return None
@@ -146,6 +154,7 @@ TABLES = (
     _Table("writes", ("thread_id", "checkpoint_id", "task_id", "kind", "idx"), ("data",), _write),
     _Table("events", ("id",), ("thread_id", "step", "seq", "kind", "payload"), _event, ("payload",)),
     _Table("runs", ("run_id",), ("thread_id", "kind", "payload"), _run),
+    _Table("waits", ("thread_id",), ("checkpoint_id", "answer"), _wait),
 )
 
 

@@ -10,6 +10,8 @@ Every saver holds one :class:`Sealer` and passes what it writes through ``seal_*
   that reads its parent's blobs reads rows whose ``thread_id`` is the parent's, so they open as they were sealed;
 - every pending write's ``data`` (task results, journaled effect results, interrupt payloads, resume answers,
   errors), bound to ``(thread, checkpoint id, task id, kind, index)``;
+- a durable wait's answer, bound to ``(thread, checkpoint id)`` of the wait, and sealed again to the resume run
+  its firing queues;
 - the values of a ``task.finished`` event's ``update`` (the streamed update), each bound to ``(thread, step, task
   id, key)``; the keys stay readable (they are the schema's field names);
 - checkpoint metadata outside the allow-list :data:`PLAIN_METADATA` (and run tags outside the keyring's
@@ -129,6 +131,27 @@ class Sealer:
     def open_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
         return [r for run in runs if (r := self.open_run(run)) is not None]
 
+    def seal_wait(self, thread_id: str, checkpoint_id: str, answer: bytes | None) -> bytes | None:
+        """A durable wait's answer sealed, bound to ``(thread, checkpoint id)`` of the wait."""
+        ring = self.keyring
+        if ring is None or answer is None:
+            return answer
+        return ring.seal(answer, context("wait", thread_id, checkpoint_id))
+
+    def open_wait(self, thread_id: str, checkpoint_id: str, answer: bytes | None) -> bytes | None:
+        if answer is None:
+            return None
+        what = f"the answer of the wait of thread {brief(thread_id)!r}"
+        return self.open_value(answer, context("wait", thread_id, checkpoint_id), what)
+
+    def wake_payload(self, run_id: str, thread_id: str, checkpoint_id: str, answer: bytes | None) -> bytes | None:
+        """The payload of the resume run a wait's firing queues: its answer opened from the wait's binding and sealed
+        again to the run's (``None`` and, without a keyring, the stored bytes stay as they are)."""
+        if self.keyring is None or answer is None:
+            return answer
+        opened = self.open_wait(thread_id, checkpoint_id, answer)
+        return self.seal_run(RunRecord(run_id, thread_id, "resume", "queued", payload=opened)).payload
+
     def check_filter(self, filter: Mapping[str, Any] | None) -> None:
         """Refuse a metadata filter on a key this sealer hides (it could never match)."""
         ring = self.keyring
@@ -143,6 +166,14 @@ class Sealer:
                     )
             elif key not in PLAIN_METADATA and key != "tags":
                 raise EncryptionError(f"cannot filter on metadata key {brief(key)!r}: it is encrypted")
+
+    def split_filter(self, filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The part of a thread filter SQL can match on stored rows: ``filter`` itself, or, when it names keys this
+        sealer hides (or ``tags``, whose hidden part is sealed), only its plain keys; the caller matches the whole
+        filter on the opened records (see :func:`graphckpt.savers._thread_pages.sealed_page`)."""
+        if self.keyring is None or not filter:
+            return filter
+        return {k: v for k, v in filter.items() if k in PLAIN_METADATA}
 
     def seal_metadata(self, ring: Keyring, meta: Mapping[str, Any], tid: str, cid: str) -> Mapping[str, Any]:
         plain: dict[str, Any] = {}

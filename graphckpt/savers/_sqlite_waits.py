@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from graphckpt import ids
 from graphckpt.savers.waits import WaitRecord, WaitStatus, WaitTable
 
+if TYPE_CHECKING:
+    from graphckpt.savers._sealing import Sealer
+
 _T = TypeVar("_T")
 
 SQLITE_WAITS_MIGRATION: Final = (
@@ -30,7 +33,7 @@ PUT_WAIT = (
 )
 """One wait per thread; a pending one at the same checkpoint keeps the earlier time."""
 DUE = (
-    "SELECT w.thread_id, w.answer, t.status, t.head_checkpoint_id = w.checkpoint_id, t.deleted,"
+    "SELECT w.thread_id, w.checkpoint_id, w.answer, t.status, t.head_checkpoint_id = w.checkpoint_id, t.deleted,"
     " CASE WHEN json_type(t.metadata, '$.tags.graph') = 'text' AND json_type(t.metadata, '$.subgraph') IS NULL"
     " THEN json_extract(t.metadata, '$.tags.graph') END"
     " FROM waits AS w LEFT JOIN threads AS t ON t.thread_id = w.thread_id"
@@ -49,18 +52,19 @@ class SqliteWaits(WaitTable):
     """Mixed into :class:`~graphckpt.savers.sqlite.SqliteSaver`."""
 
     if TYPE_CHECKING:  # what the mixin needs of the saver
+        sealer: Sealer
 
         async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T: ...
         async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]: ...
 
     async def put_wait(self, thread_id: str, checkpoint_id: str, wake_at: float, answer: bytes | None) -> None:
-        params = (thread_id, checkpoint_id, wake_at, answer, ids.now())
+        params = (thread_id, checkpoint_id, wake_at, self.sealer.seal_wait(thread_id, checkpoint_id, answer), ids.now())
         await self._write(lambda conn: conn.execute(PUT_WAIT, params))
 
     async def wake_due(self, now: float) -> list[str]:
         def body(conn: sqlite3.Connection) -> list[str]:
             woken = []
-            for thread_id, answer, status, at_head, deleted, graph in conn.execute(DUE, (now,)).fetchall():
+            for thread_id, cp, answer, status, at_head, deleted, graph in conn.execute(DUE, (now,)).fetchall():
                 if status == "running" and at_head and not deleted:
                     continue  # the node wrote its wait and is about to stop: fire after the stop commits
                 if status != "interrupted" or not at_head or deleted or graph is None:
@@ -68,7 +72,8 @@ class SqliteWaits(WaitTable):
                     continue
                 run_id = ids.new_id()
                 if conn.execute(FIRE, (now, run_id, thread_id)).rowcount == 1:
-                    conn.execute(QUEUE_RESUME, (run_id, thread_id, graph, answer, now))
+                    payload = self.sealer.wake_payload(run_id, thread_id, cp, answer)
+                    conn.execute(QUEUE_RESUME, (run_id, thread_id, graph, payload, now))
                     woken.append(thread_id)
             return woken
 
@@ -77,4 +82,4 @@ class SqliteWaits(WaitTable):
     async def list_waits(self, *, status: WaitStatus | None = None, thread_id: str | None = None) -> list[WaitRecord]:
         sql = f"SELECT {_COLS} FROM waits WHERE (? IS NULL OR status = ?) AND (? IS NULL OR thread_id = ?)"
         rows = await self._fetch(f"{sql} ORDER BY wake_at, thread_id", (status, status, thread_id, thread_id))
-        return [WaitRecord(*r) for r in rows]
+        return [WaitRecord(r[0], r[1], r[2], r[3], self.sealer.open_wait(r[0], r[1], r[4]), *r[5:]) for r in rows]

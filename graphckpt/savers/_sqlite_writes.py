@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from graphckpt.errors import LeaseLostError, ThreadConflictError, ThreadNotFoundError
@@ -110,16 +111,19 @@ FORKS = (
 placeholders too)."""
 
 
+NEEDED_STEP = (
+    "SELECT MAX(p.step) FROM checkpoints AS f JOIN checkpoints AS p"
+    " ON p.thread_id = f.parent_thread_id AND p.checkpoint_id = f.parent_checkpoint_id"
+    " WHERE f.parent_thread_id = ? AND f.parent_thread_id <> f.thread_id"
+)
+"""The highest step of thread ``?`` that a fork's lineage needs (``NULL``: none)."""
+
+
 def trim_deleted(conn: sqlite3.Connection, thread_id: str, now: float) -> str | None:
     """Mark ``thread_id`` deleted and drop its rows above the highest step a fork still needs (all of them, and
     its thread row, when none is needed). Returns its parent thread when that one is deleted too and should be
     trimmed again, else ``None``."""
-    (needed,) = conn.execute(
-        "SELECT MAX(p.step) FROM checkpoints AS f JOIN checkpoints AS p"
-        " ON p.thread_id = f.parent_thread_id AND p.checkpoint_id = f.parent_checkpoint_id"
-        " WHERE f.parent_thread_id = ? AND f.parent_thread_id <> f.thread_id",
-        (thread_id,),
-    ).fetchone()
+    (needed,) = conn.execute(NEEDED_STEP, (thread_id,)).fetchone()
     above = -1 if needed is None else int(needed)
     # Every write not of a kept checkpoint goes: kept writes of a checkpoint never committed included.
     conn.execute(
@@ -358,6 +362,37 @@ def put_writes(
             f"UPDATE threads SET status = ?, error = ?, updated_at = ?, {KEEP_LEASE_IF_RUNNING} WHERE thread_id = ?",
             (status, error, now, *_keep_if(status), thread_id),
         )
+
+
+def drop_steps(conn: sqlite3.Connection, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+    """:meth:`~graphckpt.savers.base.Saver.drop_steps` in the caller's write transaction."""
+    head = conn.execute("SELECT head_step FROM threads WHERE thread_id = ? AND deleted = 0", (thread_id,)).fetchone()
+    if head is None or head[0] < below:
+        return 0
+    (needed,) = conn.execute(NEEDED_STEP, (thread_id,)).fetchone()
+    above = -1 if needed is None else int(needed)
+    gone = "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ?1 AND step > ?2 AND step < ?3"
+    conn.execute(
+        f"DELETE FROM writes WHERE thread_id = ?1 AND (checkpoint_id IN ({gone})"
+        f" OR checkpoint_id IN (SELECT checkpoint_id || '#kept' FROM ({gone})))",
+        (thread_id, above, below),
+    )
+    conn.execute("DELETE FROM events WHERE thread_id = ? AND step > ? AND step < ?", (thread_id, above, below))
+    for channel, first in blobs_from.items():
+        conn.execute(
+            "DELETE FROM blobs WHERE thread_id = ? AND channel = ? AND step > ? AND step < ?",
+            (thread_id, channel, above, min(first, below)),
+        )
+    named = json.dumps(list(blobs_from))
+    conn.execute(
+        "DELETE FROM blobs WHERE thread_id = ? AND step > ? AND step < ? AND channel NOT IN (SELECT value FROM"
+        " json_each(?))",
+        (thread_id, above, below, named),
+    )
+    cur = conn.execute(
+        "DELETE FROM checkpoints WHERE thread_id = ? AND step > ? AND step < ?", (thread_id, above, below)
+    )
+    return cur.rowcount
 
 
 def delete_thread(conn: sqlite3.Connection, thread_id: str, now: float) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from graphckpt.errors import InvalidCursorError
 from graphckpt.savers._checks import check_filter, metadata_matches
 from graphckpt.savers._rows import Status, ThreadRecord
 
-__all__ = ["ThreadPage", "decode_cursor", "encode_cursor", "page_of", "thread_key"]
+__all__ = ["ThreadPage", "decode_cursor", "encode_cursor", "page_of", "sealed_page", "thread_key"]
 
 MAX_PAGE = 10_000
 """The largest ``limit`` a page may ask for (a bound on one read's memory)."""
@@ -115,3 +115,30 @@ def page_from_rows(records: list[ThreadRecord], *, limit: int, status: Status | 
     if status in ("crashed", "running"):
         page = [r for r in page if r.status == status]
     return ThreadPage(page, nxt)
+
+
+async def sealed_page(
+    read: Callable[[int, str | None], Awaitable[ThreadPage]],
+    *,
+    limit: int,
+    after: str | None,
+    metadata: Mapping[str, Any],
+) -> ThreadPage:
+    """A page filtered on encrypted metadata: ``read(n, cursor)`` reads the pages that SQL can select (the filter's
+    plain keys), and the whole ``metadata`` filter is matched here on the opened records, page after page, until
+    ``limit`` threads match and one more is seen (so the last page has no ``next``, as without encryption). The
+    cursor is the last thread returned: a page boundary falls between matches, whatever rows were walked. The cost
+    grows with the rows walked (a sealed key cannot be indexed)."""
+    found: list[ThreadRecord] = []
+    cursor = after
+    batch = min(MAX_PAGE, max(limit + 1, 200))
+    while True:
+        page = await read(batch, cursor)
+        for record in page.threads:
+            if metadata_matches(record.metadata, metadata):
+                if len(found) == limit:
+                    return ThreadPage(found, encode_cursor(*thread_key(found[-1])))
+                found.append(record)
+        if page.next is None:
+            return ThreadPage(found, None)
+        cursor = page.next

@@ -327,6 +327,16 @@ class Saver(abc.ABC):
         :meth:`thread_forks` and :func:`graphckpt.erase.erase_thread`.) A backend that keeps freed bytes in its
         files erases them as far as it can: SQLite overwrites them (``secure_delete``) and truncates its WAL."""
 
+    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+        """Retention inside a live thread (``keep_last``, see :func:`graphckpt.prune.prune`), in one transaction:
+        delete the thread's own checkpoints with a step under ``below``, their pending writes (kept writes too)
+        and the events of those steps; and of its blobs, per channel, the rows under ``blobs_from[channel]`` (the
+        oldest step a kept checkpoint reads that channel from: its last snapshot) or, for a channel not named, under
+        ``below``. Steps at or under the highest fork point another thread's lineage needs (see
+        :meth:`thread_forks`) are kept whatever the arguments, so forks still read what they read. Returns how many
+        checkpoints went (0 when the thread does not exist or its head is under ``below``: nothing is deleted)."""
+        raise SaverError(f"{type(self).__name__} cannot drop a thread's old steps")
+
     async def storage_usage(self, *, top: int = 10) -> StorageUsage:
         """Bytes per table and the ``top`` biggest threads (see :class:`~graphckpt.savers.usage.StorageUsage`), in
         one read. Backends that cannot tell raise :class:`~graphckpt.errors.SaverError`."""

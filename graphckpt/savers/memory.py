@@ -23,6 +23,7 @@ from graphckpt.savers._checks import (
 )
 from graphckpt.savers._memory_crons import MemoryCrons
 from graphckpt.savers._memory_items import MemoryItems
+from graphckpt.savers._memory_retention import MemoryRetention
 from graphckpt.savers._memory_runs import MemoryRuns
 from graphckpt.savers._memory_waits import MemoryWaits
 from graphckpt.savers.base import (
@@ -61,7 +62,7 @@ class _Thread:
     deleted: bool = False
 
 
-class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
+class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryRetention, Saver):
     """Keeps everything in dictionaries. Follows the :class:`~graphckpt.savers.base.Saver` spec exactly, so it is
     also the executable reference for other backends."""
 

@@ -85,7 +85,7 @@ from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_listing import PostgresListings
 from graphckpt.savers._pg_runs import PostgresRuns
 from graphckpt.savers._pg_sql import N_THREAD_COLS, checkpoint_from_row, thread_from_row
-from graphckpt.savers._pg_waits import PostgresWaits
+from graphckpt.savers._pg_waits import PostgresWaits, Statements
 from graphckpt.savers._pg_wire import (
     COMPRESSED,
     ELEM_I2,
@@ -186,6 +186,18 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             return []
         except psycopg.Error as exc:
             raise self._io.error(action, exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, action: str) -> AsyncIterator[Statements]:
+        """One transaction: the block runs named statements with the ``run(name, params)`` it gets; all or nothing."""
+        with self._io.errors(action):
+            async with self._connection() as conn, conn.transaction():
+
+                async def run(query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+                    cur = await conn.execute(self._io.queries[query], params, binary=True)
+                    return await cur.fetchall() if cur.description is not None else []
+
+                yield run
 
     # -- writes ------------------------------------------------------------------------------------------------------
 
@@ -381,6 +393,19 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
                         row = await (await conn.execute(self._io.queries["lock_thread"], {"tid": source})).fetchone()
                     if row is not None and row[0]:
                         tid, source = source, row[1]
+
+    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+        check_storable(thread_id=thread_id)
+        async with self._transaction(f"drop_steps of thread {brief(thread_id)!r}") as run:
+            found = await run("lock_thread", {"tid": thread_id})
+            head = await run("get_thread", {"tid": thread_id})
+            if not found or found[0][0] or not head or head[0][2] < below:  # [2]: head_step
+                return 0
+            [(needed,)] = await run("needed_step", {"tid": thread_id})
+            chs, firsts = list(blobs_from), list(blobs_from.values())
+            params = {"tid": thread_id, "above": -1 if needed is None else needed, "below": below}
+            [(dropped,)] = await run("drop_steps", {**params, "chs": chs, "firsts": firsts})
+            return int(dropped)
 
     # -- reads -------------------------------------------------------------------------------------------------------
 

@@ -117,7 +117,7 @@ from graphckpt.savers._sqlite_sql import (
     thread_page_query,
 )
 from graphckpt.savers._sqlite_waits import SqliteWaits
-from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows
+from graphckpt.savers._thread_pages import ThreadPage, check_limit, decode_cursor, page_from_rows, sealed_page
 from graphckpt.savers.base import (
     FAMILY_SEP,
     Blob,
@@ -334,6 +334,12 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         await self._write(lambda conn: tx.delete_thread(conn, thread_id, now))
         await self._io.truncate_wal()  # erasure: see SqliteConnections.truncate_wal
 
+    async def drop_steps(self, thread_id: str, below: int, blobs_from: Mapping[str, int]) -> int:
+        dropped = await self._write(lambda conn: tx.drop_steps(conn, thread_id, below, dict(blobs_from)))
+        if dropped:
+            await self._io.truncate_wal()  # erasure, as for delete_thread
+        return dropped
+
     async def storage_usage(self, *, top: int = 10) -> StorageUsage:
         def read(conn: sqlite3.Connection) -> StorageUsage:
             tables: dict[str, int] = {}
@@ -386,14 +392,23 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         parent_thread_id: str | None = None,
     ) -> ThreadPage:
         check_limit(limit)
-        bound = decode_cursor(after) if after is not None else None
+        if after is not None:
+            decode_cursor(after)
         if metadata:
             check_filter(metadata)
-        now = ids.now()
-        rows = await self._fetch(*thread_page_query(limit, bound, status, metadata, parent_thread_id))
-        return page_from_rows(
-            self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=limit, status=status
-        )
+        plain = self.sealer.split_filter(metadata)
+
+        async def read(n: int, cursor: str | None) -> ThreadPage:
+            bound = decode_cursor(cursor) if cursor is not None else None
+            now, query = ids.now(), thread_page_query(n, bound, status, plain, parent_thread_id)
+            rows = await self._fetch(*query)
+            return page_from_rows(
+                self.sealer.open_threads([thread_from_row(r, now) for r in rows]), limit=n, status=status
+            )
+
+        if metadata and plain is not metadata:
+            return await sealed_page(read, limit=limit, after=after, metadata=metadata)
+        return await read(limit, after)
 
     async def get_checkpoint(
         self, thread_id: str, checkpoint_id: str | None = None, *, step: int | None = None

@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from graphckpt.app import App
 from graphckpt.errors import GraphckptError
+from graphckpt.prune import TTL_SWEEP_EVERY
 from graphckpt.savers.base import Saver
 from graphckpt.savers.queue import RunQueue
 from graphckpt.server import openapi
@@ -74,6 +75,7 @@ def create_app(
     workers: int = 1,
     ui: bool = True,
     webhook_hosts: Sequence[str] = (),
+    ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
 ) -> Starlette:
     """The server for ``graphs`` (one graph, or graph id -> graph; a :class:`StateGraph` is compiled) on ``saver``
     (or the database URL ``db``; by default the first app's saver). ``tokens`` scope requests to namespaces (none:
@@ -86,11 +88,15 @@ def create_app(
     run queue (see :class:`~graphckpt.server.execution.inline.InProcessRuns`). ``ui``: serve the web UI at ``/ui/``
     (a browser asking for ``/`` is sent there), over the same service, tokens and namespaces. ``stall_timeout``: a
     stream client that has not read for that long is dropped; ``queue_limit``: runs one namespace may have queued or
-    running at once (429 beyond); ``webhook_hosts``: the hosts a run's ``webhook`` may call (none by default)."""
+    running at once (429 beyond); ``webhook_hosts``: the hosts a run's ``webhook`` may call (none by default).
+    ``ttl_sweep_every``: how often (seconds) expired threads are removed, by the in-process workers (or this process,
+    without a run queue); ``None``: never."""
     apps = _apps(graphs)
     if saver is None:
         saver = _saver(db) if db is not None else next(iter(apps.values())).saver
-    service = build_service(apps, saver, poll_interval=poll_interval, recover=recover, workers=workers)
+    service = build_service(
+        apps, saver, poll_interval=poll_interval, recover=recover, workers=workers, ttl_sweep_every=ttl_sweep_every
+    )
     config = Config(
         tokens or Tokens(),
         max_body=max_body,
@@ -162,7 +168,13 @@ def create_app(
 
 
 def build_service(
-    apps: Mapping[str, App], saver: Saver, *, poll_interval: float = 0.01, recover: bool = True, workers: int = 1
+    apps: Mapping[str, App],
+    saver: Saver,
+    *,
+    poll_interval: float = 0.01,
+    recover: bool = True,
+    workers: int = 1,
+    ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
 ) -> Service:
     """The service of ``apps`` on ``saver``: its runs go through the saver's durable run queue (executed by
     ``workers`` in-process workers) when it has one, else run in this process (``recover``: take over crashed
@@ -171,9 +183,9 @@ def build_service(
     hub = Hub(saver, poll_interval=poll_interval)
     executor: RunExecutor
     if isinstance(saver, RunQueue):  # runs are rows of the durable queue, executed by workers
-        executor = QueueRuns(graphs, hub.ephemera, workers=workers)
+        executor = QueueRuns(graphs, hub.ephemera, workers=workers, ttl_sweep_every=ttl_sweep_every)
     else:
-        executor = InProcessRuns(graphs, recover=recover)
+        executor = InProcessRuns(graphs, recover=recover, ttl_sweep_every=ttl_sweep_every)
     return Service(graphs, hub, executor)
 
 

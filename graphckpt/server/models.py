@@ -185,6 +185,8 @@ class RunBody(BaseModel):
     webhook: str | None = None
     after_seconds: int | None = None
     langsmith_tracer: dict[str, Any] | None = None
+    ttl: TtlBody | None = None
+    """The thread's time-to-live from this run on (LangGraph's shape, as at thread creation)."""
 
     def unsupported(self) -> str | None:
         """The first field given that this server cannot honour yet, as a message naming it (``None``: all fine)."""

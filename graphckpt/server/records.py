@@ -74,6 +74,8 @@ class RunRequest:
     LangGraph's server does; LangGraph's JavaScript client rejoins that way)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The run's own options (:data:`graphckpt.runs.RUN_OPTIONS`: interrupt points, ``configurable``, ``context``)."""
+    ttl: Mapping[str, Any] | None = None
+    """LangGraph's ``{"strategy": "delete", "ttl": minutes}`` this run sets on its thread (``None``: it keeps its)."""
 
 
 @dataclass

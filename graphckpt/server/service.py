@@ -18,9 +18,9 @@ from graphckpt import ids, transfer
 from graphckpt.checkpoint import Snapshot
 from graphckpt.compat._lgread import is_compat
 from graphckpt.diff import Diff
-from graphckpt.encryption import encrypted
 from graphckpt.erase import refuse_forked
-from graphckpt.errors import CorruptCheckpointError, ThreadNotFoundError
+from graphckpt.errors import CorruptCheckpointError, EncryptionError, ThreadNotFoundError
+from graphckpt.prune import prune
 from graphckpt.reader import RawCodec
 from graphckpt.savers.base import Status, ThreadRecord
 from graphckpt.savers.queue import RunQueue
@@ -198,6 +198,13 @@ class Service:
         await self.runs.cancel_thread(sid)
         await self.graphs.app_of(record).adelete_thread(sid, cascade=cascade)
 
+    async def keep_latest(self, ns: str, thread_id: str) -> bool:
+        """LangGraph's ``prune(strategy="keep_latest")``: the thread keeps only its head checkpoint (see
+        :mod:`graphckpt.keep_last`); ``False`` when nothing went (a running thread is left alone)."""
+        record = await self.record(ns, thread_id)
+        report = await prune(self.saver, thread_ids=[record.thread_id], keep_last=1, measure=False)
+        return bool(report.threads)
+
     async def state(
         self, ns: str, thread_id: str, checkpoint_id: str | None = None, step: int | None = None
     ) -> Snapshot:
@@ -296,10 +303,8 @@ class Service:
 
     def export(self, ns: str, record: ThreadRecord, *, decrypt: bool = False) -> AsyncIterator[str]:
         """The export of ``record``'s thread with the ids ``ns`` sees (an API id, not the stored ``ns/ID``), so the
-        file imports into any namespace, or anywhere with ``graphckpt import``. From an encrypted store only with
-        ``decrypt`` (``?decrypt=true``): else 409."""
-        if encrypted(self.saver) and not decrypt:
-            raise ApiError(409, "EncryptionError", "the store is encrypted: export with ?decrypt=true")
+        file imports into any namespace, or anywhere with ``graphckpt import``. From an encrypted store the values
+        stay encrypted (they import into a store holding the key) unless ``decrypt`` (``?decrypt=true``)."""
 
         def visible(stored: str) -> str:
             found = api_id(ns, stored)
@@ -321,8 +326,8 @@ class Service:
 
         try:
             imported = await transfer.import_thread(self.saver, lines, rename=stored)
-        except CorruptCheckpointError as exc:  # the file is the request: refused, nothing written
-            raise ApiError(422, "CorruptCheckpointError", str(exc)) from None
+        except (CorruptCheckpointError, EncryptionError) as exc:  # the file is the request: refused, nothing written
+            raise ApiError(422, type(exc).__name__, str(exc)) from None
         return api_id(ns, imported) or imported
 
     # -- events -------------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from graphckpt.testing._pages import PageCases
 from graphckpt.testing._queue import QueueCases
 from graphckpt.testing._reads import ReadCases
 from graphckpt.testing._records import make_checkpoint
+from graphckpt.testing._retention import RetentionCases
 from graphckpt.testing._waits import WaitCases
 from graphckpt.testing._writes import BlobAndWriteCases
 
@@ -47,5 +48,6 @@ class SaverConformance(
     PageCases,
     ItemCases,
     WaitCases,
+    RetentionCases,
 ):
     """Subclass with an async ``saver`` fixture yielding an open :class:`~graphckpt.savers.base.Saver`."""

@@ -6,12 +6,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from graphckpt.encryption import encrypted
-from graphckpt.errors import CorruptCheckpointError, EncryptionError, GraphckptError, ThreadNotFoundError
+from graphckpt.encryption import Keyring
+from graphckpt.errors import CorruptCheckpointError, GraphckptError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite
 from graphckpt.store import lineage_segments
 from graphckpt.transfer.checks import cut
 from graphckpt.transfer.lines import BODIES, FORMAT, VERSION, Rename, b64, channels_of, renamed, unpacked
+from graphckpt.transfer.sealed import sealed_item, sealer_of
 
 __all__ = ["export_thread"]
 
@@ -22,14 +23,10 @@ async def export_thread(
     """Yield the JSON lines of ``thread_id`` and every ancestor checkpoint its lineage needs, each thread id
     written as ``rename`` names it (default: as stored). A ``rename`` refusal is a :class:`GraphckptError`.
 
-    An export holds values in plaintext: from a saver that encrypts (see :mod:`graphckpt.savers._sealing`) it is
-    refused with :class:`EncryptionError` unless ``decrypt`` says so (``graphckpt export --decrypt``). A copy of
-    the database itself stays encrypted."""
-    if encrypted(saver) and not decrypt:
-        raise EncryptionError(
-            f"thread {cut(thread_id)} is stored encrypted, and an export writes its values decrypted: confirm with "
-            "--decrypt (decrypt=True), or copy the database, which stays encrypted"
-        )
+    From a saver that encrypts (see :mod:`graphckpt.savers._sealing`) the export stays encrypted: its values are
+    sealed under the saver's current key, bound to the file's ids (see :mod:`graphckpt.transfer.sealed`), and it
+    imports into a store holding that key. ``decrypt`` (``graphckpt export --decrypt``) writes them in plaintext."""
+    ring = None if decrypt else sealer_of(saver).keyring
 
     def named(stored: str) -> str:
         if rename is None:
@@ -63,7 +60,7 @@ async def export_thread(
             count += 1
             if rename is not None:
                 cp, _ = renamed(cp, BODIES.decode_body(cp), named)
-            yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])))
+            yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])), ring)
         if cps and tid == thread_id:
             writes = await saver.get_writes(tid, cps[-1].checkpoint_id)
             line = {"status": record.status, "error": record.error, "writes": [_write_json(w) for w in writes]}
@@ -71,7 +68,7 @@ async def export_thread(
             line = {"status": "partial", "error": None, "writes": []}
         else:
             continue
-        yield _line({"kind": "writes", "thread_id": named(tid), "checkpoint_id": cps[-1].checkpoint_id, **line})
+        yield _line({"kind": "writes", "thread_id": named(tid), "checkpoint_id": cps[-1].checkpoint_id, **line}, ring)
     yield _line({"kind": "end", "checkpoints": count})
 
 
@@ -103,7 +100,9 @@ def _checkpoint_json(cp: StoredCheckpoint, blobs: list[Blob]) -> dict[str, Any]:
     }
 
 
-def _line(item: dict[str, Any]) -> str:
+def _line(item: dict[str, Any], ring: Keyring | None = None) -> str:
+    if ring is not None:
+        item = sealed_item(item, ring)
     try:
         return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:

@@ -18,6 +18,7 @@ from graphckpt.savers.base import BlobRange, Saver, StoredCheckpoint, json_equal
 from graphckpt.transfer.checks import cut
 from graphckpt.transfer.lines import Rename, channels_of, unpacked
 from graphckpt.transfer.parse import ExportFile, WritesLine, check_export, corrupt, parse_export
+from graphckpt.transfer.sealed import opened_lines, sealer_of
 
 __all__ = ["import_thread"]
 
@@ -26,7 +27,8 @@ async def import_thread(saver: Saver, lines: Iterable[str], *, rename: Rename | 
     """Store the exported thread in ``saver``; returns its thread id. Nothing that exists is changed. ``rename``
     maps the file's thread ids to the ones stored (default: as written); an id it refuses makes the file corrupt.
 
-    Four phases; only the last one writes, so a file that fails any check changes nothing:
+    Sealed values (an export of an encrypted store, see :mod:`graphckpt.transfer.sealed`) are opened with the
+    saver's keyring first. Four phases; only the last one writes, so a file that fails any check changes nothing:
 
     1. :func:`~graphckpt.transfer.parse.parse_export`: every line, every field with its exact type, every body,
        blob and pending write decoded once (schema-free, bounded by its own length: :mod:`graphckpt.transfer.checks`);
@@ -39,7 +41,7 @@ async def import_thread(saver: Saver, lines: Iterable[str], *, rename: Rename | 
     4. :func:`_apply`: commit the new checkpoints in order, then restore the status and pending writes of the
        threads whose head the import wrote.
     """
-    export = parse_export(lines, rename)
+    export = parse_export(opened_lines(lines, sealer_of(saver)), rename)
     check_export(export)
     plan = await _check_target(saver, export)
     await _apply(saver, plan)

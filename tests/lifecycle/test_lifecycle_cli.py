@@ -1,5 +1,5 @@
 """The data-lifecycle commands of the CLI on a real SQLite file and a real PostgreSQL schema: ``stats`` (bytes per
-table and per thread), ``delete --cascade`` (a forked thread is refused naming its forks)."""
+table and per thread), ``delete --cascade`` (a forked thread is refused naming its forks), ``prune --keep-last``."""
 
 from __future__ import annotations
 
@@ -72,3 +72,20 @@ def test_prune_dry_run_then_yes(cli: Any) -> None:
     assert sorted(done["threads"]) == ["a", "c"] and not done["dry_run"] and done["bytes"] > 0
     assert [t["thread_id"] for t in ok(cli("threads", "--json")).json()] == ["b"]
     assert "would remove 0 thread(s)" in ok(cli("prune", "--older-than", "30d", "--dry-run")).out
+
+
+def test_prune_keep_last_reports_then_trims(cli: Any) -> None:
+    """``prune --keep-last N``: a dry run names the threads, checkpoints and bytes that would go; ``--yes`` trims;
+    the thread still reads and its history starts at the oldest kept checkpoint."""
+    for turn in ("weather", "news"):  # two turns: one thread with many checkpoints
+        ok(cli("run", "cli_graph:app", "--input", '{"request": "' + turn + '"}', "--thread", "t1", "-q"))
+    history = ok(cli("history", "t1", "--json")).json()
+    user_error(cli("prune", "--keep-last", "0"), 2, "--keep-last")
+    dry = ok(cli("prune", "--keep-last", "2", "--dry-run", "--json")).json()
+    assert dry["dry_run"] and dry["keep_last"] == 2 and dry["threads"] == ["t1"]
+    assert dry["checkpoints"] == len(history) - 2 and dry["bytes"] > 0
+    assert "keeping the last 2 of each" in ok(cli("prune", "--keep-last", "2", "--dry-run")).out
+    done = ok(cli("prune", "--keep-last", "2", "--yes", "--json")).json()
+    assert done["threads"] == ["t1"] and done["checkpoints"] == dry["checkpoints"] and done["bytes"] > 0
+    kept = ok(cli("history", "t1", "--json")).json()
+    assert [h["checkpoint_id"] for h in kept] == [h["checkpoint_id"] for h in history[-2:]]  # oldest first

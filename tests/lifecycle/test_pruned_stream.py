@@ -1,16 +1,25 @@
 """An SSE client reconnecting with a ``Last-Event-ID`` whose event was pruned gets ``event: stream.reset`` with
 ``"lost": "pruned"`` and the first id still available, then the events still stored: never a silent gap.
 
-The events of old steps are removed here with SQL on the real SQLite file of a real ``graphckpt serve``, exactly the
-rows a retention prune of old checkpoints removes (``events`` rows of the thread below a step)."""
+The old checkpoints (and their events) are removed by a real retention prune (``keep_last``) of the SQLite file of a
+real ``graphckpt serve``, from another process's saver as ``graphckpt prune --keep-last`` would."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 
 import httpx
 from support.serving import Served, durable, read_events
+
+from graphckpt.prune import PruneReport, prune
+from graphckpt.savers.sqlite import SqliteSaver
+
+
+async def _keep_last(db: str, keep: int) -> PruneReport:
+    async with SqliteSaver(db) as saver:
+        return await prune(saver, keep_last=keep)
 
 
 def test_a_pruned_last_event_id_gets_a_reset_naming_the_first_available_id(serve: Callable[..., Served]) -> None:
@@ -22,7 +31,9 @@ def test_a_pruned_last_event_id_gets_a_reset_naming_the_first_available_id(serve
         # counter moves, which an out-of-band DELETE does not move.
         with sqlite3.connect(server.db) as conn:
             rows = conn.execute("SELECT step, seq FROM events WHERE thread_id = 'p' ORDER BY step, seq").fetchall()
-            assert conn.execute("DELETE FROM events WHERE thread_id = 'p' AND step < 4").rowcount > 0
+            (head,) = conn.execute("SELECT head_step FROM threads WHERE thread_id = 'p'").fetchone()
+        report = asyncio.run(_keep_last(server.db, head - 3))  # the checkpoints under step 4 go, with their events
+        assert report.threads == ["p"] and report.checkpoints == 4
         old = [f"p:{step}:{seq}" for step, seq in rows if step == 2][-1]
         whole = durable(read_events(client, "/threads/p/stream"))
         assert whole[0][0] == "p:4:0" and len(whole) == len([r for r in rows if r[0] >= 4])

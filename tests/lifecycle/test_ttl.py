@@ -55,16 +55,20 @@ async def two_savers(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 async def seed(app: App, monkeypatch: pytest.MonkeyPatch) -> tuple[set[str], float]:
-    """At t0: ten threads with a one-hour TTL (two in LangGraph's shape), one without, one touched at t0 + 50 min.
+    """At t0: ten threads with a one-hour TTL (two in LangGraph's shape; half set by the run tag ``ttl``, half by the
+    ``ttl=`` keyword), one without, one touched at t0 + 50 min.
     Returns the ids that expire at t0 + 61 min and t0."""
     t0 = ids.now()
     monkeypatch.setattr(ids, "now", lambda: t0)
     expiring = {f"ttl-{i}" for i in range(10)}
     for tid in sorted(expiring):
         ttl: Any = {"strategy": "delete", "ttl": 60} if tid in ("ttl-0", "ttl-1") else "1h"
-        await app.ainvoke({}, thread_id=tid, tags={"ttl": ttl})
+        if tid >= "ttl-5":  # the run's ttl= keyword, not the tag
+            await app.ainvoke({}, thread_id=tid, ttl=ttl)
+        else:
+            await app.ainvoke({}, thread_id=tid, tags={"ttl": ttl})
     await app.ainvoke({}, thread_id="forever")
-    await app.ainvoke({}, thread_id="touched", tags={"ttl": 3600})
+    await app.ainvoke({}, thread_id="touched", ttl=3600)
     monkeypatch.setattr(ids, "now", lambda: t0 + 50 * 60)
     await app.aupdate_state("touched", {"log": ["touched"]})  # activity before its deadline
     monkeypatch.setattr(ids, "now", lambda: t0 + 61 * 60)

@@ -147,27 +147,55 @@ async def test_filtering_on_encrypted_metadata_is_refused(tmp_path: Path) -> Non
     assert MARKER.encode() not in sqlite_bytes(tmp_path / "f.db")
 
 
-def export(db: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    import base64
+def cli(db: Path, *args: str, keys: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     import sys
 
-    keys = f"k1:{base64.b64encode(K1).decode()}"
-    env = {**os.environ, "GRAPHCKPT_ENCRYPTION_KEYS": keys, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-m", "graphckpt", "export", "t1", "--db", str(db), *extra]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("GRAPHCKPT_ENCRYPTION_KEYS", None)
+    if keys is not None:
+        env["GRAPHCKPT_ENCRYPTION_KEYS"] = keys
+    command = [sys.executable, "-m", "graphckpt", *args, "--db", str(db)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, input=stdin)
 
 
-async def test_an_export_of_an_encrypted_database_needs_decrypt(tmp_path: Path) -> None:
+def keys_of(*pairs: tuple[str, bytes]) -> str:
+    import base64
+
+    return ",".join(f"{kid}:{base64.b64encode(key).decode()}" for kid, key in pairs)
+
+
+async def test_an_export_stays_encrypted_unless_decrypt(tmp_path: Path) -> None:
+    """``graphckpt export`` of an encrypted thread writes its sealed bytes: the marker is nowhere in the file, and it
+    imports into another database holding the key (refused, naming the key, by one without it); ``--decrypt``
+    writes plaintext, which imports anywhere. Both imports read back as the source."""
     path = tmp_path / "x.db"
     async with SqliteSaver(path, encryption=Keyring({"k1": K1})) as saver:
         await scenario(build(saver))
-    refused = export(path)
-    assert refused.returncode == 1 and refused.stdout == ""
-    assert "stored encrypted, and an export writes its values decrypted: confirm with --decrypt" in refused.stderr
+        source = await build(saver).aget_state("t1-f")
+        source_history = [h.values for h in await build(saver).ahistory("t1-f")]
+    k1 = keys_of(("k1", K1))
+    sealed = cli(path, "export", "t1-f", keys=k1)
+    assert sealed.returncode == 0, sealed.stderr
+    assert MARKER not in sealed.stdout and '"kind":"checkpoint"' in sealed.stdout
+    refused = cli(tmp_path / "nokey.db", "import", "-", stdin=sealed.stdout)
+    assert refused.returncode != 0 and "encrypted with key 'k1', and no key is configured" in refused.stderr
     assert "Traceback" not in refused.stderr
-    decrypted = export(path, "--decrypt")
-    assert decrypted.returncode == 0, decrypted.stderr
-    assert '"kind":"header"' in decrypted.stdout.replace(" ", "")
+    rotated = keys_of(("k2", K2), ("k1", K1))  # the target seals under its own current key, k2
+    imported = cli(tmp_path / "keyed.db", "import", "-", keys=rotated, stdin=sealed.stdout)
+    assert imported.returncode == 0, imported.stderr
+    plain = cli(path, "export", "t1-f", "--decrypt", keys=k1)
+    assert plain.returncode == 0, plain.stderr
+    assert MARKER in plain.stdout
+    assert cli(tmp_path / "plain.db", "import", "-", stdin=plain.stdout).returncode == 0
+    assert MARKER.encode() in sqlite_bytes(tmp_path / "plain.db")
+    assert MARKER.encode() not in sqlite_bytes(tmp_path / "keyed.db")
+    for target, ring in (("keyed.db", Keyring([("k2", K2), ("k1", K1)])), ("plain.db", None)):
+        async with SqliteSaver(tmp_path / target, encryption=ring) as saver:
+            app = build(saver)
+            assert (await app.aget_state("t1-f")).values == source.values
+            assert [h.values for h in await app.ahistory("t1-f")] == source_history
+            fork = await app.afork("t1-f", step=1, new_thread_id="again")
+            assert fork.values == source_history[-2]
 
 
 async def test_subgraph_child_threads_are_sealed_and_resume(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from graphckpt import begin, ids
 from graphckpt.engine import Run
 from graphckpt.errors import GraphckptError
-from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired
+from graphckpt.prune import TTL_SWEEP_EVERY, sweep_expired, with_ttl
 from graphckpt.runs import with_options
 from graphckpt.savers.queue import RunQueue
 from graphckpt.server.errors import ApiError
@@ -45,10 +45,18 @@ logger = logging.getLogger("graphckpt.server")
 class InProcessRuns:
     """Runs on this process's loop, one at a time per thread (a queue per thread for ``enqueue``)."""
 
-    def __init__(self, graphs: Graphs, *, recover: bool = True, recover_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        graphs: Graphs,
+        *,
+        recover: bool = True,
+        recover_interval: float = 1.0,
+        ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
+    ) -> None:
         self.graphs = graphs
         self.recover = recover
         self.recover_interval = recover_interval
+        self.ttl_sweep_every = ttl_sweep_every
         self._recovery: asyncio.Task[None] | None = None
         self._ttl: asyncio.Task[None] | None = None
         self._runs: dict[str, RunInfo] = {}
@@ -62,10 +70,12 @@ class InProcessRuns:
 
     async def start(self) -> None:
         """Take over crashed threads now and every ``recover_interval`` seconds (unless ``recover`` is off); sweep
-        expired threads every :data:`~graphckpt.prune.TTL_SWEEP_EVERY` seconds."""
+        expired threads every ``ttl_sweep_every`` seconds (default :data:`~graphckpt.prune.TTL_SWEEP_EVERY`; ``None``:
+        never)."""
         if self.recover:
             self._recovery = asyncio.create_task(self._recover_loop(), name="graphckpt-recovery")
-        self._ttl = asyncio.create_task(self._ttl_loop(), name="graphckpt-ttl-sweep")
+        if self.ttl_sweep_every:
+            self._ttl = asyncio.create_task(self._ttl_loop(self.ttl_sweep_every), name="graphckpt-ttl-sweep")
 
     async def _recover_loop(self) -> None:
         while True:
@@ -75,13 +85,13 @@ class InProcessRuns:
                 logger.warning("recovery scan failed: %s", exc)
             await asyncio.sleep(self.recover_interval)
 
-    async def _ttl_loop(self) -> None:
+    async def _ttl_loop(self, every: float) -> None:
         while True:
             try:
                 await sweep_expired(self.graphs.saver)
             except Exception as exc:  # the store is unreachable for a moment: try again next time
                 logger.warning("ttl sweep failed: %s", exc)
-            await asyncio.sleep(TTL_SWEEP_EVERY)
+            await asyncio.sleep(every)
 
     async def recover_crashed(self) -> None:
         """Resume each ``crashed`` thread of a served graph that no run of ours holds (the claim is the engine's:
@@ -227,7 +237,7 @@ class InProcessRuns:
                     request.thread_id,
                     request.answer,
                     request.recursion_limit,
-                    dict(tags) if tags is not None else None,
+                    await with_ttl(dict(tags) if tags is not None else None, request.ttl, app.saver, request.thread_id),
                     app.runner,
                 )
             else:
@@ -236,6 +246,7 @@ class InProcessRuns:
                     "metadata": dict(request.metadata),
                     **await self._ttl_tag(request.thread_id),
                 }
+                tags = await with_ttl(tags, request.ttl, app.saver, request.thread_id)
                 run = await begin.start(
                     options, request.input or {}, request.thread_id, request.recursion_limit, tags, app.runner
                 )

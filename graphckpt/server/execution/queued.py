@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphckpt.errors import ThreadBusyError
+from graphckpt.prune import TTL_SWEEP_EVERY
 from graphckpt.runs import Multitask, submit, submitted
 from graphckpt.savers.queue import TERMINAL, RunQueue, RunRecord
 from graphckpt.savers.queue import RunStatus as QueueStatus
@@ -89,7 +90,15 @@ class QueueRuns:
     """Runs through the queue of ``graphs.saver``, executed by ``workers`` in-process workers (0: by others) whose
     runs' ephemeral events go to ``ephemera`` (while a stream wants them)."""
 
-    def __init__(self, graphs: Graphs, ephemera: Ephemera, *, workers: int = 1, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        graphs: Graphs,
+        ephemera: Ephemera,
+        *,
+        workers: int = 1,
+        concurrency: int = 8,
+        ttl_sweep_every: float | None = TTL_SWEEP_EVERY,
+    ) -> None:
         if type(workers) is not int or workers < 0:
             raise ValueError(f"workers must be a number of in-process workers (0 or more), not {workers!r}")
         if not isinstance(graphs.saver, RunQueue):
@@ -98,6 +107,8 @@ class QueueRuns:
         self.queue: RunQueue = graphs.saver
         self.workers: list[Worker] = []
         self._count, self._concurrency = workers, concurrency
+        self.ttl_sweep_every = ttl_sweep_every
+        """How often each in-process worker sweeps expired threads (one sweeper at a time per store)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._facts: dict[str, _Facts] = {}
         self._active: dict[str, str] = {}
@@ -109,7 +120,9 @@ class QueueRuns:
         from graphckpt.worker import Worker
 
         for n in range(self._count):
-            worker = Worker(self.graphs.by_ref(), concurrency=self._concurrency, poll=0.25)
+            worker = Worker(
+                self.graphs.by_ref(), concurrency=self._concurrency, poll=0.25, ttl_sweep_every=self.ttl_sweep_every
+            )
             worker.on_end.append(self._ended)
             worker.on_begin.append(self.ephemera.attach)  # its ephemeral events, while streamed
             worker.on_end.append(self.ephemera.ended)
@@ -180,16 +193,17 @@ class QueueRuns:
         """The tags the run's checkpoints take: the request's; else a resume keeps the thread's (see
         :func:`~graphckpt.server.execution.base.inherited_tags`), and an input gets the thread's (its head's, or
         those of a thread created before its first checkpoint) with ``metadata`` the request's (the thread's
-        metadata, which its checkpoints keep as ``tags.metadata``)."""
+        metadata, which its checkpoints keep as ``tags.metadata``). A request's ``ttl`` replaces the thread's."""
+        ttl = {"ttl": dict(request.ttl)} if request.ttl is not None else {}
         if request.tags is not None:
-            return request.tags
+            return {**request.tags, **ttl}
         inherited = inherited_tags(thread)
-        if request.resume:
-            return inherited
         base = inherited
-        if base is None:
+        if base is None and (ttl or not request.resume):
             base = thread.tags if isinstance(thread, PendingThread) else thread_tags(thread) if thread else {}
-        return {**base, "metadata": dict(request.metadata)}
+        if request.resume:
+            return None if base is None else {**base, **ttl}
+        return {**(base or {}), "metadata": dict(request.metadata), **ttl}
 
     def _info(self, run: RunRecord) -> RunInfo:
         graph = self.graphs.served(run.graph)

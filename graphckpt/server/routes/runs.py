@@ -119,6 +119,7 @@ async def _submit(
         recursion_limit=b.limit(),
         stream_mode=tuple([b.stream_mode] if isinstance(b.stream_mode, str) else b.stream_mode or ()),
         options=b.run_options(service.graphs.app(graph).graph.nodes),
+        ttl=b.ttl.model_dump() if b.ttl is not None else None,
     )
     run_metadata = {**(b.config.metadata if b.config is not None else {}), **(b.metadata or {})}
     info = await service.runs.submit(

@@ -115,14 +115,16 @@ async def count_threads(request: Request) -> Response:
 
 
 async def prune_threads(request: Request) -> Response:
-    """Delete the threads named (LangGraph's ``strategy="delete"``); an id that is not a thread is skipped."""
+    """Delete the threads named (LangGraph's ``strategy="delete"``), or keep only their latest checkpoint
+    (``"keep_latest"``); an id that is not a thread is skipped. ``pruned_count``: the threads deleted or trimmed."""
     service, ns, config = scope_of(request)
     b = await models.body(request, PruneBody, config.max_body)
-    if b.strategy != "delete":
-        raise ApiError(422, "ValidationError", "body.strategy: 'keep_latest' is not supported yet (use 'delete')")
     pruned = 0
     for thread_id in dict.fromkeys(b.thread_ids):
         try:
+            if b.strategy == "keep_latest":
+                pruned += await service.keep_latest(ns, thread_id)
+                continue
             await service.delete_thread(ns, thread_id)
         except ThreadNotFoundError:
             continue
