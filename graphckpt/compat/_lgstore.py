@@ -70,6 +70,7 @@ class Store:
         self._early: dict[tuple[str, str, str], list[StoredWrite]] = {}  # writes before their checkpoint
         self._appended: dict[tuple[str, str], list[Appended]] = {}  # (family, checkpoint id) -> its appending writes
         self._new_items: list[tuple[Blob, list[bytes]]] = []  # the list blobs of the checkpoint being put
+        self._heads: dict[tuple[str, str], _Found] = {}  # (family, ns) -> the checkpoint this saver put last there
         self._lock = asyncio.Lock()
 
     # -- finding -----------------------------------------------------------------------------------------------------
@@ -127,11 +128,43 @@ class Store:
     ) -> None:
         family, cid = family_of(thread_id), str(checkpoint["id"])
         meta = _json_metadata(metadata)
-        members = await self._members(family, ns)
-        parent = await self._find(family, ns, parent_id, members) if parent_id and attach else None
-        names = {m.thread_id for m in await self.saver.list_family(family)}
-        heads = {m.thread_id: m.head_checkpoint_id for m in members}
-        for attempt in range(2):
+        head = self._heads.get((family, ns))
+        if attach and parent_id and head is not None and head.cp.checkpoint_id == parent_id:
+            # the usual case, a checkpoint after the one this saver put last: no read; the commit's compare-and-set
+            # on the head verifies that nobody moved the member since
+            try:
+                await self._commit(family, ns, cid, head, parent_id, checkpoint, meta, new_versions, fast=True)
+                return
+            except (ThreadConflictError, ThreadNotFoundError):  # moved or deleted by another writer: read afresh
+                self._forget_heads(family)
+        await self._commit(family, ns, cid, None, parent_id, checkpoint, meta, new_versions, fast=False, attach=attach)
+
+    async def _commit(
+        self,
+        family: str,
+        ns: str,
+        cid: str,
+        parent: _Found | None,
+        parent_id: str | None,
+        checkpoint: Mapping[str, Any],
+        meta: dict[str, Any],
+        new_versions: Mapping[str, Any],
+        *,
+        fast: bool,
+        attach: bool = True,
+    ) -> None:
+        """Commit one checkpoint. ``fast``: ``parent`` is the head of its member as this saver last wrote it (no
+        read; a conflict is raised to the caller); else the parent and the family's members are read first."""
+        if fast:
+            assert parent is not None
+            names: set[str] = set()
+            heads = {parent.member: parent.cp.checkpoint_id}
+        else:
+            members = await self._members(family, ns)
+            parent = await self._find(family, ns, parent_id, members) if parent_id and attach else None
+            names = {m.thread_id for m in await self.saver.list_family(family)}
+            heads = {m.thread_id: m.head_checkpoint_id for m in members}
+        for attempt in range(1 if fast else 2):
             if parent is not None and attempt == 0 and heads.get(parent.member) == parent.cp.checkpoint_id:
                 member, expected, step = parent.member, parent.cp.checkpoint_id, parent.cp.step + 1
                 lineage = parent.body.lineage
@@ -145,22 +178,38 @@ class Store:
                 lineage = [(member, step), *(parent.body.lineage if parent is not None else [])]
             self._new_items = []
             stored = self._checkpoint(member, step, cid, parent, parent_id, checkpoint, meta, new_versions, lineage)
+            kept: dict[str, list[StoredWrite]] = {}
+            early = self._early.get((family, ns, cid))
+            if early:
+                kept[cid] = early
+            appended = self._appended.get((family, parent_id)) if parent is not None and parent_id else None
+            refs = []
+            if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
+                refs = [r for blob, items in self._new_items for r in find_refs(self.ser, appended, blob, items)]
+                if refs and parent.member == member:
+                    kept[parent.cp.checkpoint_id] = refs
             try:
-                await self.saver.commit(stored, expected_head=expected, run_id=RUN_ID)
+                await self.saver.commit(stored, expected_head=expected, run_id=RUN_ID, kept_writes=kept or None)
             except ThreadConflictError:
-                if attempt or expected is None:
+                if fast or attempt or expected is None:
                     raise
                 continue  # the member moved on since it was read: this checkpoint starts a branch instead
             break
         self._where[(family, cid)] = member
-        early = self._early.pop((family, ns, cid), None)
-        if early:
-            await self.saver.put_kept_writes(member, cid, early, run_id=RUN_ID)
-        appended = self._appended.pop((family, parent_id), None) if parent is not None and parent_id else None
-        if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
-            refs = [r for blob, items in self._new_items for r in find_refs(self.ser, appended, blob, items)]
-            if refs:
+        self._early.pop((family, ns, cid), None)
+        if parent is not None and parent_id:
+            self._appended.pop((family, parent_id), None)
+            if refs and parent.member != member:  # a branch's first checkpoint: the parent lives in another member
                 await self.saver.put_kept_writes(parent.member, parent.cp.checkpoint_id, refs, run_id=RUN_ID)
+        body = decode_body(self.plain, stored.body)
+        assert body is not None
+        self._heads[(family, ns)] = _Found(member, stored, body)
+        while len(self._heads) > 1024:
+            del self._heads[next(iter(self._heads))]
+
+    def _forget_heads(self, family: str) -> None:
+        for key in [k for k in self._heads if k[0] == family]:
+            del self._heads[key]
 
     def _checkpoint(
         self,
@@ -308,6 +357,7 @@ class Store:
                 del self._where[where]
             for early in [k for k in self._early if k[0] == family]:
                 del self._early[early]
+            self._forget_heads(family)
 
     async def _delete_members(self, members: Sequence[ThreadRecord]) -> None:
         for member in sorted(members, key=lambda m: m.created_at, reverse=True):  # forks before their parents
@@ -327,6 +377,7 @@ class Store:
         kept_ids = {item.checkpoint["id"] for item in keep}
         for key in [k for k in self._where if k[0] == family]:
             del self._where[key]
+        self._forget_heads(family)
         await self._replay(thread_id, keep, attach=False, kept_ids=kept_ids)
         await self._delete_members([m for m in old])
 

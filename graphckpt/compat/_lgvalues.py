@@ -107,6 +107,37 @@ class _Known:
     items: list[bytes] | None  # a list's items encoded one by one; None for any other value
     whole: bytes | None  # a non-list value, encoded
     snap: tuple[str, int]  # where the chain of this version starts
+    objs: list[Any] | None = None  # the list's items themselves (what ``items`` encodes)
+    sigs: list[Any] | None = None  # for each, what :func:`_signature` saw when it was encoded
+
+
+_IMMUTABLE = (str, bytes, int, float, bool, type(None))
+_ALWAYS = object()  # the signature of an item that is encoded again every time
+
+
+def _signature(item: Any) -> Any:
+    """What tells that an item was not changed in place since it was encoded: nothing for an immutable value,
+    a shallow copy of its attributes for an object with a ``__dict__`` (a LangChain message, a pydantic model, a
+    dataclass: a field reassigned is seen; a nested dict or list changed in place is not, as LangGraph asks nodes
+    not to mutate state), and :data:`_ALWAYS` otherwise."""
+    if type(item) in _IMMUTABLE:
+        return None
+    attrs = getattr(item, "__dict__", None)
+    return dict(attrs) if type(attrs) is dict else _ALWAYS
+
+
+def _encode_items(ser: Serializer, value: list[Any], base: _Known | None) -> tuple[list[bytes], list[Any]]:
+    """``value``'s items encoded one by one, reusing the bytes of ``base`` for the leading items that are the
+    very objects ``base`` encoded, unchanged (so a step appending one message encodes one message, not all)."""
+    sigs = [_signature(item) for item in value]
+    reused = 0
+    if base is not None and base.items is not None and base.objs is not None and base.sigs is not None:
+        for old, was, item, sig in zip(base.objs, base.sigs, value, sigs, strict=False):
+            if old is not item or was is _ALWAYS or sig != was:
+                break
+            reused += 1
+    head = base.items[:reused] if base is not None and base.items is not None else []
+    return head + [ser.dumps(item) for item in value[reused:]], sigs
 
 
 class ValueCache:
@@ -148,14 +179,14 @@ def channel_blob(
     blob holds."""
     base = cache.get((previous[0], channel, previous[1])) if previous is not None else None
     if type(value) is list:
-        items = [ser.dumps(item) for item in value]
+        items, sigs = _encode_items(ser, value, base)
         old = base.items if base is not None else None
         if old is not None and previous is not None and len(items) >= len(old) and items[: len(old)] == old:
             assert base is not None
             data = ser.dumps(["d", list(previous), list(base.snap), items[len(old) :]])
-            cache.put((member, channel, step), _Known(items, None, base.snap))
+            cache.put((member, channel, step), _Known(items, None, base.snap, list(value), sigs))
             return Blob(member, channel, step, "delta", data), items[len(old) :]
-        cache.put((member, channel, step), _Known(items, None, (member, step)))
+        cache.put((member, channel, step), _Known(items, None, (member, step), list(value), sigs))
         return Blob(member, channel, step, "snapshot", ser.dumps(["l", items])), items
     whole = ser.dumps(value)
     cache.put((member, channel, step), _Known(None, whole, (member, step)))

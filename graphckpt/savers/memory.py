@@ -85,8 +85,12 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
+        for writes in (kept_writes or {}).values():
+            for w in writes:
+                check_storable(task_id=w.task_id)
         thread = self._live(checkpoint.thread_id)
         now = ids.now()
         if expected_head is None:
@@ -157,6 +161,9 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, Saver):
         if checkpoint.parent_checkpoint_id is not None and checkpoint.parent_thread_id == checkpoint.thread_id:
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
         self._checkpoint_events(checkpoint, created=expected_head is None, run_id=run_id)
+        for checkpoint_id, writes in (kept_writes or {}).items():
+            table = self._writes.setdefault((checkpoint.thread_id, kept_key(checkpoint_id)), {})
+            table.update(((w.task_id, w.kind, w.index), w) for w in writes)
 
     async def claim(
         self,

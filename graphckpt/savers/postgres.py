@@ -112,6 +112,7 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
+    kept_key,
 )
 from graphckpt.savers.events import checkpoint_events
 
@@ -157,6 +158,21 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
     def __repr__(self) -> str:
         return f"PostgresSaver({self._io.where!r}, schema={self._schema!r})"
 
+    async def _commit_with_writes(
+        self, action: str, params: Sequence[Any], kept: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """The commit statement, then (when it won) the kept writes' statements, in one transaction."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(self._io.queries["commit"], params, binary=True)
+                rows = await cur.fetchall()
+                if rows and rows[0][0]:
+                    for writes in kept:
+                        await conn.execute(self._io.queries["put_writes"], writes, binary=True)
+                return rows
+        except psycopg.Error as exc:
+            raise self._io.error(action, exc) from exc
+
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     async def setup(self, *, create: bool = True) -> None:
@@ -197,8 +213,15 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
+        kept = [
+            self._writes_params(
+                checkpoint.thread_id, kept_key(cid), ws, run_id=run_id, status=None, error=None, anywhere=True
+            )
+            for cid, ws in (kept_writes or {}).items()
+        ]
         cp = self.sealer.seal_checkpoint(checkpoint)
         blobs = cp.blobs
         events = checkpoint_events(cp) if self.events else []
@@ -237,10 +260,12 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             TextArray(array(25, bytes_elements([kind.encode() for kind, _ in events]))),
             TextArray(array(25, bytes_elements([payload.encode() for _, payload in events]))),
         )
+        action = f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}"
         try:
-            [(won, current, owner_run)] = await self._fetch(
-                f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}", "commit", params
-            )
+            if kept:
+                [(won, current, owner_run)] = await self._commit_with_writes(action, params, kept)
+            else:
+                [(won, current, owner_run)] = await self._fetch(action, "commit", params)
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise ThreadConflictError(
@@ -332,6 +357,26 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         error: str | None = None,
         anywhere: bool = False,
     ) -> None:
+        params = self._writes_params(
+            thread_id, checkpoint_id, writes, run_id=run_id, status=status, error=error, anywhere=anywhere
+        )
+        [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
+        if not exists:
+            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
+        if not won:
+            raise await self._lease_lost(thread_id, run_id)
+
+    def _writes_params(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        writes: Sequence[StoredWrite],
+        *,
+        run_id: str,
+        status: Status | None,
+        error: str | None,
+        anywhere: bool,
+    ) -> dict[str, Any]:
         check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
         error = utf8_safe(error)
         for w in writes:
@@ -339,7 +384,7 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
             # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
             writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
-        params = {
+        return {
             "tid": thread_id,
             "cp": checkpoint_id,
             "anywhere": anywhere,
@@ -352,11 +397,6 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             "w_idx": [w.index for w in writes],
             "w_data": [w.data for w in self.sealer.seal_writes(thread_id, checkpoint_id, writes)],
         }
-        [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
-        if not exists:
-            raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
-        if not won:
-            raise await self._lease_lost(thread_id, run_id)
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
