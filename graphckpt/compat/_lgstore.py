@@ -13,6 +13,7 @@ from typing import Any
 from graphckpt import ids
 from graphckpt.compat._lgread import COMPAT_RUN_ID
 from graphckpt.compat._lgvalues import (
+    INLINE_MAX,
     Body,
     ValueCache,
     channel_blob,
@@ -24,7 +25,7 @@ from graphckpt.compat._lgvalues import (
     parse_member,
     value_ranges,
 )
-from graphckpt.compat._lgwrites import Appended, encode_write, find_refs, read_writes
+from graphckpt.compat._lgwrites import Packed, encode_writes, read_writes, ref_rows
 from graphckpt.errors import SerializationError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.serde import Serializer
@@ -34,9 +35,6 @@ __all__ = ["RUN_ID", "Loaded", "Store"]
 RUN_ID = COMPAT_RUN_ID
 """The ``run_id`` every member thread is created with: the compat saver's writes pass the fence while no graphckpt
 run claimed the thread."""
-
-_SPECIAL_INDEX = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
-"""LangGraph's indexes of its special write channels (a task's error, interrupt, resume: one per task, replaced)."""
 
 
 @dataclass(slots=True)
@@ -68,7 +66,7 @@ class Store:
         self.cache = ValueCache()
         self._where: dict[tuple[str, str], str] = {}  # (family, checkpoint id) -> member holding it
         self._early: dict[tuple[str, str, str], list[StoredWrite]] = {}  # writes before their checkpoint
-        self._appended: dict[tuple[str, str], list[Appended]] = {}  # (family, checkpoint id) -> its appending writes
+        self._appended: dict[tuple[str, str], list[Packed]] = {}  # (family, checkpoint id) -> its appending writes
         self._new_items: list[tuple[Blob, list[bytes]]] = []  # the list blobs of the checkpoint being put
         self._heads: dict[tuple[str, str], _Found] = {}  # (family, ns) -> the checkpoint this saver put last there
         self._lock = asyncio.Lock()
@@ -92,7 +90,7 @@ class Store:
         for member in order:
             cp = await self.saver.get_checkpoint(member, checkpoint_id)
             if cp is not None:
-                body = decode_body(self.plain, cp.body)
+                body = decode_body(self.plain, cp)
                 if body is not None:
                     self._where[(family, checkpoint_id)] = member
                     return _Found(member, cp, body)
@@ -185,7 +183,7 @@ class Store:
             appended = self._appended.get((family, parent_id)) if parent is not None and parent_id else None
             refs = []
             if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
-                refs = [r for blob, items in self._new_items for r in find_refs(self.ser, appended, blob, items)]
+                refs = ref_rows(self.ser, appended, self._new_items)
                 if refs and parent.member == member:
                     kept[parent.cp.checkpoint_id] = refs
             try:
@@ -201,7 +199,7 @@ class Store:
             self._appended.pop((family, parent_id), None)
             if refs and parent.member != member:  # a branch's first checkpoint: the parent lives in another member
                 await self.saver.put_kept_writes(parent.member, parent.cp.checkpoint_id, refs, run_id=RUN_ID)
-        body = decode_body(self.plain, stored.body)
+        body = decode_body(self.plain, stored)
         assert body is not None
         self._heads[(family, ns)] = _Found(member, stored, body)
         while len(self._heads) > 1024:
@@ -224,36 +222,46 @@ class Store:
         lineage: list[tuple[str, int]],
     ) -> StoredCheckpoint:
         versions = dict(checkpoint.get("channel_versions") or {})
-        inherited = parent.body.pointers if parent is not None else {}
-        pointers: dict[str, tuple[str, int, Any]] = {}
+        seen = dict(parent.body.checkpoint.get("channel_versions") or {}) if parent is not None else {}
+        pointers: dict[str, tuple[str, int]] = {}
+        inline: dict[str, bytes] = {}
         blobs: list[Blob] = []
         for channel, value in (checkpoint.get("channel_values") or {}).items():
             version = versions.get(channel)
-            old = inherited.get(channel)
-            if old is not None and channel not in new_versions and old[2] == version:
-                pointers[channel] = old
-                continue
-            previous = (old[0], old[1]) if old is not None else None
+            old = parent.body.pointers.get(channel) if parent is not None else None
+            if parent is not None and channel not in new_versions and channel in seen and seen[channel] == version:
+                if old is not None:  # LangGraph re-sends an unchanged value: the parent's blob holds it
+                    pointers[channel] = old
+                    continue
+                if channel in parent.body.inline:
+                    inline[channel] = parent.body.inline[channel]
+                    continue
             try:
-                blob, items = channel_blob(self.ser, self.cache, member, step, channel, value, previous)
+                if type(value) is not list:
+                    whole = self.ser.dumps(value)
+                    if len(whole) <= INLINE_MAX:
+                        inline[channel] = whole
+                        continue
+                blob, items = channel_blob(self.ser, self.cache, member, step, channel, value, old)
             except SerializationError as exc:
                 raise SerializationError(f"channel {channel!r}: {exc}") from None
             blobs.append(blob)
             if items:
                 self._new_items.append((blob, items))
-            pointers[channel] = (member, step, version)
+            pointers[channel] = (member, step)
         rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
-        body = Body(rest, parent_id, pointers, lineage)
+        body = Body(rest, parent_id, pointers, lineage, inline)
+        parent_column = parent.cp.checkpoint_id if parent is not None else None
         return StoredCheckpoint(
             thread_id=member,
             checkpoint_id=cid,
             parent_thread_id=parent.member if parent is not None else None,
-            parent_checkpoint_id=parent.cp.checkpoint_id if parent is not None else None,
+            parent_checkpoint_id=parent_column,
             step=step,
             created_at=ids.now(),
             status="running",
             metadata=meta,
-            body=encode_body(self.plain, body),
+            body=encode_body(self.plain, body, member, parent_column),
             blobs=blobs,
         )
 
@@ -262,12 +270,8 @@ class Store:
     async def put_writes(
         self, thread_id: str, ns: str, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> None:
-        rows, appended = [], []
-        for index, (channel, value) in enumerate(writes):
-            row, items = encode_write(self.ser, task_id, _SPECIAL_INDEX.get(channel, index), channel, value, path)
-            rows.append(row)
-            if items is not None:
-                appended.append(items)
+        rows, packed = encode_writes(self.ser, task_id, writes, path)
+        appended = [packed] if packed is not None else []
         family = family_of(thread_id)
         async with self._lock:
             if appended:
@@ -325,7 +329,7 @@ class Store:
         found.sort(key=lambda f: f[3].checkpoint_id, reverse=True)
         out = []
         for lg_thread, member_ns, member, cp in found:
-            body = decode_body(self.plain, cp.body)
+            body = decode_body(self.plain, cp)
             if body is None:
                 continue
             out.append(await self._load(lg_thread, member_ns, _Found(member, cp, body)))
@@ -335,7 +339,7 @@ class Store:
 
     async def _load(self, thread_id: str, ns: str, found: _Found) -> Loaded:
         body, step = found.body, found.cp.step
-        heads_ranges = [BlobRange(m, ch, at, at) for ch, (m, at, _v) in body.pointers.items()]
+        heads_ranges = [BlobRange(m, ch, at, at) for ch, (m, at) in body.pointers.items()]
         heads = {b.channel: b for b in await self.saver.get_blobs(heads_ranges)} if heads_ranges else {}
         values, ranges = value_ranges(self.ser, body, step, heads)
         if ranges:
@@ -395,10 +399,10 @@ class Store:
                 await self._put(target, item.ns, parent, cp, item.metadata, versions, attach=stay)
                 if item.writes:
                     member = self._where[(family_of(target), cp["id"])]
-                    rows = [
-                        encode_write(self.ser, task, _SPECIAL_INDEX.get(ch, i), ch, value, "")[0]
-                        for i, (task, ch, value) in enumerate(item.writes)
-                    ]
+                    by_task: dict[str, list[tuple[str, Any]]] = {}
+                    for task, ch, value in item.writes:
+                        by_task.setdefault(task, []).append((ch, value))
+                    rows = [r for task, ws in by_task.items() for r in encode_writes(self.ser, task, ws, "")[0]]
                     await self.saver.put_kept_writes(member, cp["id"], rows, run_id=RUN_ID)
 
 

@@ -217,8 +217,15 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         kept = [
-            self._writes_params(
-                checkpoint.thread_id, kept_key(cid), ws, run_id=run_id, status=None, error=None, anywhere=True
+            _writes_params(
+                self.sealer,
+                checkpoint.thread_id,
+                kept_key(cid),
+                ws,
+                run_id=run_id,
+                status=None,
+                error=None,
+                anywhere=True,
             )
             for cid, ws in (kept_writes or {}).items()
         ]
@@ -357,46 +364,14 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         error: str | None = None,
         anywhere: bool = False,
     ) -> None:
-        params = self._writes_params(
-            thread_id, checkpoint_id, writes, run_id=run_id, status=status, error=error, anywhere=anywhere
+        params = _writes_params(
+            self.sealer, thread_id, checkpoint_id, writes, run_id=run_id, status=status, error=error, anywhere=anywhere
         )
         [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
         if not exists:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
         if not won:
             raise await self._lease_lost(thread_id, run_id)
-
-    def _writes_params(
-        self,
-        thread_id: str,
-        checkpoint_id: str,
-        writes: Sequence[StoredWrite],
-        *,
-        run_id: str,
-        status: Status | None,
-        error: str | None,
-        anywhere: bool,
-    ) -> dict[str, Any]:
-        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
-        error = utf8_safe(error)
-        for w in writes:
-            check_storable(task_id=w.task_id)
-        if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
-            # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
-            writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
-        return {
-            "tid": thread_id,
-            "cp": checkpoint_id,
-            "anywhere": anywhere,
-            "run": run_id,
-            "status": status,
-            "error": error,
-            "now": ids.now(),
-            "w_task": [w.task_id for w in writes],
-            "w_kind": [w.kind for w in writes],
-            "w_idx": [w.index for w in writes],
-            "w_data": [w.data for w in self.sealer.seal_writes(thread_id, checkpoint_id, writes)],
-        }
 
     async def delete_thread(self, thread_id: str) -> None:
         check_storable(thread_id=thread_id)
@@ -527,3 +502,36 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
     @property
     def schema(self) -> str | None:
         return self._schema
+
+
+def _writes_params(
+    sealer: Sealer,
+    thread_id: str,
+    checkpoint_id: str,
+    writes: Sequence[StoredWrite],
+    *,
+    run_id: str,
+    status: Status | None,
+    error: str | None,
+    anywhere: bool,
+) -> dict[str, Any]:
+    check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+    error = utf8_safe(error)
+    for w in writes:
+        check_storable(task_id=w.task_id)
+    if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
+        # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
+        writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
+    return {
+        "tid": thread_id,
+        "cp": checkpoint_id,
+        "anywhere": anywhere,
+        "run": run_id,
+        "status": status,
+        "error": error,
+        "now": ids.now(),
+        "w_task": [w.task_id for w in writes],
+        "w_kind": [w.kind for w in writes],
+        "w_idx": [w.index for w in writes],
+        "w_data": [w.data for w in sealer.seal_writes(thread_id, checkpoint_id, writes)],
+    }
