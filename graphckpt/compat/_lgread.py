@@ -35,6 +35,7 @@ __all__ = [
     "compat_ranges",
     "fold_compat",
     "is_compat",
+    "is_compat_body",
 ]
 
 COMPAT_RUN_ID = "langgraph"
@@ -60,6 +61,11 @@ class CompatBody(Body):
         """This checkpoint's value of ``channel`` is the blob at ``step`` of its own member."""
         found = self.lg.pointers.get(channel) if self.lg is not None else None
         return found is not None and found[1] == step
+
+
+def is_compat_body(cp: StoredCheckpoint) -> bool:
+    """``cp`` was written by the compat saver (its body carries the compat format's tag)."""
+    return cp.body.find(_MARK, 0, 32) >= 0
 
 
 def compat_body(plain: Serializer, cp: StoredCheckpoint) -> CompatBody | None:

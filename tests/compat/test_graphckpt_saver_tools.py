@@ -81,9 +81,10 @@ def written(tmp_path: Path) -> dict[str, Any]:
         branched = graph.update_state(before_a.config, {"note": "edited"})
         branch = graph.get_state(branched)
         latest = graph.get_state(config)
+        writes = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(config)}
     finally:
         saver.close()
-    return {"db": db, "main": main, "before_a": before_a, "branch": branch, "latest": latest}
+    return {"db": db, "main": main, "before_a": before_a, "branch": branch, "latest": latest, "writes": writes}
 
 
 def _cli(db: Path, *args: str, cwd: Path) -> Any:
@@ -180,11 +181,18 @@ def test_export_then_import_into_a_new_file(written: dict[str, Any], tmp_path: P
     saver = GraphckptSaver(SqliteSaver(fresh))
     try:
         graph = _graph(saver)
-        again = graph.get_state({"configurable": {"thread_id": "t1"}})
+        config = {"configurable": {"thread_id": "t1"}}
+        again = graph.get_state(config)
         assert _plain(again.values) == _plain(main[0].values)
         assert [_cid(s) for s in graph.get_state_history({"configurable": {"thread_id": "t1"}})] == [
             _cid(s) for s in main
         ]
+        # every checkpoint's kept writes (its tasks' results, LangGraph's history) came along
+        kept = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(config)}
+        assert kept == {cid: w for cid, w in written["writes"].items() if cid in kept} and any(kept.values())
+        # and the compat saver writes on: the imported thread is still LangGraph's
+        graph.update_state(config, {"note": "after import"})
+        assert graph.get_state(config).values["note"] == "after import"
     finally:
         saver.close()
 
