@@ -23,8 +23,9 @@ from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
 from graphckpt.compat._lgvalues import Body as LgBody
 from graphckpt.compat._lgvalues import decode_body, unpack
+from graphckpt.compat._lgwrites import read_task_writes
 from graphckpt.errors import CorruptCheckpointError
-from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint, ThreadRecord
+from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, ThreadRecord
 from graphckpt.serde import Serializer
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "compat_body",
     "compat_history_ranges",
     "compat_ranges",
+    "compat_updates",
     "fold_compat",
     "is_compat",
     "is_compat_body",
@@ -210,3 +212,18 @@ def _shape(raw: Any, channel: str) -> list[Any]:
     if not ok:
         raise CorruptCheckpointError(f"channel {channel!r} has a stored value of the wrong shape")
     return list(raw)
+
+
+_PULL = "~__pregel_pull, "  # the start of a node's task path (LangGraph's task_path_str of ("__pregel_pull", node))
+
+
+async def compat_updates(ser: Serializer, saver: Saver, thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    """LangGraph's ``updates`` of the step that ended at a checkpoint: ``{node: {channel: value}}`` from the writes
+    the compat saver keeps with its parent (``thread_id``, ``checkpoint_id``), LangGraph's own channels left out."""
+    rows = await saver.get_kept_writes(thread_id, checkpoint_id)
+    out: dict[str, dict[str, Any]] = {}
+    for _task, channel, value, path in await read_task_writes(ser, saver, rows):
+        node = path.removeprefix(_PULL)
+        if not channel.startswith(_HIDDEN) and node != _START:  # the input is no node's update (as in LangGraph)
+            out.setdefault(node, {})[channel] = value
+    return out

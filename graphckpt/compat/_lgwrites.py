@@ -25,7 +25,7 @@ from graphckpt.errors import CorruptCheckpointError, SerializationError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredWrite
 from graphckpt.serde import Serializer
 
-__all__ = ["SPECIAL_INDEX", "Packed", "encode_writes", "read_writes", "ref_rows"]
+__all__ = ["SPECIAL_INDEX", "Packed", "encode_writes", "read_task_writes", "read_writes", "ref_rows"]
 
 
 SPECIAL_INDEX = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
@@ -122,14 +122,21 @@ def _find(haystack: Sequence[bytes], needle: Sequence[bytes], start: int) -> int
 
 async def read_writes(ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]) -> list[tuple[str, str, Any]]:
     """LangGraph's ``(task_id, channel, value)`` for stored rows, resolving references with one blob query."""
-    flat: list[tuple[str, list[Any]]] = []
+    return [(task_id, channel, value) for task_id, channel, value, _path in await read_task_writes(ser, saver, rows)]
+
+
+async def read_task_writes(
+    ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]
+) -> list[tuple[str, str, Any, str]]:
+    """:func:`read_writes` with each write's task path (LangGraph's ``~__pregel_pull, NODE`` for a node's task)."""
+    flat: list[tuple[str, list[Any], str]] = []
     for w in rows:
         raw = ser.loads(w.data)
         if raw[0] == "p":  # a packed row: its entries, then the path
-            flat.extend((w.task_id, entry) for entry in raw[2])
+            flat.extend((w.task_id, entry, raw[1]) for entry in raw[2])
         else:  # a row of one write, its path last
-            flat.append((w.task_id, raw[:-1]))
-    wanted = {(d[2], d[1], d[3]) for _t, d in flat if d[0] == "r"}
+            flat.append((w.task_id, raw[:-1], raw[-1]))
+    wanted = {(d[2], d[1], d[3]) for _t, d, _p in flat if d[0] == "r"}
     blobs: dict[tuple[str, str, int], list[bytes]] = {}
     if wanted:
         found = await saver.get_blobs([BlobRange(m, ch, s, s) for m, ch, s in wanted])
@@ -137,17 +144,17 @@ async def read_writes(ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]
             raw = ser.loads(unpack(blob.data))
             blobs[(blob.thread_id, blob.channel, blob.step)] = list(raw[3] if raw[0] == "d" else raw[1])
     out = []
-    for task_id, d in flat:
+    for task_id, d, path in flat:
         if d[0] == "w":
-            out.append((task_id, d[1], d[2]))
+            out.append((task_id, d[1], d[2], path))
             continue
         if d[0] == "e":  # as LangGraph's own savers read an error back: its repr, as text
-            out.append((task_id, d[1], f"{d[2]}({d[3]!r})"))
+            out.append((task_id, d[1], f"{d[2]}({d[3]!r})", path))
             continue
         _r, channel, member, step, start, end, single = d[:7]
         items = blobs.get((member, channel, step))
         if items is None or end > len(items):
             raise CorruptCheckpointError(f"a write of task {task_id!r} refers to a missing value of {channel!r}")
         values = [ser.loads(item) for item in items[start:end]]
-        out.append((task_id, channel, values[0] if single else values))
+        out.append((task_id, channel, values[0] if single else values, path))
     return out

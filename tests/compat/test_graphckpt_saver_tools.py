@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from support import child_env
-from support.serving import Served
+from support.serving import Served, read_events
 
 from graphckpt.compat.langgraph import GraphckptSaver
 from graphckpt.savers.sqlite import SqliteSaver
@@ -225,3 +225,24 @@ def test_server_state_and_history_of_a_langgraph_thread(written: dict[str, Any],
             assert "after b" in page.text
     finally:
         server.stop()
+
+
+def test_serve_streams_a_langgraph_thread_from_the_event_log(written: dict[str, Any], tmp_path: Path) -> None:
+    """``GET /threads/{id}/stream`` replays what the compat saver wrote: a ``values`` event per checkpoint (the
+    state LangGraph reports there, oldest first) and, per step after the input, the ``updates`` of the nodes that made
+    it (the stream of a thread a LangGraph engine may still write stays open: ``limit`` ends the read)."""
+    db, main = written["db"], written["main"]
+    server = Served(tmp_path, ["support.server_graphs:counter"], db=str(db)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            events = read_events(
+                client, "/threads/t1/stream", params={"stream_mode": "values,updates"}, limit=2 * len(main) - 2
+            )
+    finally:
+        server.stop()
+    values = [data for _id, kind, data in events if kind == "values"]
+    assert [_shown(v) for v in values] == [_plain(s.values) for s in reversed(main)]
+    updates = [data for _id, kind, data in events if kind == "updates"]
+    assert {"a": {"items": ["a"], "note": "after a", "messages": [updates[0]["a"]["messages"][0]]}} == updates[0]
+    assert updates[0]["a"]["messages"][0]["content"] == "from a"
+    assert updates[1] == {"b": {"items": ["b"], "note": "after b"}}
