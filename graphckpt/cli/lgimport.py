@@ -19,15 +19,20 @@ def add_parser(command: Any) -> None:
     """Add ``import-langgraph`` with ``command(name, help, description)`` (the CLI's parser factory)."""
     p = command(
         "import-langgraph",
-        "copy a LangGraph SqliteSaver database in",
-        "Read every thread of a LangGraph SqliteSaver file (its checkpoints and writes tables) and write it to --db "
+        "copy a LangGraph SqliteSaver or PostgresSaver database in",
+        "Read every thread of a LangGraph SqliteSaver file (its checkpoints and writes tables) or PostgresSaver "
+        "database (a postgresql:// URL, ?schema=NAME for another schema; only read) and write it to --db "
         "through graphckpt's LangGraph checkpointer (GraphckptSaver), so the same graphs continue on it with "
         "compile(checkpointer=GraphckptSaver...). Values are read by LangGraph's serializer restricted to its safe "
         "types (messages, Send, Interrupt, Command, dates, ...) plus the classes given with --allow; any other type "
         "stops the import, naming it. Needs the langgraph extra (pip install 'graphckpt[langgraph]'). Reports "
         "threads, checkpoints and bytes before and after.",
     )
-    p.add_argument("source", metavar="SOURCE", help="the LangGraph SQLite file (a path or sqlite:///path)")
+    p.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="the LangGraph SQLite file (a path or sqlite:///path) or PostgreSQL database (postgresql://...)",
+    )
     p.add_argument(
         "--allow", action="append", default=[], metavar="MODULE:CLASS", help="also allow this class (repeatable)"
     )

@@ -22,9 +22,10 @@ from typing import Any, Protocol
 from graphckpt.checkpoint import Task
 from graphckpt.codec import Body
 from graphckpt.compat._lgvalues import Body as LgBody
-from graphckpt.compat._lgvalues import decode_body
+from graphckpt.compat._lgvalues import decode_body, unpack
+from graphckpt.compat._lgwrites import read_task_writes
 from graphckpt.errors import CorruptCheckpointError
-from graphckpt.savers.base import Blob, BlobRange, StoredCheckpoint, ThreadRecord
+from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, ThreadRecord
 from graphckpt.serde import Serializer
 
 __all__ = [
@@ -33,14 +34,16 @@ __all__ = [
     "compat_body",
     "compat_history_ranges",
     "compat_ranges",
+    "compat_updates",
     "fold_compat",
     "is_compat",
+    "is_compat_body",
 ]
 
 COMPAT_RUN_ID = "langgraph"
 """The ``run_id`` the compat saver creates every member thread with (see :mod:`graphckpt.compat._lgstore`)."""
 
-_MARK = b"\xablanggraph/1"  # msgpack's fixstr of the compat body's format tag, near the start of every compat body
+_MARK = b"\xablanggraph/"  # msgpack's fixstr of the compat body's format tag, near the start of every compat body
 _TRIGGER = "branch:to:"
 _HIDDEN = ("__", "branch:")  # LangGraph's own channels (triggers, sends, input): not state values
 _START = "__start__"
@@ -62,14 +65,22 @@ class CompatBody(Body):
         return found is not None and found[1] == step
 
 
+def is_compat_body(cp: StoredCheckpoint) -> bool:
+    """``cp`` was written by the compat saver (its body carries the compat format's tag)."""
+    return cp.body.find(_MARK, 0, 32) >= 0
+
+
 def compat_body(plain: Serializer, cp: StoredCheckpoint) -> CompatBody | None:
     """``cp``'s body as an engine body, or ``None`` when it is not a compat body."""
     if cp.body.find(_MARK, 0, 32) < 0:
         return None
-    lg = decode_body(plain, cp.body)
+    lg = decode_body(plain, cp)
     if lg is None:
         return None
-    tasks = [Task(f"{cp.checkpoint_id}.{i}", node) for i, node in enumerate(next_nodes(lg.checkpoint, lg.pointers))]
+    tasks = [
+        Task(f"{cp.checkpoint_id}.{i}", node)
+        for i, node in enumerate(next_nodes(lg.checkpoint, {**lg.pointers, **lg.inline}))
+    ]
     # the channel table says "read from the lineage's start" for every stored channel: what an export copies
     channels = {name: (0, 0) for name in lg.pointers}
     return CompatBody(tasks=tasks, channels=channels, lineage=list(lg.lineage), lg=lg)
@@ -132,7 +143,7 @@ def compat_ranges(step: int, body: CompatBody) -> list[BlobRange]:
     lineage's start: the chain's snapshot is found when folding)."""
     assert body.lg is not None
     out = []
-    for channel, (_member, at, _version) in body.lg.pointers.items():
+    for channel, (_member, at) in body.lg.pointers.items():
         if channel.startswith(_HIDDEN):
             continue
         for member, first, upper in _segments(body.lineage, min(step, at)):
@@ -162,7 +173,10 @@ def fold_compat(loads: Loads, cp: StoredCheckpoint, body: CompatBody, blobs: Seq
         if any(blob.thread_id == m and first <= blob.step < upper for m, first, upper in segments):
             by_channel.setdefault(blob.channel, []).append(blob)
     values: dict[str, Any] = {}
-    for channel, (member, at, _version) in body.lg.pointers.items():
+    for channel, data in body.lg.inline.items():
+        if not channel.startswith(_HIDDEN):
+            values[channel] = loads(data)
+    for channel, (member, at) in body.lg.pointers.items():
         if channel.startswith(_HIDDEN):
             continue
         chain = sorted((b for b in by_channel.get(channel, ()) if b.step <= at), key=lambda b: b.step)
@@ -171,7 +185,7 @@ def fold_compat(loads: Loads, cp: StoredCheckpoint, body: CompatBody, blobs: Seq
         start = next((k for k in range(len(chain) - 1, -1, -1) if chain[k].kind == "snapshot"), None)
         if start is None:
             raise CorruptCheckpointError(f"channel {channel!r}: its deltas have no snapshot before them")
-        raw = _shape(loads(chain[start].data), channel)
+        raw = _shape(loads(unpack(chain[start].data)), channel)
         if raw[0] == "v":
             if start != len(chain) - 1:
                 raise CorruptCheckpointError(f"channel {channel!r}: deltas follow a value that is not a list")
@@ -179,7 +193,7 @@ def fold_compat(loads: Loads, cp: StoredCheckpoint, body: CompatBody, blobs: Seq
             continue
         items = list(raw[1])
         for blob in chain[start + 1 :]:
-            delta = _shape(loads(blob.data), channel)
+            delta = _shape(loads(unpack(blob.data)), channel)
             if delta[0] != "d":
                 raise CorruptCheckpointError(f"channel {channel!r}: a chain holds a value that is not a delta")
             items.extend(delta[3])
@@ -198,3 +212,18 @@ def _shape(raw: Any, channel: str) -> list[Any]:
     if not ok:
         raise CorruptCheckpointError(f"channel {channel!r} has a stored value of the wrong shape")
     return list(raw)
+
+
+_PULL = "~__pregel_pull, "  # the start of a node's task path (LangGraph's task_path_str of ("__pregel_pull", node))
+
+
+async def compat_updates(ser: Serializer, saver: Saver, thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    """LangGraph's ``updates`` of the step that ended at a checkpoint: ``{node: {channel: value}}`` from the writes
+    the compat saver keeps with its parent (``thread_id``, ``checkpoint_id``), LangGraph's own channels left out."""
+    rows = await saver.get_kept_writes(thread_id, checkpoint_id)
+    out: dict[str, dict[str, Any]] = {}
+    for _task, channel, value, path in await read_task_writes(ser, saver, rows):
+        node = path.removeprefix(_PULL)
+        if not channel.startswith(_HIDDEN) and node != _START:  # the input is no node's update (as in LangGraph)
+            out.setdefault(node, {})[channel] = value
+    return out

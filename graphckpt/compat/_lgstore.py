@@ -13,6 +13,7 @@ from typing import Any
 from graphckpt import ids
 from graphckpt.compat._lgread import COMPAT_RUN_ID
 from graphckpt.compat._lgvalues import (
+    INLINE_MAX,
     Body,
     ValueCache,
     channel_blob,
@@ -24,7 +25,7 @@ from graphckpt.compat._lgvalues import (
     parse_member,
     value_ranges,
 )
-from graphckpt.compat._lgwrites import Appended, encode_write, find_refs, read_writes
+from graphckpt.compat._lgwrites import Packed, encode_writes, read_writes, ref_rows
 from graphckpt.errors import SerializationError, ThreadConflictError, ThreadNotFoundError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.serde import Serializer
@@ -34,9 +35,6 @@ __all__ = ["RUN_ID", "Loaded", "Store"]
 RUN_ID = COMPAT_RUN_ID
 """The ``run_id`` every member thread is created with: the compat saver's writes pass the fence while no graphckpt
 run claimed the thread."""
-
-_SPECIAL_INDEX = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
-"""LangGraph's indexes of its special write channels (a task's error, interrupt, resume: one per task, replaced)."""
 
 
 @dataclass(slots=True)
@@ -68,8 +66,9 @@ class Store:
         self.cache = ValueCache()
         self._where: dict[tuple[str, str], str] = {}  # (family, checkpoint id) -> member holding it
         self._early: dict[tuple[str, str, str], list[StoredWrite]] = {}  # writes before their checkpoint
-        self._appended: dict[tuple[str, str], list[Appended]] = {}  # (family, checkpoint id) -> its appending writes
+        self._appended: dict[tuple[str, str], list[Packed]] = {}  # (family, checkpoint id) -> its appending writes
         self._new_items: list[tuple[Blob, list[bytes]]] = []  # the list blobs of the checkpoint being put
+        self._heads: dict[tuple[str, str], _Found] = {}  # (family, ns) -> the checkpoint this saver put last there
         self._lock = asyncio.Lock()
 
     # -- finding -----------------------------------------------------------------------------------------------------
@@ -91,7 +90,7 @@ class Store:
         for member in order:
             cp = await self.saver.get_checkpoint(member, checkpoint_id)
             if cp is not None:
-                body = decode_body(self.plain, cp.body)
+                body = decode_body(self.plain, cp)
                 if body is not None:
                     self._where[(family, checkpoint_id)] = member
                     return _Found(member, cp, body)
@@ -127,11 +126,43 @@ class Store:
     ) -> None:
         family, cid = family_of(thread_id), str(checkpoint["id"])
         meta = _json_metadata(metadata)
-        members = await self._members(family, ns)
-        parent = await self._find(family, ns, parent_id, members) if parent_id and attach else None
-        names = {m.thread_id for m in await self.saver.list_family(family)}
-        heads = {m.thread_id: m.head_checkpoint_id for m in members}
-        for attempt in range(2):
+        head = self._heads.get((family, ns))
+        if attach and parent_id and head is not None and head.cp.checkpoint_id == parent_id:
+            # the usual case, a checkpoint after the one this saver put last: no read; the commit's compare-and-set
+            # on the head verifies that nobody moved the member since
+            try:
+                await self._commit(family, ns, cid, head, parent_id, checkpoint, meta, new_versions, fast=True)
+                return
+            except (ThreadConflictError, ThreadNotFoundError):  # moved or deleted by another writer: read afresh
+                self._forget_heads(family)
+        await self._commit(family, ns, cid, None, parent_id, checkpoint, meta, new_versions, fast=False, attach=attach)
+
+    async def _commit(
+        self,
+        family: str,
+        ns: str,
+        cid: str,
+        parent: _Found | None,
+        parent_id: str | None,
+        checkpoint: Mapping[str, Any],
+        meta: dict[str, Any],
+        new_versions: Mapping[str, Any],
+        *,
+        fast: bool,
+        attach: bool = True,
+    ) -> None:
+        """Commit one checkpoint. ``fast``: ``parent`` is the head of its member as this saver last wrote it (no
+        read; a conflict is raised to the caller); else the parent and the family's members are read first."""
+        if fast:
+            assert parent is not None
+            names: set[str] = set()
+            heads = {parent.member: parent.cp.checkpoint_id}
+        else:
+            members = await self._members(family, ns)
+            parent = await self._find(family, ns, parent_id, members) if parent_id and attach else None
+            names = {m.thread_id for m in await self.saver.list_family(family)}
+            heads = {m.thread_id: m.head_checkpoint_id for m in members}
+        for attempt in range(1 if fast else 2):
             if parent is not None and attempt == 0 and heads.get(parent.member) == parent.cp.checkpoint_id:
                 member, expected, step = parent.member, parent.cp.checkpoint_id, parent.cp.step + 1
                 lineage = parent.body.lineage
@@ -145,22 +176,38 @@ class Store:
                 lineage = [(member, step), *(parent.body.lineage if parent is not None else [])]
             self._new_items = []
             stored = self._checkpoint(member, step, cid, parent, parent_id, checkpoint, meta, new_versions, lineage)
+            kept: dict[str, list[StoredWrite]] = {}
+            early = self._early.get((family, ns, cid))
+            if early:
+                kept[cid] = early
+            appended = self._appended.get((family, parent_id)) if parent is not None and parent_id else None
+            refs = []
+            if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
+                refs = ref_rows(self.ser, appended, self._new_items)
+                if refs and parent.member == member:
+                    kept[parent.cp.checkpoint_id] = refs
             try:
-                await self.saver.commit(stored, expected_head=expected, run_id=RUN_ID)
+                await self.saver.commit(stored, expected_head=expected, run_id=RUN_ID, kept_writes=kept or None)
             except ThreadConflictError:
-                if attempt or expected is None:
+                if fast or attempt or expected is None:
                     raise
                 continue  # the member moved on since it was read: this checkpoint starts a branch instead
             break
         self._where[(family, cid)] = member
-        early = self._early.pop((family, ns, cid), None)
-        if early:
-            await self.saver.put_kept_writes(member, cid, early, run_id=RUN_ID)
-        appended = self._appended.pop((family, parent_id), None) if parent is not None and parent_id else None
-        if appended and parent is not None:  # the parent's writes whose items this checkpoint's blobs hold
-            refs = [r for blob, items in self._new_items for r in find_refs(self.ser, appended, blob, items)]
-            if refs:
+        self._early.pop((family, ns, cid), None)
+        if parent is not None and parent_id:
+            self._appended.pop((family, parent_id), None)
+            if refs and parent.member != member:  # a branch's first checkpoint: the parent lives in another member
                 await self.saver.put_kept_writes(parent.member, parent.cp.checkpoint_id, refs, run_id=RUN_ID)
+        body = decode_body(self.plain, stored)
+        assert body is not None
+        self._heads[(family, ns)] = _Found(member, stored, body)
+        while len(self._heads) > 1024:
+            del self._heads[next(iter(self._heads))]
+
+    def _forget_heads(self, family: str) -> None:
+        for key in [k for k in self._heads if k[0] == family]:
+            del self._heads[key]
 
     def _checkpoint(
         self,
@@ -175,36 +222,46 @@ class Store:
         lineage: list[tuple[str, int]],
     ) -> StoredCheckpoint:
         versions = dict(checkpoint.get("channel_versions") or {})
-        inherited = parent.body.pointers if parent is not None else {}
-        pointers: dict[str, tuple[str, int, Any]] = {}
+        seen = dict(parent.body.checkpoint.get("channel_versions") or {}) if parent is not None else {}
+        pointers: dict[str, tuple[str, int]] = {}
+        inline: dict[str, bytes] = {}
         blobs: list[Blob] = []
         for channel, value in (checkpoint.get("channel_values") or {}).items():
             version = versions.get(channel)
-            old = inherited.get(channel)
-            if old is not None and channel not in new_versions and old[2] == version:
-                pointers[channel] = old
-                continue
-            previous = (old[0], old[1]) if old is not None else None
+            old = parent.body.pointers.get(channel) if parent is not None else None
+            if parent is not None and channel not in new_versions and channel in seen and seen[channel] == version:
+                if old is not None:  # LangGraph re-sends an unchanged value: the parent's blob holds it
+                    pointers[channel] = old
+                    continue
+                if channel in parent.body.inline:
+                    inline[channel] = parent.body.inline[channel]
+                    continue
             try:
-                blob, items = channel_blob(self.ser, self.cache, member, step, channel, value, previous)
+                if type(value) is not list:
+                    whole = self.ser.dumps(value)
+                    if len(whole) <= INLINE_MAX:
+                        inline[channel] = whole
+                        continue
+                blob, items = channel_blob(self.ser, self.cache, member, step, channel, value, old)
             except SerializationError as exc:
                 raise SerializationError(f"channel {channel!r}: {exc}") from None
             blobs.append(blob)
             if items:
                 self._new_items.append((blob, items))
-            pointers[channel] = (member, step, version)
+            pointers[channel] = (member, step)
         rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
-        body = Body(rest, parent_id, pointers, lineage)
+        body = Body(rest, parent_id, pointers, lineage, inline)
+        parent_column = parent.cp.checkpoint_id if parent is not None else None
         return StoredCheckpoint(
             thread_id=member,
             checkpoint_id=cid,
             parent_thread_id=parent.member if parent is not None else None,
-            parent_checkpoint_id=parent.cp.checkpoint_id if parent is not None else None,
+            parent_checkpoint_id=parent_column,
             step=step,
             created_at=ids.now(),
             status="running",
             metadata=meta,
-            body=encode_body(self.plain, body),
+            body=encode_body(self.plain, body, member, parent_column),
             blobs=blobs,
         )
 
@@ -213,12 +270,8 @@ class Store:
     async def put_writes(
         self, thread_id: str, ns: str, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> None:
-        rows, appended = [], []
-        for index, (channel, value) in enumerate(writes):
-            row, items = encode_write(self.ser, task_id, _SPECIAL_INDEX.get(channel, index), channel, value, path)
-            rows.append(row)
-            if items is not None:
-                appended.append(items)
+        rows, packed = encode_writes(self.ser, task_id, writes, path)
+        appended = [packed] if packed is not None else []
         family = family_of(thread_id)
         async with self._lock:
             if appended:
@@ -276,7 +329,7 @@ class Store:
         found.sort(key=lambda f: f[3].checkpoint_id, reverse=True)
         out = []
         for lg_thread, member_ns, member, cp in found:
-            body = decode_body(self.plain, cp.body)
+            body = decode_body(self.plain, cp)
             if body is None:
                 continue
             out.append(await self._load(lg_thread, member_ns, _Found(member, cp, body)))
@@ -286,7 +339,7 @@ class Store:
 
     async def _load(self, thread_id: str, ns: str, found: _Found) -> Loaded:
         body, step = found.body, found.cp.step
-        heads_ranges = [BlobRange(m, ch, at, at) for ch, (m, at, _v) in body.pointers.items()]
+        heads_ranges = [BlobRange(m, ch, at, at) for ch, (m, at) in body.pointers.items()]
         heads = {b.channel: b for b in await self.saver.get_blobs(heads_ranges)} if heads_ranges else {}
         values, ranges = value_ranges(self.ser, body, step, heads)
         if ranges:
@@ -308,6 +361,7 @@ class Store:
                 del self._where[where]
             for early in [k for k in self._early if k[0] == family]:
                 del self._early[early]
+            self._forget_heads(family)
 
     async def _delete_members(self, members: Sequence[ThreadRecord]) -> None:
         for member in sorted(members, key=lambda m: m.created_at, reverse=True):  # forks before their parents
@@ -327,6 +381,7 @@ class Store:
         kept_ids = {item.checkpoint["id"] for item in keep}
         for key in [k for k in self._where if k[0] == family]:
             del self._where[key]
+        self._forget_heads(family)
         await self._replay(thread_id, keep, attach=False, kept_ids=kept_ids)
         await self._delete_members([m for m in old])
 
@@ -344,10 +399,10 @@ class Store:
                 await self._put(target, item.ns, parent, cp, item.metadata, versions, attach=stay)
                 if item.writes:
                     member = self._where[(family_of(target), cp["id"])]
-                    rows = [
-                        encode_write(self.ser, task, _SPECIAL_INDEX.get(ch, i), ch, value, "")[0]
-                        for i, (task, ch, value) in enumerate(item.writes)
-                    ]
+                    by_task: dict[str, list[tuple[str, Any]]] = {}
+                    for task, ch, value in item.writes:
+                        by_task.setdefault(task, []).append((ch, value))
+                    rows = [r for task, ws in by_task.items() for r in encode_writes(self.ser, task, ws, "")[0]]
                     await self.saver.put_kept_writes(member, cp["id"], rows, run_id=RUN_ID)
 
 

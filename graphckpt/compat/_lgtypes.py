@@ -72,13 +72,41 @@ def _interrupt_codec(serializer: Serializer) -> None:
     serializer.register_codec(Interrupt, encode, decode)
 
 
+_ALWAYS = ("type", "content", "id")
+"""A message's fields stored even at their default: what a reader without LangChain (the CLI, the UI) shows."""
+
+
+def _message_codec(serializer: Serializer, tp: Any) -> None:
+    """A LangChain message as its fields that differ from their defaults (a message has nine or more, most of them
+    empty: ``additional_kwargs``, ``tool_calls``, ...) and :data:`_ALWAYS`, built again by validating them."""
+    defaults = [(name, info.get_default(call_default_factory=True)) for name, info in tp.model_fields.items()]
+
+    def encode(msg: Any) -> dict[str, Any]:
+        fields = {}
+        for name, default in defaults:
+            value = getattr(msg, name)
+            if name in _ALWAYS or (value is not default and (type(value) is not type(default) or value != default)):
+                fields[name] = value
+        extra = msg.__pydantic_extra__
+        if extra:
+            fields.update((key, value) for key, value in extra.items() if key not in fields)
+        return fields
+
+    def decode(fields: Any) -> Any:
+        if not isinstance(fields, dict):
+            raise SerializationError(f"a stored {tp.__qualname__} is not a mapping of its fields")
+        return tp.model_validate(fields)
+
+    serializer.register_codec(tp, encode, decode)
+
+
 def langgraph_serializer(registered: Iterable[type] = ()) -> Serializer:
     """A :class:`~graphckpt.serde.Serializer` allowing LangChain messages, LangGraph's own types and ``registered``."""
     from langgraph.types import Command
 
     serializer = Serializer()
     for tp in _message_classes():
-        serializer.register(tp)
+        _message_codec(serializer, tp)
     _send_codec(serializer)
     _interrupt_codec(serializer)
     serializer.register(Command)

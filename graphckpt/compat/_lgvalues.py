@@ -21,19 +21,21 @@ read with one :meth:`~graphckpt.savers.base.Saver.get_blobs` call covering that 
 
 from __future__ import annotations
 
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphckpt.errors import CorruptCheckpointError
-from graphckpt.savers.base import FAMILY_SEP, Blob, BlobRange
+from graphckpt.savers.base import FAMILY_SEP, Blob, BlobRange, StoredCheckpoint
 from graphckpt.serde import Serializer
 
 __all__ = ["Body", "ValueCache", "decode_body", "encode_body", "family_of", "member_name", "parse_member"]
 
-FORMAT = "langgraph/1"
+FORMAT = "langgraph/2"
 """Marks a body written by the compat saver (an engine body has no such key)."""
+_FORMAT_1 = "langgraph/1"  # pointers were [member, step, version] and the parent id always there: still read
 
 
 def _q(text: str) -> str:
@@ -63,6 +65,11 @@ def parse_member(family: str, member: str) -> str | None:
     return quoted.replace("%7E", FAMILY_SEP).replace("%25", "%")
 
 
+INLINE_MAX = 64
+"""A channel value that is not a list and is encoded in at most this many bytes is carried in the body (no blob row:
+LangGraph's trigger channels, counters, flags)."""
+
+
 @dataclass(slots=True)
 class Body:
     """The decoded body of a compat checkpoint."""
@@ -72,34 +79,74 @@ class Body:
     ``versions_seen``, ``updated_channels`` and any key a newer LangGraph adds."""
     parent_id: str | None
     """LangGraph's parent checkpoint id (kept even when that checkpoint was pruned)."""
-    pointers: dict[str, tuple[str, int, Any]]
-    """channel -> (member thread, step) of the blob holding its value at this checkpoint, and its version."""
+    pointers: dict[str, tuple[str, int]]
+    """channel -> (member thread, step) of the blob holding its value at this checkpoint."""
     lineage: list[tuple[str, int]]
     """Newest first: (member thread, first step of the lineage stored under it)."""
+    inline: dict[str, bytes] = field(default_factory=dict)
+    """channel -> its value, encoded: the small values carried in the body (see :data:`INLINE_MAX`)."""
 
 
-def encode_body(plain: Serializer, body: Body) -> bytes:
-    return plain.dumps(
-        {
-            "f": FORMAT,
-            "c": body.checkpoint,
-            "p": body.parent_id,
-            "ch": {k: list(v) for k, v in body.pointers.items()},
-            "lin": [list(seg) for seg in body.lineage],
-        }
-    )
+def encode_body(plain: Serializer, body: Body, member: str, parent_column: str | None) -> bytes:
+    """The body of a checkpoint of ``member`` whose ``parent_checkpoint_id`` column is ``parent_column``: a pointer
+    into ``member`` is its step alone, another one ``[member, step]``, an inline value its bytes; the parent id is left
+    out when the column holds it."""
+    ch: dict[str, Any] = {k: at if m == member else [m, at] for k, (m, at) in body.pointers.items()}
+    ch.update(body.inline)
+    raw: dict[str, Any] = {"f": FORMAT, "c": body.checkpoint, "ch": ch, "lin": [list(seg) for seg in body.lineage]}
+    if body.parent_id != parent_column:
+        raw["p"] = body.parent_id
+    return plain.dumps(raw)
 
 
-def decode_body(plain: Serializer, data: bytes) -> Body | None:
-    """The body, or ``None`` when ``data`` is not a compat body (a thread the engine wrote)."""
+def decode_body(plain: Serializer, cp: StoredCheckpoint) -> Body | None:
+    """``cp``'s body, or ``None`` when it is not a compat body (a thread the engine wrote)."""
     try:
-        raw = plain.loads(data)
+        raw = plain.loads(cp.body)
     except CorruptCheckpointError:
         return None
-    if not isinstance(raw, dict) or raw.get("f") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("f") not in (FORMAT, _FORMAT_1):
         return None
-    pointers = {k: (v[0], int(v[1]), v[2]) for k, v in raw["ch"].items()}
-    return Body(raw["c"], raw["p"], pointers, [(t, int(s)) for t, s in raw["lin"]])
+    pointers: dict[str, tuple[str, int]] = {}
+    inline: dict[str, bytes] = {}
+    for k, v in raw["ch"].items():
+        if type(v) is int:
+            pointers[k] = (cp.thread_id, v)
+        elif type(v) is bytes:
+            inline[k] = v
+        else:
+            pointers[k] = (v[0], int(v[1]))
+    parent = raw.get("p", cp.parent_checkpoint_id)
+    return Body(raw["c"], parent, pointers, [(t, int(s)) for t, s in raw["lin"]], inline)
+
+
+_PACK_MIN = 256
+_ZLIB = b"\x78"  # a zlib stream's first byte; a stored value starts with a msgpack array's (0x9N)
+
+
+def pack(data: bytes) -> bytes:
+    """A blob's ``data``: zlib-compressed when that saves at least a sixteenth (values of a few hundred bytes and
+    up: a 1 KiB message takes about 900 bytes, so a SQLite page holds four rows instead of three)."""
+    if len(data) >= _PACK_MIN:
+        packed = zlib.compress(data, 6)
+        if len(packed) <= len(data) - (len(data) >> 4):
+            return packed
+    return data
+
+
+def unpack(data: bytes) -> bytes:
+    """What :func:`pack` packed, inflating at most ~1032 bytes per stored byte (deflate's own limit): stored data
+    is untrusted; :class:`CorruptCheckpointError` when it is not one complete stream."""
+    if not data.startswith(_ZLIB):
+        return data
+    stream = zlib.decompressobj()
+    try:
+        out = stream.decompress(data, len(data) * 1032 + 1024)
+    except zlib.error as exc:
+        raise CorruptCheckpointError(f"a compressed value does not inflate ({exc})") from None
+    if not stream.eof or stream.unconsumed_tail:
+        raise CorruptCheckpointError("a compressed value is truncated or inflates past its bound")
+    return out
 
 
 @dataclass(slots=True)
@@ -107,6 +154,37 @@ class _Known:
     items: list[bytes] | None  # a list's items encoded one by one; None for any other value
     whole: bytes | None  # a non-list value, encoded
     snap: tuple[str, int]  # where the chain of this version starts
+    objs: list[Any] | None = None  # the list's items themselves (what ``items`` encodes)
+    sigs: list[Any] | None = None  # for each, what :func:`_signature` saw when it was encoded
+
+
+_IMMUTABLE = (str, bytes, int, float, bool, type(None))
+_ALWAYS = object()  # the signature of an item that is encoded again every time
+
+
+def _signature(item: Any) -> Any:
+    """What tells that an item was not changed in place since it was encoded: nothing for an immutable value,
+    a shallow copy of its attributes for an object with a ``__dict__`` (a LangChain message, a pydantic model, a
+    dataclass: a field reassigned is seen; a nested dict or list changed in place is not, as LangGraph asks nodes
+    not to mutate state), and :data:`_ALWAYS` otherwise."""
+    if type(item) in _IMMUTABLE:
+        return None
+    attrs = getattr(item, "__dict__", None)
+    return dict(attrs) if type(attrs) is dict else _ALWAYS
+
+
+def _encode_items(ser: Serializer, value: list[Any], base: _Known | None) -> tuple[list[bytes], list[Any]]:
+    """``value``'s items encoded one by one, reusing the bytes of ``base`` for the leading items that are the
+    very objects ``base`` encoded, unchanged (so a step appending one message encodes one message, not all)."""
+    sigs = [_signature(item) for item in value]
+    reused = 0
+    if base is not None and base.items is not None and base.objs is not None and base.sigs is not None:
+        for old, was, item, sig in zip(base.objs, base.sigs, value, sigs, strict=False):
+            if old is not item or was is _ALWAYS or sig != was:
+                break
+            reused += 1
+    head = base.items[:reused] if base is not None and base.items is not None else []
+    return head + [ser.dumps(item) for item in value[reused:]], sigs
 
 
 class ValueCache:
@@ -148,18 +226,18 @@ def channel_blob(
     blob holds."""
     base = cache.get((previous[0], channel, previous[1])) if previous is not None else None
     if type(value) is list:
-        items = [ser.dumps(item) for item in value]
+        items, sigs = _encode_items(ser, value, base)
         old = base.items if base is not None else None
         if old is not None and previous is not None and len(items) >= len(old) and items[: len(old)] == old:
             assert base is not None
-            data = ser.dumps(["d", list(previous), list(base.snap), items[len(old) :]])
-            cache.put((member, channel, step), _Known(items, None, base.snap))
+            data = pack(ser.dumps(["d", list(previous), list(base.snap), items[len(old) :]]))
+            cache.put((member, channel, step), _Known(items, None, base.snap, list(value), sigs))
             return Blob(member, channel, step, "delta", data), items[len(old) :]
-        cache.put((member, channel, step), _Known(items, None, (member, step)))
-        return Blob(member, channel, step, "snapshot", ser.dumps(["l", items])), items
+        cache.put((member, channel, step), _Known(items, None, (member, step), list(value), sigs))
+        return Blob(member, channel, step, "snapshot", pack(ser.dumps(["l", items]))), items
     whole = ser.dumps(value)
     cache.put((member, channel, step), _Known(None, whole, (member, step)))
-    return Blob(member, channel, step, "snapshot", ser.dumps(["v", whole])), None
+    return Blob(member, channel, step, "snapshot", pack(ser.dumps(["v", whole]))), None
 
 
 def value_ranges(
@@ -169,11 +247,13 @@ def value_ranges(
     holding the chains of the others."""
     values: dict[str, Any] = {}
     ranges: list[BlobRange] = []
-    for channel, (member, at, _version) in body.pointers.items():
+    for channel, data in body.inline.items():
+        values[channel] = ser.loads(data)
+    for channel, (member, at) in body.pointers.items():
         blob = heads.get(channel)
         if blob is None:
             raise CorruptCheckpointError(f"channel {channel!r} has no stored value at step {at} of {member!r}")
-        raw = ser.loads(blob.data)
+        raw = ser.loads(unpack(blob.data))
         if raw[0] == "v":
             values[channel] = ser.loads(raw[1])
         elif raw[0] == "l":
@@ -205,7 +285,7 @@ def fold_chains(ser: Serializer, blobs: Sequence[Blob]) -> dict[str, list[Any]]:
         chain.sort(key=lambda b: b.step)
         items: list[bytes] = []
         for blob in chain:
-            raw = ser.loads(blob.data)
+            raw = ser.loads(unpack(blob.data))
             if raw[0] == "l":
                 items = list(raw[1])
             elif raw[0] == "d":

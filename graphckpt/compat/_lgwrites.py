@@ -6,9 +6,12 @@ channel. When the next checkpoint's delta holds the write's items (byte for byte
 replaced by a reference to that slice of the blob (``ref``); reading it back takes the items from the blob. A write
 whose items do not appear there as they are (a reducer changed them) stays whole.
 
-Row data: ``["w", channel, value, task_path]``, ``["r", channel, member, step, start, end, single, task_path]``, or
-for an exception (a task's error) ``["e", channel, its type's name, its message, task_path]``: never the class
-itself; it reads back as the text ``TypeName('message')``, as LangGraph's SqliteSaver returns it.
+Rows. One ``put_writes`` call is one row at index 0, ``["p", task_path, entries]`` (a write's LangGraph index is its
+place in ``entries``), and one row per write to a special channel (error, interrupt, resume, scheduled) at LangGraph's
+fixed negative index, ``[*entry, task_path]``. An entry is ``["w", channel, value]``, ``["r", channel, member, step,
+start, end, single]``, or for an exception (a task's error) ``["e", channel, its type's name, its message]``: never
+the class itself; it reads back as the text ``TypeName('message')``, as LangGraph's SqliteSaver returns it. (Rows of
+one write, ``[*entry, task_path]`` at the write's index, as an earlier version stored all writes, read the same.)
 """
 
 from __future__ import annotations
@@ -17,61 +20,95 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graphckpt.compat._lgvalues import unpack
 from graphckpt.errors import CorruptCheckpointError, SerializationError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredWrite
 from graphckpt.serde import Serializer
 
-__all__ = ["Appended", "encode_write", "find_refs", "read_writes"]
+__all__ = ["SPECIAL_INDEX", "Packed", "encode_writes", "read_task_writes", "read_writes", "ref_rows"]
+
+
+SPECIAL_INDEX = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
+"""LangGraph's indexes of its special write channels (a task's error, interrupt, resume: one per task, replaced)."""
 
 
 @dataclass(slots=True)
-class Appended:
-    """A write that appends items: what is needed to replace it by a reference."""
+class Packed:
+    """The writes one ``put_writes`` call stored in one row: what is needed to replace some by references."""
 
     task_id: str
     index: int
-    channel: str
-    items: list[bytes]
-    single: bool  # the write's value was one item, not a list
     path: str
+    entries: list[list[Any]]  # the row's entries, as stored
+    appends: list[tuple[int, str, list[bytes], bool]]  # (entry, channel, items encoded one by one, single item)
 
 
-def encode_write(
-    ser: Serializer, task_id: str, index: int, channel: str, value: Any, path: str
-) -> tuple[StoredWrite, Appended | None]:
-    """The row of one write, and, for a list (or a lone LangChain message), its items encoded one by one."""
-    if isinstance(value, BaseException):
-        data = ["e", channel, type(value).__qualname__, str(value), path]
-        return StoredWrite(task_id, "result", index, ser.dumps(data)), None
+def encode_writes(
+    ser: Serializer, task_id: str, writes: Sequence[tuple[str, Any]], path: str
+) -> tuple[list[StoredWrite], Packed | None]:
+    """The rows of one ``put_writes`` call: one row per write of LangGraph's special channels (each replaces its
+    predecessor, at its fixed index), and one row at index 0 packing the other writes (the index of each is its
+    place in the row); and, for that row, its writes that append items (a list, or a lone LangChain message)."""
+    rows: list[StoredWrite] = []
+    entries: list[list[Any]] = []
+    appends: list[tuple[int, str, list[bytes], bool]] = []
+    for channel, value in writes:
+        try:
+            entry = _entry(channel, value)
+            if channel in SPECIAL_INDEX:
+                rows.append(StoredWrite(task_id, "result", SPECIAL_INDEX[channel], ser.dumps([*entry, path])))
+                continue
+            if type(value) is list and value:
+                appends.append((len(entries), channel, [ser.dumps(v) for v in value], False))
+            elif type(value).__module__.startswith("langchain_core.messages"):
+                appends.append((len(entries), channel, [ser.dumps(value)], True))
+            entries.append(entry)
+        except SerializationError as exc:
+            raise SerializationError(f"write to channel {channel!r} of task {task_id!r}: {exc}") from None
+    if not entries:
+        return rows, None
     try:
-        row = StoredWrite(task_id, "result", index, ser.dumps(["w", channel, value, path]))
-        appended = None
-        if type(value) is list and value:
-            appended = Appended(task_id, index, channel, [ser.dumps(v) for v in value], False, path)
-        elif type(value).__module__.startswith("langchain_core.messages"):
-            appended = Appended(task_id, index, channel, [ser.dumps(value)], True, path)
-    except SerializationError as exc:
-        raise SerializationError(f"write to channel {channel!r} of task {task_id!r}: {exc}") from None
-    return row, appended
+        rows.append(StoredWrite(task_id, "result", 0, ser.dumps(["p", path, entries])))
+    except SerializationError:
+        for channel, value in writes:  # name the write that cannot be stored
+            if isinstance(value, BaseException):
+                continue
+            try:
+                ser.dumps(value)
+            except SerializationError as exc:
+                raise SerializationError(f"write to channel {channel!r} of task {task_id!r}: {exc}") from None
+        raise
+    return rows, Packed(task_id, 0, path, entries, appends) if appends else None
 
 
-def find_refs(
-    ser: Serializer, writes: Sequence[Appended], delta: Blob, new_items: Sequence[bytes]
+def _entry(channel: str, value: Any) -> list[Any]:
+    if isinstance(value, BaseException):
+        return ["e", channel, type(value).__qualname__, str(value)]
+    return ["w", channel, value]
+
+
+def ref_rows(
+    ser: Serializer, packed: Sequence[Packed], blobs: Sequence[tuple[Blob, Sequence[bytes]]]
 ) -> list[StoredWrite]:
-    """Reference rows for the ``writes`` whose items appear, in order, in ``new_items`` (the items the delta blob
-    ``delta`` appends to its channel)."""
+    """The rows of ``packed`` with each appending write whose items appear, in order, among the items a delta blob
+    of ``blobs`` appends to its channel replaced by a reference to them (rows with nothing replaced are left out)."""
     out: list[StoredWrite] = []
-    at = 0
-    for w in writes:
-        if w.channel != delta.channel:
-            continue
-        n = len(w.items)
-        start = _find(new_items, w.items, at)
-        if start is None:
-            continue
-        at = start + n
-        data = ["r", w.channel, delta.thread_id, delta.step, start, start + n, w.single, w.path]
-        out.append(StoredWrite(w.task_id, "result", w.index, ser.dumps(data)))
+    at: dict[str, int] = {}
+    for row in packed:
+        changed = False
+        for pos, channel, items, single in row.appends:
+            for blob, new_items in blobs:
+                if blob.channel != channel:
+                    continue
+                start = _find(new_items, items, at.get(channel, 0))
+                if start is None:
+                    continue
+                at[channel] = start + len(items)
+                row.entries[pos] = ["r", channel, blob.thread_id, blob.step, start, start + len(items), single]
+                changed = True
+                break
+        if changed:
+            out.append(StoredWrite(row.task_id, "result", row.index, ser.dumps(["p", row.path, row.entries])))
     return out
 
 
@@ -85,26 +122,39 @@ def _find(haystack: Sequence[bytes], needle: Sequence[bytes], start: int) -> int
 
 async def read_writes(ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]) -> list[tuple[str, str, Any]]:
     """LangGraph's ``(task_id, channel, value)`` for stored rows, resolving references with one blob query."""
-    decoded = [ser.loads(w.data) for w in rows]
-    wanted = {(d[2], d[1], d[3]) for d in decoded if d[0] == "r"}
+    return [(task_id, channel, value) for task_id, channel, value, _path in await read_task_writes(ser, saver, rows)]
+
+
+async def read_task_writes(
+    ser: Serializer, saver: Saver, rows: Sequence[StoredWrite]
+) -> list[tuple[str, str, Any, str]]:
+    """:func:`read_writes` with each write's task path (LangGraph's ``~__pregel_pull, NODE`` for a node's task)."""
+    flat: list[tuple[str, list[Any], str]] = []
+    for w in rows:
+        raw = ser.loads(w.data)
+        if raw[0] == "p":  # a packed row: its entries, then the path
+            flat.extend((w.task_id, entry, raw[1]) for entry in raw[2])
+        else:  # a row of one write, its path last
+            flat.append((w.task_id, raw[:-1], raw[-1]))
+    wanted = {(d[2], d[1], d[3]) for _t, d, _p in flat if d[0] == "r"}
     blobs: dict[tuple[str, str, int], list[bytes]] = {}
     if wanted:
         found = await saver.get_blobs([BlobRange(m, ch, s, s) for m, ch, s in wanted])
         for blob in found:
-            raw = ser.loads(blob.data)
+            raw = ser.loads(unpack(blob.data))
             blobs[(blob.thread_id, blob.channel, blob.step)] = list(raw[3] if raw[0] == "d" else raw[1])
     out = []
-    for w, d in zip(rows, decoded, strict=True):
+    for task_id, d, path in flat:
         if d[0] == "w":
-            out.append((w.task_id, d[1], d[2]))
+            out.append((task_id, d[1], d[2], path))
             continue
         if d[0] == "e":  # as LangGraph's own savers read an error back: its repr, as text
-            out.append((w.task_id, d[1], f"{d[2]}({d[3]!r})"))
+            out.append((task_id, d[1], f"{d[2]}({d[3]!r})", path))
             continue
-        _r, channel, member, step, start, end, single, _path = d
+        _r, channel, member, step, start, end, single = d[:7]
         items = blobs.get((member, channel, step))
         if items is None or end > len(items):
-            raise CorruptCheckpointError(f"a write of task {w.task_id!r} refers to a missing value of {channel!r}")
+            raise CorruptCheckpointError(f"a write of task {task_id!r} refers to a missing value of {channel!r}")
         values = [ser.loads(item) for item in items[start:end]]
-        out.append((w.task_id, channel, values[0] if single else values))
+        out.append((task_id, channel, values[0] if single else values, path))
     return out

@@ -110,6 +110,11 @@ class GraphckptSaver(BaseCheckpointSaver[int]):
             annotations.append(getattr(node, "input_schema", None) or getattr(node, "input", None))
         self.register(*schema_types(*[a for a in annotations if a is not None]))
 
+    def setup(self) -> None:
+        """Create the graphckpt saver's tables if needed and open it (as LangGraph's own savers' ``setup``; without
+        it the first call does it)."""
+        self._loop.run(self.saver.setup())
+
     def close(self) -> None:
         """Close the graphckpt saver and stop the loop thread."""
         self._loop.run(self.saver.aclose())

@@ -1,6 +1,7 @@
-"""Moving a LangGraph SqliteSaver database into graphckpt: :func:`import_langgraph`.
+"""Moving a LangGraph SqliteSaver or PostgresSaver database into graphckpt: :func:`import_langgraph`.
 
-The source is read with LangGraph's own ``SqliteSaver`` (its ``checkpoints`` and ``writes`` tables) and LangGraph's
+The source is read with LangGraph's own ``SqliteSaver`` (its ``checkpoints`` and ``writes`` tables) or
+``PostgresSaver`` (``checkpoints``, ``checkpoint_blobs``, ``checkpoint_writes``; read-only) and LangGraph's
 ``JsonPlusSerializer`` restricted to an allow-list: LangGraph's built-in safe types (``SAFE_MSGPACK_TYPES``: messages,
 ``Send``, ``Interrupt``, ``Command``, dates, ...) plus the classes the caller names. Every extension value is checked
 *before* LangGraph's hook sees it: a type outside the list stops the import with
@@ -12,6 +13,7 @@ LangGraph graph running on graphckpt would have stored.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -110,62 +112,114 @@ def import_langgraph(
     allow: Iterable[type] = (),
     progress: Callable[[str], None] | None = None,
 ) -> ImportReport:
-    """Copy every thread of LangGraph SqliteSaver file ``source`` into ``target`` (a
-    :class:`~graphckpt.compat.langgraph.GraphckptSaver`, which must know the ``allow`` types too)."""
+    """Copy every thread of a LangGraph database into ``target`` (a
+    :class:`~graphckpt.compat.langgraph.GraphckptSaver`, which must know the ``allow`` types too): a SqliteSaver
+    file, or a PostgresSaver database given as a ``postgresql://`` URL (``?schema=NAME`` for tables outside the
+    search path). The source is only read."""
+    allowed = {(tp.__module__, tp.__qualname__) for tp in allow}
+    report = ImportReport()
+    url = str(source)
+    opened = _open_postgres(url) if url.startswith(("postgresql://", "postgres://")) else _open_sqlite(Path(source))
+    with opened as (saver_class, conn, keys, size):
+        report.bytes_before = size
+        try:
+            src = saver_class(conn, serde=_guarded_serde(allowed))
+            for thread_id, ns in keys:
+                if thread_id not in report.thread_ids:
+                    report.thread_ids.append(thread_id)
+                    if progress is not None:
+                        progress(thread_id)
+                config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+                items = sorted(src.list(config), key=lambda t: t.config["configurable"]["checkpoint_id"])
+                seen: dict[str, dict[str, Any]] = {}  # checkpoint id -> its channel versions
+                for item in items:
+                    _copy(target, item, report, seen)
+        except _Refused as exc:
+            raise SerializationError(
+                f"import refused: the LangGraph database holds {exc.args[0]}, which is not on the allow-list "
+                "(LangGraph's safe types plus --allow MODULE:CLASS)"
+            ) from None
+    report.threads = len(report.thread_ids)
+    return report
+
+
+_Opened = tuple[Any, Any, list[tuple[str, str]], int]  # LangGraph's saver class, a connection, (thread, ns) keys, bytes
+
+
+@contextlib.contextmanager
+def _open_sqlite(path: Path) -> Iterator[_Opened]:
     try:
         from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
     except ImportError:
         raise GraphckptError(
             "import-langgraph needs langgraph-checkpoint-sqlite: pip install 'graphckpt[langgraph]'"
         ) from None
-
-    path = Path(source)
     if not path.is_file():
         raise GraphckptError(f"no LangGraph database at {str(path)!r}")
-    allowed = {(tp.__module__, tp.__qualname__) for tp in allow}
-    report = ImportReport(bytes_before=_size(path))
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"checkpoints", "writes"} <= tables:
             raise GraphckptError(f"{str(path)!r} has no LangGraph checkpoints/writes tables")
-        src = LangGraphSqliteSaver(conn, serde=_guarded_serde(allowed))
-        for key, tuples in _by_thread(src, conn):
-            if key[0] not in report.thread_ids:
-                report.thread_ids.append(key[0])
-                if progress is not None:
-                    progress(key[0])
-            seen: dict[str, dict[str, Any]] = {}  # checkpoint id -> its channel versions
-            for item in tuples:
-                _copy(target, item, report, seen)
-    except _Refused as exc:
-        raise SerializationError(
-            f"import refused: the LangGraph database holds {exc.args[0]}, which is not on the allow-list "
-            "(LangGraph's safe types plus --allow MODULE:CLASS)"
-        ) from None
+        keys = conn.execute(
+            "SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints ORDER BY thread_id, checkpoint_ns"
+        )
+        yield LangGraphSqliteSaver, conn, [(str(t), str(ns)) for t, ns in keys.fetchall()], _size(path)
     finally:
         conn.close()
-    report.threads = len(report.thread_ids)
-    return report
 
 
-def _by_thread(src: Any, conn: sqlite3.Connection) -> Iterator[tuple[tuple[str, str], list[Any]]]:
-    keys = conn.execute("SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints ORDER BY thread_id, checkpoint_ns")
-    for thread_id, ns in keys.fetchall():
-        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-        items = list(src.list(config))
-        items.sort(key=lambda t: t.config["configurable"]["checkpoint_id"])
-        yield (str(thread_id), str(ns)), items
+_PG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations")
+"""LangGraph's PostgresSaver tables (what "bytes before" counts)."""
+
+
+@contextlib.contextmanager
+def _open_postgres(url: str) -> Iterator[_Opened]:
+    """A read-only connection to LangGraph's PostgresSaver tables (in ``?schema=NAME`` when given)."""
+    try:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+        from psycopg.rows import dict_row
+    except ImportError:
+        raise GraphckptError(
+            "import-langgraph from PostgreSQL needs langgraph-checkpoint-postgres: pip install "
+            "'graphckpt[langgraph-postgres]'"
+        ) from None
+    from graphckpt.targets import Database
+
+    db = Database(url)
+    options = "-c default_transaction_read_only=on"
+    if db.schema:
+        options += f" -c search_path={db.schema}"
+    try:
+        conn = psycopg.connect(db.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row, options=options)
+    except psycopg.Error as exc:
+        raise GraphckptError(f"cannot read the LangGraph database {db.display}: {str(exc).strip()}") from None
+    try:
+        found = conn.execute(
+            "SELECT c.relname AS name, pg_total_relation_size(c.oid) AS size FROM pg_class c "
+            "WHERE c.oid IN (SELECT to_regclass(t) FROM unnest(%s::text[]) AS t)",
+            (list(_PG_TABLES),),
+        ).fetchall()
+        if not {"checkpoints", "checkpoint_writes", "checkpoint_blobs"} <= {r["name"] for r in found}:
+            raise GraphckptError(f"{db.display} has no LangGraph checkpoints/checkpoint_writes/checkpoint_blobs tables")
+        rows = conn.execute(
+            "SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints ORDER BY thread_id, checkpoint_ns"
+        ).fetchall()
+        keys = [(str(r["thread_id"]), str(r["checkpoint_ns"])) for r in rows]
+        yield LangGraphPostgresSaver, conn, keys, sum(int(r["size"]) for r in found)
+    finally:
+        conn.close()
 
 
 def _int_version(version: Any) -> Any:
-    """LangGraph's SqliteSaver versions (``"<32-digit counter>.<random>"``) as the counter, the integer versions
-    GraphckptSaver's ``get_next_version`` continues from; the order is kept."""
+    """LangGraph's SqliteSaver and PostgresSaver versions (``"<32-digit counter>.<random>"``) as the counter, the
+    integer versions GraphckptSaver's ``get_next_version`` continues from; the order is kept."""
     if isinstance(version, str):
         head = version.split(".", 1)[0]
         if head.isdigit():
             return int(head)
-        raise GraphckptError(f"a channel version {version[:40]!r} is not one LangGraph's SqliteSaver writes")
+        raise GraphckptError(f"a channel version {version[:40]!r} is not one LangGraph's savers write")
     return version
 
 

@@ -199,6 +199,7 @@ class Saver(abc.ABC):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         """Store ``checkpoint`` and its blobs and make it the thread's head, in one transaction.
 
@@ -218,6 +219,11 @@ class Saver(abc.ABC):
         ``checkpoint.step``: in the same transaction the saver deletes that thread's and channel's other blobs with
         ``a < step < checkpoint.step``, and the chunk replaces the blob stored at ``a``. (Those rows are the deltas it
         packs; checkpoints that still refer to them read them from the chunk.)
+
+        ``kept_writes`` (never used by the engine): ``{checkpoint id: writes}`` of this thread recorded as
+        :meth:`put_kept_writes` records them, in the same transaction, and only if the commit succeeds (LangGraph's
+        checkpointer rewrites its parent's writes and stores early ones with the checkpoint, without a transaction
+        of their own).
         """
 
     @abc.abstractmethod

@@ -86,8 +86,10 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryReten
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
+        kept = _kept_rows(checkpoint.thread_id, kept_writes)
         thread = self._live(checkpoint.thread_id)
         now = ids.now()
         if expected_head is None:
@@ -158,6 +160,8 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryReten
         if checkpoint.parent_checkpoint_id is not None and checkpoint.parent_thread_id == checkpoint.thread_id:
             self._writes.pop((checkpoint.thread_id, checkpoint.parent_checkpoint_id), None)
         self._checkpoint_events(checkpoint, created=expected_head is None, run_id=run_id)
+        for key, rows in kept.items():
+            self._writes.setdefault(key, {}).update(rows)
 
     async def claim(
         self,
@@ -311,12 +315,10 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryReten
     def _collect(self) -> None:
         """Drop the rows of deleted threads beyond what the lineage of a remaining thread needs. Repeats until
         nothing changes: dropping a deleted fork's rows may free rows of the thread it was forked from."""
-        changed = True
-        while changed:
-            changed = False
-            for thread_id, thread in list(self._threads.items()):
-                if thread.deleted and self._prune(thread_id, thread, self._needed_steps(thread_id)):
-                    changed = True
+        while any(  # a list, not a generator: every deleted thread is pruned in each round
+            [t.deleted and self._prune(tid, t, self._needed_steps(tid)) for tid, t in list(self._threads.items())]
+        ):
+            pass
 
     def _prune(self, thread_id: str, thread: _Thread, needed: int | None) -> bool:
         """Drop the checkpoints, writes and blobs of ``thread_id`` above step ``needed`` (all when ``None``)."""
@@ -468,3 +470,15 @@ def _reported(record: ThreadRecord, now: float) -> ThreadRecord:
     dead process of this host)."""
     status = thread_status(record.status, record.lease, now)
     return record if status == record.status else dataclasses.replace(record, status=status)
+
+
+def _kept_rows(
+    thread_id: str, kept_writes: Mapping[str, Sequence[StoredWrite]] | None
+) -> dict[tuple[str, str], dict[tuple[str, str, int], StoredWrite]]:
+    """``commit``'s ``kept_writes`` by the key of their table, checked."""
+    out: dict[tuple[str, str], dict[tuple[str, str, int], StoredWrite]] = {}
+    for checkpoint_id, writes in (kept_writes or {}).items():
+        for w in writes:
+            check_storable(task_id=w.task_id)
+        out[(thread_id, kept_key(checkpoint_id))] = {(w.task_id, w.kind, w.index): w for w in writes}
+    return out

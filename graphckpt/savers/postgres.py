@@ -112,6 +112,7 @@ from graphckpt.savers.base import (
     StoredWrite,
     ThreadRecord,
     WriteKind,
+    kept_key,
 )
 from graphckpt.savers.events import checkpoint_events
 
@@ -156,6 +157,21 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
 
     def __repr__(self) -> str:
         return f"PostgresSaver({self._io.where!r}, schema={self._schema!r})"
+
+    async def _commit_with_writes(
+        self, action: str, params: Sequence[Any], kept: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """The commit statement, then (when it won) the kept writes' statements, in one transaction."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                cur = await conn.execute(self._io.queries["commit"], params, binary=True)
+                rows = await cur.fetchall()
+                if rows and rows[0][0]:
+                    for writes in kept:
+                        await conn.execute(self._io.queries["put_writes"], writes, binary=True)
+                return rows
+        except psycopg.Error as exc:
+            raise self._io.error(action, exc) from exc
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
@@ -209,8 +225,22 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
+        kept = [
+            _writes_params(
+                self.sealer,
+                checkpoint.thread_id,
+                kept_key(cid),
+                ws,
+                run_id=run_id,
+                status=None,
+                error=None,
+                anywhere=True,
+            )
+            for cid, ws in (kept_writes or {}).items()
+        ]
         cp = self.sealer.seal_checkpoint(checkpoint)
         blobs = cp.blobs
         events = checkpoint_events(cp) if self.events else []
@@ -249,10 +279,12 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             TextArray(array(25, bytes_elements([kind.encode() for kind, _ in events]))),
             TextArray(array(25, bytes_elements([payload.encode() for _, payload in events]))),
         )
+        action = f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}"
         try:
-            [(won, current, owner_run)] = await self._fetch(
-                f"commit of checkpoint {brief(cp.checkpoint_id)!r} to thread {brief(cp.thread_id)!r}", "commit", params
-            )
+            if kept:
+                [(won, current, owner_run)] = await self._commit_with_writes(action, params, kept)
+            else:
+                [(won, current, owner_run)] = await self._fetch(action, "commit", params)
         except SaverError as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise ThreadConflictError(
@@ -344,26 +376,9 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         error: str | None = None,
         anywhere: bool = False,
     ) -> None:
-        check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
-        error = utf8_safe(error)
-        for w in writes:
-            check_storable(task_id=w.task_id)
-        if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
-            # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
-            writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
-        params = {
-            "tid": thread_id,
-            "cp": checkpoint_id,
-            "anywhere": anywhere,
-            "run": run_id,
-            "status": status,
-            "error": error,
-            "now": ids.now(),
-            "w_task": [w.task_id for w in writes],
-            "w_kind": [w.kind for w in writes],
-            "w_idx": [w.index for w in writes],
-            "w_data": [w.data for w in self.sealer.seal_writes(thread_id, checkpoint_id, writes)],
-        }
+        params = _writes_params(
+            self.sealer, thread_id, checkpoint_id, writes, run_id=run_id, status=status, error=error, anywhere=anywhere
+        )
         [(won, exists)] = await self._fetch(f"put_writes to thread {brief(thread_id)!r}", "put_writes", params)
         if not exists:
             raise ThreadNotFoundError(f"thread {brief(thread_id)!r} does not exist")
@@ -512,3 +527,36 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
     @property
     def schema(self) -> str | None:
         return self._schema
+
+
+def _writes_params(
+    sealer: Sealer,
+    thread_id: str,
+    checkpoint_id: str,
+    writes: Sequence[StoredWrite],
+    *,
+    run_id: str,
+    status: Status | None,
+    error: str | None,
+    anywhere: bool,
+) -> dict[str, Any]:
+    check_storable(thread_id=thread_id, checkpoint_id=checkpoint_id, run_id=run_id)
+    error = utf8_safe(error)
+    for w in writes:
+        check_storable(task_id=w.task_id)
+    if len({(w.task_id, w.kind, w.index) for w in writes}) < len(writes):
+        # the last of writes with one key wins (ON CONFLICT DO UPDATE may not touch a row twice in a statement)
+        writes = list({(w.task_id, w.kind, w.index): w for w in writes}.values())
+    return {
+        "tid": thread_id,
+        "cp": checkpoint_id,
+        "anywhere": anywhere,
+        "run": run_id,
+        "status": status,
+        "error": error,
+        "now": ids.now(),
+        "w_task": [w.task_id for w in writes],
+        "w_kind": [w.kind for w in writes],
+        "w_idx": [w.index for w in writes],
+        "w_data": [w.data for w in sealer.seal_writes(thread_id, checkpoint_id, writes)],
+    }

@@ -129,6 +129,7 @@ from graphckpt.savers.base import (
     StoredEvent,
     StoredWrite,
     ThreadRecord,
+    kept_key,
 )
 from graphckpt.savers.usage import SQLITE_THREAD_BYTES, StorageUsage, ThreadUsage
 
@@ -240,15 +241,18 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
         run_id: str,
         owner: Owner | None = None,
         lease_until: float | None = None,
+        kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
         cp = self.sealer.seal_checkpoint(checkpoint)
+        kept = self._kept_rows(checkpoint.thread_id, kept_writes)
         where = f"metadata of checkpoint {brief(cp.checkpoint_id)!r} in thread {brief(cp.thread_id)!r}"
         meta = dump_json(dict(cp.metadata), where)
         now = ids.now()
         lease = (owner, lease_until) if owner is not None and lease_until is not None else None
-        await self._write(
-            lambda conn: tx.commit(
+
+        def body(conn: sqlite3.Connection) -> None:
+            tx.commit(
                 conn,
                 cp,
                 expected_head=expected_head,
@@ -258,7 +262,26 @@ class SqliteSaver(SqliteRuns, SqliteItems, SqliteWaits, SqliteCrons, Saver):
                 lease=lease,
                 events=self.events,
             )
-        )
+            for key, rows in kept:
+                tx.put_writes(
+                    conn, cp.thread_id, key, rows, run_id=run_id, status=None, error=None, now=now, anywhere=True
+                )
+
+        await self._write(body)
+
+    def _kept_rows(
+        self, thread_id: str, kept_writes: Mapping[str, Sequence[StoredWrite]] | None
+    ) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """``commit``'s ``kept_writes`` as sealed rows, by the key they are stored under."""
+        out = []
+        for checkpoint_id, writes in (kept_writes or {}).items():
+            key = kept_key(checkpoint_id)
+            check_storable(checkpoint_id=key)
+            for w in writes:
+                check_storable(task_id=w.task_id)
+            sealed = self.sealer.seal_writes(thread_id, key, writes)
+            out.append((key, [(thread_id, key, w.task_id, w.kind, w.index, w.data) for w in sealed]))
+        return out
 
     async def claim(
         self,

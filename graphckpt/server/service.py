@@ -350,7 +350,8 @@ class Service:
         """:meth:`segments` of a thread already read."""
         if isinstance(thread, PendingThread):
             return [(store_id(ns, thread.thread_id), 0, NO_END)]
-        lineage = await self.graphs.app_of(thread).store.lineage(thread)
+        store = self._raw if is_compat(thread) else self.graphs.app_of(thread).store  # a LangGraph graph's: raw
+        lineage = await store.lineage(thread)
         return list(lineage_segments(lineage, NO_END))
 
     async def _cancelled(self, run_id: str) -> bool:

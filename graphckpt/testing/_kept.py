@@ -42,6 +42,23 @@ class KeptWriteAndFamilyCases:
         await saver.commit(early, expected_head=first.checkpoint_id, run_id=run)
         assert await saver.get_kept_writes(t, early.checkpoint_id) == [_w("x", 0, b"early")]
 
+    async def test_commit_records_kept_writes_in_its_transaction(self, saver: Saver) -> None:
+        """``commit(kept_writes=...)`` replaces the parent's kept writes and adds the new checkpoint's own, all or
+        nothing: a commit that loses its compare-and-set records none of them."""
+        t, run = new_thread_id("kept-commit"), new_id()
+        cps = await commit_chain(saver, t, 2, run_id=run)
+        await saver.put_kept_writes(t, cps[1].checkpoint_id, [_w("a", 0, b"whole"), _w("b", 0, b"other")], run_id=run)
+        nxt = make_checkpoint(t, 2, parent=cps[1])
+        kept = {cps[1].checkpoint_id: [_w("a", 0, b"ref")], nxt.checkpoint_id: [_w("c", 0, b"own")]}
+        lost = make_checkpoint(t, 2, parent=cps[0])
+        with pytest.raises(ThreadConflictError):
+            await saver.commit(lost, expected_head=cps[0].checkpoint_id, run_id=run, kept_writes=kept)
+        assert await saver.get_kept_writes(t, cps[1].checkpoint_id) == [_w("a", 0, b"whole"), _w("b", 0, b"other")]
+        assert await saver.get_kept_writes(t, nxt.checkpoint_id) == []
+        await saver.commit(nxt, expected_head=cps[1].checkpoint_id, run_id=run, kept_writes=kept)
+        assert await saver.get_kept_writes(t, cps[1].checkpoint_id) == [_w("a", 0, b"ref"), _w("b", 0, b"other")]
+        assert await saver.get_kept_writes(t, nxt.checkpoint_id) == [_w("c", 0, b"own")]
+
     async def test_kept_writes_check_the_owner_and_the_thread(self, saver: Saver) -> None:
         """The fence still holds; a missing thread is named; ordinary writes still need the head."""
         t, run = new_thread_id("kept-fence"), new_id()

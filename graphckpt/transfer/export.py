@@ -61,6 +61,10 @@ async def export_thread(
             if rename is not None:
                 cp, _ = renamed(cp, BODIES.decode_body(cp), named)
             yield _line(_checkpoint_json(cp, by_step.get(cp.step, [])), ring)
+            kept = await saver.get_kept_writes(tid, cp.checkpoint_id)  # a LangGraph thread's (the compat saver's)
+            if kept:
+                where = {"thread_id": named(tid), "checkpoint_id": cp.checkpoint_id}
+                yield _line({"kind": "kept", **where, "writes": [_write_json(w) for w in kept]}, ring)
         if cps and tid == thread_id:
             writes = await saver.get_writes(tid, cps[-1].checkpoint_id)
             line = {"status": record.status, "error": record.error, "writes": [_write_json(w) for w in writes]}

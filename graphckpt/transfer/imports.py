@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from graphckpt import ids
+from graphckpt.compat._lgread import COMPAT_RUN_ID, is_compat_body
 from graphckpt.errors import ThreadConflictError
 from graphckpt.reader import RawCodec
-from graphckpt.savers.base import BlobRange, Saver, StoredCheckpoint, json_equal
+from graphckpt.savers.base import BlobRange, Saver, StoredCheckpoint, StoredWrite, json_equal
 from graphckpt.transfer.checks import cut
 from graphckpt.transfer.lines import Rename, channels_of, unpacked
 from graphckpt.transfer.parse import ExportFile, WritesLine, check_export, corrupt, parse_export
@@ -54,6 +55,7 @@ class _Plan:
 
     new: list[StoredCheckpoint] = field(default_factory=list)
     restore: dict[str, WritesLine] = field(default_factory=dict)
+    kept: dict[str, list[StoredWrite]] = field(default_factory=dict)  # of the new checkpoints
 
 
 # -- 3. against the target (reads only) --------------------------------------------------------------------------------
@@ -108,6 +110,8 @@ async def _check_target(saver: Saver, export: ExportFile) -> _Plan:
                 )
         created.add(cp.thread_id)
         plan.new.append(cp)
+        if cp.checkpoint_id in export.kept:
+            plan.kept[cp.checkpoint_id] = export.kept[cp.checkpoint_id]
     for thread_id, pairs in existing.items():
         await _same_blobs(saver, thread_id, pairs)
     for tid, line in export.writes.items():
@@ -204,8 +208,10 @@ async def _apply(saver: Saver, plan: _Plan) -> None:
                 cp.thread_id, expected_head=record.head_checkpoint_id, expected_run_id=record.run_id, run_id=run_id
             )
             run_ids[cp.thread_id], heads[cp.thread_id] = run_id, record.head_checkpoint_id
-        run_id = run_ids.setdefault(cp.thread_id, ids.new_id())
-        await saver.commit(cp, expected_head=heads.get(cp.thread_id), run_id=run_id)
+        # a LangGraph thread (the compat saver's) stays writable by the compat saver: its fence is COMPAT_RUN_ID
+        run_id = run_ids.setdefault(cp.thread_id, COMPAT_RUN_ID if is_compat_body(cp) else ids.new_id())
+        kept = {cp.checkpoint_id: plan.kept[cp.checkpoint_id]} if cp.checkpoint_id in plan.kept else None
+        await saver.commit(cp, expected_head=heads.get(cp.thread_id), run_id=run_id, kept_writes=kept)
         heads[cp.thread_id] = cp.checkpoint_id
     for tid, line in plan.restore.items():
         if tid not in run_ids:  # a partial thread the file completes: its run id is the one it was imported with

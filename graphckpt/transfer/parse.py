@@ -12,7 +12,7 @@ import base64
 import json
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphckpt.codec import Body, Codec
@@ -50,6 +50,7 @@ class ExportFile:
     writes: dict[str, WritesLine]
     lines: dict[str, int]  # checkpoint id -> its line number, for messages
     bodies: dict[str, Body]  # checkpoint id -> decoded body
+    kept: dict[str, list[StoredWrite]] = field(default_factory=dict)  # checkpoint id -> its kept writes
 
 
 def corrupt(message: str) -> CorruptCheckpointError:
@@ -68,6 +69,7 @@ def parse_export(lines: Iterable[str], rename: Rename | None = None) -> ExportFi
     writes: dict[str, WritesLine] = {}
     numbers: dict[str, int] = {}
     bodies: dict[str, Body] = {}
+    kept: dict[str, list[StoredWrite]] = {}
     codec = RawCodec()
     ended = False
     for number, raw in enumerate(lines, 1):
@@ -101,6 +103,12 @@ def parse_export(lines: Iterable[str], rename: Rename | None = None) -> ExportFi
                 if tid in writes:
                     raise ValueError(f"a second writes line for thread {cut(tid)}")
                 writes[tid] = _writes_from(item, codec)
+            elif kind == "kept":  # after its checkpoint's line: the writes LangGraph keeps with every checkpoint
+                _fields(item, ("thread_id", "checkpoint_id", "writes"))
+                cid = check.text(item["checkpoint_id"], "checkpoint_id")
+                if not checkpoints or checkpoints[-1].checkpoint_id != cid or cid in kept:
+                    raise ValueError(f"kept writes of checkpoint {cut(cid)} do not follow its line")
+                kept[cid] = _entries(item["writes"], codec)
             elif kind == "end":
                 count = item["checkpoints"]
                 if type(count) is not int or count != len(checkpoints):
@@ -117,7 +125,7 @@ def parse_export(lines: Iterable[str], rename: Rename | None = None) -> ExportFi
         raise corrupt("the export is truncated (no end line)")
     if not checkpoints or checkpoints[-1].thread_id != thread_id:
         raise corrupt(f"the export does not end with a checkpoint of thread {cut(thread_id)}")
-    return ExportFile(thread_id, checkpoints, writes, numbers, bodies)
+    return ExportFile(thread_id, checkpoints, writes, numbers, bodies, kept)
 
 
 def _record(raw: str, number: int) -> tuple[Any, Any]:
@@ -254,11 +262,24 @@ def _writes_from(item: dict[str, Any], codec: Codec) -> WritesLine:
     if status not in _STATUSES:
         raise ValueError(f"unknown status {cut(status)}")
     error = check.optional_text(item["error"], "error")
-    if type(item["writes"]) is not list:
+    stored = _entries(item["writes"], codec)
+    failed = {w.task_id for w in stored if w.kind == "error"}
+    for w in stored:  # an empty result withdraws a failed task's early one (it runs again): nothing else is empty
+        if not w.data and (w.index != 0 or w.task_id not in failed):
+            raise ValueError(
+                f"pending write ({cut(w.task_id)}, result, {w.index}) is empty, and only the result 0 of a task that "
+                "failed (an error write) may be"
+            )
+    return WritesLine(check.text(item["checkpoint_id"], "checkpoint_id"), stored, status, error)
+
+
+def _entries(entries: Any, codec: Codec) -> list[StoredWrite]:
+    """Writes as a line carries them: ``[task_id, kind, index, data]`` each, data decoded as a check."""
+    if type(entries) is not list:
         raise ValueError("writes is not a list")
     stored: list[StoredWrite] = []
     keys: set[tuple[str, str, int]] = set()
-    for entry in item["writes"]:
+    for entry in entries:
         if type(entry) is not list or len(entry) != 4:
             raise ValueError("a pending write is not [task_id, kind, index, data]")
         task_id, kind, index = check.text(entry[0], "a pending write's task_id"), entry[1], check.index(entry[2])
@@ -272,14 +293,7 @@ def _writes_from(item: dict[str, Any], codec: Codec) -> WritesLine:
         if data or kind != "result":
             check.decode(data, what, codec.serde.loads)
         stored.append(StoredWrite(task_id, kind, index, data))
-    failed = {w.task_id for w in stored if w.kind == "error"}
-    for w in stored:  # an empty result withdraws a failed task's early one (it runs again): nothing else is empty
-        if not w.data and (w.index != 0 or w.task_id not in failed):
-            raise ValueError(
-                f"pending write ({cut(w.task_id)}, result, {w.index}) is empty, and only the result 0 of a task that "
-                "failed (an error write) may be"
-            )
-    return WritesLine(check.text(item["checkpoint_id"], "checkpoint_id"), stored, status, error)
+    return stored
 
 
 def _unb64(data: Any, what: str) -> bytes:

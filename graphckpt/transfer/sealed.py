@@ -47,12 +47,12 @@ def sealed_item(item: dict[str, Any], ring: Keyring) -> dict[str, Any]:
                 for channel, bkind, data in item["blobs"]
             ],
         }
-    if kind == "writes":
-        cid = item["checkpoint_id"]
+    if kind in ("writes", "kept"):  # a head's pending writes; a checkpoint's kept writes (a LangGraph thread's)
+        cid, field = item["checkpoint_id"], "write" if kind == "writes" else "kept"
         return {
             **item,
             "writes": [
-                [task, wkind, index, _b64(ring.seal(_raw(data), context("write", tid, cid, task, wkind, index)))]
+                [task, wkind, index, _b64(ring.seal(_raw(data), context(field, tid, cid, task, wkind, index)))]
                 for task, wkind, index, data in item["writes"]
             ],
         }
@@ -98,11 +98,12 @@ def _opened(item: dict[str, Any], sealer: Sealer) -> dict[str, Any] | None:
                 for b in blobs
             ]
         return out
-    if kind == "writes" and isinstance(item.get("writes"), list):
+    if kind in ("writes", "kept") and isinstance(item.get("writes"), list):
+        field = "write" if kind == "writes" else "kept"
         return {
             **item,
             "writes": [
-                [*w[:3], _open(sealer, w[3], context("write", tid, cid, *w[:3]), f"a pending write of {where}")]
+                [*w[:3], _open(sealer, w[3], context(field, tid, cid, *w[:3]), f"a {field} write of {where}")]
                 if isinstance(w, list) and len(w) == 4 and _write_key(w)
                 else w
                 for w in item["writes"]

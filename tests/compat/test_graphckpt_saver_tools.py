@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from support import child_env
-from support.serving import Served
+from support.serving import Served, read_events
 
 from graphckpt.compat.langgraph import GraphckptSaver
 from graphckpt.savers.sqlite import SqliteSaver
@@ -81,9 +81,10 @@ def written(tmp_path: Path) -> dict[str, Any]:
         branched = graph.update_state(before_a.config, {"note": "edited"})
         branch = graph.get_state(branched)
         latest = graph.get_state(config)
+        writes = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(config)}
     finally:
         saver.close()
-    return {"db": db, "main": main, "before_a": before_a, "branch": branch, "latest": latest}
+    return {"db": db, "main": main, "before_a": before_a, "branch": branch, "latest": latest, "writes": writes}
 
 
 def _cli(db: Path, *args: str, cwd: Path) -> Any:
@@ -180,11 +181,18 @@ def test_export_then_import_into_a_new_file(written: dict[str, Any], tmp_path: P
     saver = GraphckptSaver(SqliteSaver(fresh))
     try:
         graph = _graph(saver)
-        again = graph.get_state({"configurable": {"thread_id": "t1"}})
+        config = {"configurable": {"thread_id": "t1"}}
+        again = graph.get_state(config)
         assert _plain(again.values) == _plain(main[0].values)
         assert [_cid(s) for s in graph.get_state_history({"configurable": {"thread_id": "t1"}})] == [
             _cid(s) for s in main
         ]
+        # every checkpoint's kept writes (its tasks' results, LangGraph's history) came along
+        kept = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(config)}
+        assert kept == {cid: w for cid, w in written["writes"].items() if cid in kept} and any(kept.values())
+        # and the compat saver writes on: the imported thread is still LangGraph's
+        graph.update_state(config, {"note": "after import"})
+        assert graph.get_state(config).values["note"] == "after import"
     finally:
         saver.close()
 
@@ -217,3 +225,24 @@ def test_server_state_and_history_of_a_langgraph_thread(written: dict[str, Any],
             assert "after b" in page.text
     finally:
         server.stop()
+
+
+def test_serve_streams_a_langgraph_thread_from_the_event_log(written: dict[str, Any], tmp_path: Path) -> None:
+    """``GET /threads/{id}/stream`` replays what the compat saver wrote: a ``values`` event per checkpoint (the
+    state LangGraph reports there, oldest first) and, per step after the input, the ``updates`` of the nodes that made
+    it (the stream of a thread a LangGraph engine may still write stays open: ``limit`` ends the read)."""
+    db, main = written["db"], written["main"]
+    server = Served(tmp_path, ["support.server_graphs:counter"], db=str(db)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            events = read_events(
+                client, "/threads/t1/stream", params={"stream_mode": "values,updates"}, limit=2 * len(main) - 2
+            )
+    finally:
+        server.stop()
+    values = [data for _id, kind, data in events if kind == "values"]
+    assert [_shown(v) for v in values] == [_plain(s.values) for s in reversed(main)]
+    updates = [data for _id, kind, data in events if kind == "updates"]
+    assert {"a": {"items": ["a"], "note": "after a", "messages": [updates[0]["a"]["messages"][0]]}} == updates[0]
+    assert updates[0]["a"]["messages"][0]["content"] == "from a"
+    assert updates[1] == {"b": {"items": ["b"], "note": "after b"}}

@@ -18,6 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver as LangGraphSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from support import child_env
+from support.postgres import PG_DSN
 
 from graphckpt.compat.langgraph import GraphckptSaver
 from graphckpt.savers.sqlite import SqliteSaver
@@ -100,6 +101,46 @@ def test_a_langgraph_sqlite_file_is_imported_and_reads_the_same(tmp_path: Path) 
     shown = _run("--db", str(target), "show", "t2", "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["values"]["items"] == theirs["t2"][0][2]
+
+
+def test_a_langgraph_postgres_database_is_imported_and_reads_the_same(tmp_path: Path, pg_schema_name: str) -> None:
+    """The source written by LangGraph's own PostgresSaver in a fresh schema, read (only) from a postgresql:// URL."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(PG_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{pg_schema_name}"')
+    options = f"-c search_path={pg_schema_name}"
+    with psycopg.connect(PG_DSN, autocommit=True, prepare_threshold=0, row_factory=dict_row, options=options) as conn:
+        lg = LangGraphPostgresSaver(conn)
+        lg.setup()
+        graph = _graph(lg)
+        for thread in ("p1", "p2"):
+            for i in range(3):
+                config = {"configurable": {"thread_id": thread}}
+                graph.invoke({"items": [str(i)], "messages": [HumanMessage(f"q{i}", id=f"h-{thread}-{i}")]}, config)
+        theirs = {t: _view(graph, t) for t in ("p1", "p2")}
+        rows = conn.execute("SELECT count(*) AS n FROM checkpoints").fetchone()["n"]  # type: ignore[index]
+
+    target = tmp_path / "graphckpt.db"
+    source = f"{PG_DSN}?schema={pg_schema_name}"
+    done = _run("--db", str(target), "import-langgraph", source, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert sorted(report["thread_ids"]) == ["p1", "p2"] and report["checkpoints"] == rows == 2 * 3 * 3
+    assert report["bytes_before"] > report["bytes_after"] > 0
+    saver = GraphckptSaver(SqliteSaver(target))
+    try:
+        ours = _graph(saver)
+        for thread in ("p1", "p2"):
+            assert _view(ours, thread) == theirs[thread]
+    finally:
+        saver.close()
+    # a schema without LangGraph's tables is named, not a stack trace
+    missing = _run("--db", str(target), "import-langgraph", f"{PG_DSN}?schema=nowhere_{pg_schema_name}", cwd=tmp_path)
+    assert missing.returncode != 0 and "no LangGraph checkpoints" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 USER_MODULE = """

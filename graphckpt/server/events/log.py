@@ -37,6 +37,9 @@ class EventLog:
 
     def __init__(self, graphs: Graphs, hub: Hub) -> None:
         self.graphs, self.hub, self.saver = graphs, hub, graphs.saver
+        self.compat: dict[str, bool] = {}
+        """Per stored thread id: a LangGraph graph wrote it (GraphckptSaver): its steps' updates come from its
+        kept writes (see :func:`graphckpt.compat._lgread.compat_updates`)."""
         self._reads: dict[Any, list[StoredEvent]] = {}
         self._updates: dict[tuple[str, int, int], StoredEvent] = {}
         self.rendered: dict[tuple[str, str, int, int, str], bytes] = {}

@@ -13,9 +13,11 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from graphckpt.checkpoint import Snapshot
+from graphckpt.compat._lgread import compat_updates, written_by_langgraph
 from graphckpt.engine import debug_event
 from graphckpt.errors import CheckpointNotFoundError
 from graphckpt.savers.base import StoredEvent
+from graphckpt.serde import Serializer
 from graphckpt.server import queries
 from graphckpt.server.auth import api_id
 from graphckpt.server.events.log import Feed
@@ -27,7 +29,10 @@ DURABLE_MODES = {
     "task.finished": ("updates", "tasks", "debug"),
     "run.interrupted": ("values", "updates"),
 }
-"""Which durable events each mode renders."""
+"""Which durable events each mode renders (and ``checkpoint`` -> ``updates`` for a thread a LangGraph graph wrote
+through GraphckptSaver, whose steps have no ``task.finished`` events: its kept writes tell them)."""
+
+_RAW = Serializer(raw=True)  # a LangGraph thread's writes: models as their fields, nothing imported by name
 
 
 async def render_event(
@@ -37,6 +42,9 @@ async def render_event(
     each of ``modes`` that renders it; cached (an event never changes: subscribers of one thread encode it once)."""
     wanted = [""] if kinds is None or e.kind in kinds else []
     wanted += [mode for mode in DURABLE_MODES.get(e.kind, ()) if mode in modes]
+    langgraph = e.kind == "checkpoint" and "updates" in modes and e.payload.get("parent_checkpoint_id")
+    if langgraph and await _written_by_langgraph(feed, e.thread_id):  # no task.finished events: from its writes
+        wanted.append("updates")
     out = bytearray()
     payload: dict[str, Any] | None = None
     for mode in wanted:
@@ -47,7 +55,9 @@ async def render_event(
                 payload = _payload(ns, e)
             data = await _data(feed, ns, thread_id, e, payload, mode)
             eid = f"{api_id(ns, e.thread_id)}:{e.step}:{e.seq}"
-            encoded = feed.log.remember(key, ServerSentEvent(id=eid, event=mode or e.kind, data=dump(data)).encode())
+            sent = ServerSentEvent(id=eid, event=mode or e.kind, data=dump(data)).encode()
+            empty = data == {} and mode == "updates" and e.kind == "checkpoint"  # a LangGraph input step's
+            encoded = feed.log.remember(key, b"" if empty else sent)
         out += encoded
     return bytes(out)
 
@@ -81,6 +91,9 @@ async def _data(feed: Feed, ns: str, thread_id: str, e: StoredEvent, payload: di
         return debug_event(
             "task_result", e.step, id=payload.get("task_id"), name=node, error=None, result=pairs, interrupts=[]
         )
+    if e.kind == "checkpoint" and mode == "updates":  # a LangGraph graph's step (see render_event)
+        parent = (e.payload.get("parent_thread_id") or e.thread_id, str(e.payload["parent_checkpoint_id"]))
+        return await compat_updates(_RAW, feed.log.saver, *parent)
     if e.kind == "run.interrupted":  # LangGraph's ``{"__interrupt__": [...]}`` chunk of both modes
         try:  # ended by a commit (interrupt_before/after): that step; by ctx.interrupt: the head before the step
             snap = await feed.state(ns, thread_id, None, e.step)
@@ -101,6 +114,13 @@ async def _data(feed: Feed, ns: str, thread_id: str, e: StoredEvent, payload: di
         checkpoint_id=snap.checkpoint_id,
         parent=_parent(snap),
     )
+
+
+async def _written_by_langgraph(feed: Feed, thread_id: str) -> bool:
+    found = feed.log.compat.get(thread_id)
+    if found is None:
+        found = feed.log.compat[thread_id] = await written_by_langgraph(feed.log.saver, thread_id)
+    return found
 
 
 def _checkpoint_view(view: dict[str, Any]) -> dict[str, Any]:
