@@ -315,19 +315,18 @@ class MemorySaver(MemoryRuns, MemoryItems, MemoryWaits, MemoryCrons, MemoryReten
     def _collect(self) -> None:
         """Drop the rows of deleted threads beyond what the lineage of a remaining thread needs. Repeats until
         nothing changes: dropping a deleted fork's rows may free rows of the thread it was forked from."""
-        while any(  # a list, not a generator: every deleted thread is pruned in each round
-            [t.deleted and self._prune(tid, t, self._needed_steps(tid)) for tid, t in list(self._threads.items())]
-        ):
-            pass
+        pruned = True
+        while pruned:  # a list, not a generator: every deleted thread is pruned in each round
+            pruned = any(
+                [t.deleted and self._prune(i, t, self._needed_steps(i)) for i, t in list(self._threads.items())]
+            )
 
     def _prune(self, thread_id: str, thread: _Thread, needed: int | None) -> bool:
         """Drop the checkpoints, writes and blobs of ``thread_id`` above step ``needed`` (all when ``None``)."""
         dropped = [s for s in thread.steps if needed is None or s > needed]
         for step in dropped:
             cp = thread.by_step.pop(step)
-            del thread.by_id[cp.checkpoint_id]
-            self._writes.pop((thread_id, cp.checkpoint_id), None)
-            self._writes.pop((thread_id, kept_key(cp.checkpoint_id)), None)
+            del thread.by_id[cp.checkpoint_id]  # its writes and kept writes go below with the keys no checkpoint has
         thread.steps = [s for s in thread.steps if needed is not None and s <= needed]
         kept = {k for cp in thread.by_id for k in (cp, kept_key(cp))}
         for key in [k for k in self._writes if k[0] == thread_id and k[1] not in kept]:

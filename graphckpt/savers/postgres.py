@@ -228,19 +228,7 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         kept_writes: Mapping[str, Sequence[StoredWrite]] | None = None,
     ) -> None:
         check_storable(checkpoint, expected_head=expected_head, run_id=run_id)
-        kept = [
-            _writes_params(
-                self.sealer,
-                checkpoint.thread_id,
-                kept_key(cid),
-                ws,
-                run_id=run_id,
-                status=None,
-                error=None,
-                anywhere=True,
-            )
-            for cid, ws in (kept_writes or {}).items()
-        ]
+        kept = _kept_params(self.sealer, checkpoint.thread_id, kept_writes, run_id)
         cp = self.sealer.seal_checkpoint(checkpoint)
         blobs = cp.blobs
         events = checkpoint_events(cp) if self.events else []
@@ -560,3 +548,13 @@ def _writes_params(
         "w_idx": [w.index for w in writes],
         "w_data": [w.data for w in sealer.seal_writes(thread_id, checkpoint_id, writes)],
     }
+
+
+def _kept_params(
+    sealer: Sealer, thread_id: str, kept_writes: Mapping[str, Sequence[StoredWrite]] | None, run_id: str
+) -> list[Mapping[str, Any]]:
+    """The ``put_writes`` parameters of a commit's ``kept_writes`` (kept by checkpoint, wherever the head is)."""
+    return [
+        _writes_params(sealer, thread_id, kept_key(cid), ws, run_id=run_id, status=None, error=None, anywhere=True)
+        for cid, ws in (kept_writes or {}).items()
+    ]
