@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphckpt import begin, ids
-from graphckpt.errors import GraphckptError, ThreadStateError
+from graphckpt.errors import GraphckptError, ThreadConflictError, ThreadStateError
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -261,11 +261,11 @@ async def begin_queued(
     already committed it (then it resumes); its answer answers the open interrupt, unless an earlier attempt of this
     run already recorded it (then it resumes without one).
 
-    ``None``: nothing to run, the run ended ``interrupted``. A retry (its earlier attempt's lease lapsed, say on a
+    ``None``: nothing to run, the run ends as the thread did. A retry (its earlier attempt's lease lapsed, say on a
     loaded machine, and a sweeper re-queued the run while that attempt still ran) that finds the thread stopped
-    ``interrupted`` by a step of this very run: that attempt got as far as an interrupt, which waits for an answer
-    (a new run's); answering it with this run's input or answer again would be wrong, so the run ends as the
-    attempt did."""
+    (``interrupted``, ``done`` or ``failed``) by a step of this very run: that attempt got that far (an interrupt
+    waits for an answer, a new run's); running it with this run's input or answer again would be wrong. A retry
+    whose input that earlier attempt commits while this one starts resumes the thread instead of failing."""
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
     options = found.options_of(options)
@@ -273,8 +273,8 @@ async def begin_queued(
         record = await options.store.get_thread(run.thread_id)
         old = record.metadata.get("tags") if record is not None else None
         ours = isinstance(old, Mapping) and old.get("run") == run.run_id  # a step of this run is committed
-        if ours and record is not None and record.status == "interrupted":
-            return None
+        if ours and record is not None and record.status in ("interrupted", "done", "failed"):
+            return None  # an earlier attempt got the thread this far: the run ends as the thread did
         if run.kind == "input" and ours:  # its input step is committed
             return await begin.resume(
                 options, run.thread_id, NO_ANSWER, limit, tags, runner, streamed=True, run_id=fence
@@ -282,7 +282,7 @@ async def begin_queued(
     if run.kind == "input":
         try:
             return await begin.start(options, payload, run.thread_id, limit, tags, runner, streamed=True, run_id=fence)
-        except ThreadStateError:
+        except (ThreadStateError, ThreadConflictError):
             if run.attempt == 1 or not await _input_committed(options, run):
                 raise
             # the earlier attempt (its lease lapsed, so this run was re-queued) committed the input after this

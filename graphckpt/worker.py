@@ -270,8 +270,9 @@ class Worker:
         try:
             tags = await self._tags(app, run)
             engine = await begin_queued(app.run_options, app.runner, run, fence, tags)
-            if engine is None:  # an earlier attempt of this run stopped the thread interrupted: it ends so
-                raise _Stopped("interrupted")
+            if engine is None:  # an earlier attempt of this run got the thread to a stop: the run ends as it did
+                record = await app.saver.get_thread(run.thread_id)
+                raise _Stopped(_ended(record.status) if record is not None else "interrupted")
             if engine.lease is not None:  # a sweeper that re-queues this run ends this attempt's lease
                 engine.lease.watch(self.queue, run.run_id)
             first_step = engine.step
@@ -307,11 +308,10 @@ class Worker:
             end, error = "cancelled", str(exc)
         except LeaseLostError as exc:  # another process took the thread over (recover, resume): it goes on there
             end, error = "failed", str(exc)
-        except ThreadConflictError as exc:
-            if engine is not None:  # the thread moved under a running attempt
-                end, error = "failed", f"{type(exc).__name__}: {exc}"
-            else:  # lost the claim at the start to another attempt (say, of this run, re-queued while it ran)
-                end, error = await self._raced(app, run, exc)
+        except (
+            ThreadConflictError
+        ) as exc:  # another attempt (say, of this run, re-queued while it ran) moved the thread
+            end, error = await self._raced(app, run, exc, started=engine is not None)
         except NodeError as exc:  # the thread is failed; the commit of that stop already ended the run
             end, error = "failed", str(exc)
         except SaverError as exc:  # the store failed the run: the thread is left to this claim; retry it later
@@ -336,7 +336,9 @@ class Worker:
             callback(run.run_id)
         logger.info("worker: run %s of thread %r ended %s", run.run_id, run.thread_id, end)
 
-    async def _raced(self, app: App, run: RunRecord, exc: ThreadConflictError) -> tuple[RunStatus, str | None]:
+    async def _raced(
+        self, app: App, run: RunRecord, exc: ThreadConflictError, *, started: bool = False
+    ) -> tuple[RunStatus, str | None]:
         """A claim that found the thread claimed first by another attempt. When a late heartbeat let this run's
         lease expire, the sweeper re-queued the run while its attempt still ran: if that attempt ended the thread
         (its head is tagged with this run), the run ended as the thread did; if the thread is still running, this
@@ -349,8 +351,8 @@ class Worker:
         ours = isinstance(tags, Mapping) and tags.get("run") == run.run_id
         if record is not None and ours and record.status in ("done", "interrupted", "failed"):
             return _ended(record.status), None
-        if record is not None and record.status == "running":
-            return "queued", str(exc)
+        if record is not None and record.status == "running" and (ours or not started):
+            return "queued", str(exc)  # this run's other attempt drives it (or a dead one's lease expires): later
         return "failed", f"{type(exc).__name__}: {exc}"
 
     async def _tags(self, app: App, run: RunRecord) -> dict[str, Any]:
