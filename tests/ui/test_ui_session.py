@@ -209,6 +209,8 @@ def test_a_fork_with_an_edit_returns_at_once_and_shows_the_new_branch_running(se
     page.wait_for_url(f"**/ui/threads/{FORK}")  # the new page loaded
     took = (time.monotonic() - started) * 1000
     print(f"fork with an edit: the new branch's page was loaded {took:.0f} ms after the click")
+    # 124-164 ms alone on the 2-core dev machine (load 7), 400-600 ms with three sessions at once: the 300 ms
+    # is not reliable on a loaded CI runner, so the bound is 1.5 s and the time is printed
     assert took < 1500, took
     assert page.get_attribute("#live", "data-status") == "running"
     assert page.get_attribute("#live", "data-stream") == f"/ui/events/{FORK}"
