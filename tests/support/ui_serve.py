@@ -49,7 +49,8 @@ PRICES = {"graphckpt-offline": {"input": 1.5, "output": 6.0}}
 
 
 class Server:
-    """``graphckpt serve`` (the ui_world graphs) in a child process on a free port; stopped with SIGKILL by its pid."""
+    """``graphckpt serve`` (the ui_world graphs) in a child process on a free port; stopped with SIGKILL by its pid.
+    ``env`` is added to its environment (e.g. ``OPENAI_BASE_URL`` of a loopback model server)."""
 
     def __init__(
         self,
@@ -60,9 +61,10 @@ class Server:
         lease_seconds: float = 1.5,
         graphs: tuple[str, ...] = SERVED,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.db, self.port, self.proc, self.tokens = db, port, None, tokens
-        self.lease_seconds, self.graphs, self.args = lease_seconds, graphs, args
+        self.lease_seconds, self.graphs, self.args, self.env = lease_seconds, graphs, args, env or {}
         self.base = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
@@ -73,6 +75,7 @@ class Server:
             "UI_WORLD_GATES": str(self.db),
             "GRAPHCKPT_PRICES": str(prices),
             "GRAPHCKPT_LEASE_SECONDS": str(self.lease_seconds),
+            **self.env,
         }  # a killed server's runs are crashed, so taken over, that soon (a dead owner on this host: at once)
         argv = [
             sys.executable,

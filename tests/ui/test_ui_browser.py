@@ -191,8 +191,10 @@ def start_gated(server: Server, thread_id: str) -> None:
     )
     assert status == 200, text
     # the run's first checkpoint is stored (before it, the page is the "created, no checkpoint yet" one, whose
-    # reload shows the timeline): a loaded machine may take a while to claim the run
-    wait_for(lambda: 'id="live"' in http(server.base + f"/ui/threads/{thread_id}")[1], 30, what=f"{thread_id} to run")
+    # live part turns into the timeline then): a loaded machine may take a while to claim the run
+    wait_for(
+        lambda: 'class="steps"' in http(server.base + f"/ui/threads/{thread_id}")[1], 30, what=f"{thread_id} to run"
+    )
 
 
 def test_cancel_a_running_thread_from_its_page(page: Any, server: Server, db: Path) -> None:

@@ -185,7 +185,14 @@ async def _thread(request: Request, backend: UIBackend, thread_id: str) -> Respo
 
 
 async def live_fragment(request: Request, backend: UIBackend) -> Response:
-    return render_page(request, "_live.html", await _live_context(request, backend, request.path_params["thread_id"]))
+    thread_id = request.path_params["thread_id"]
+    try:
+        return render_page(request, "_live.html", await _live_context(request, backend, thread_id))
+    except ThreadNotFoundError:
+        created = await backend.created_thread(thread_id)  # its run has not stored its first checkpoint yet
+        if created is None:
+            raise
+        return render_page(request, "_created.html", {"created": created})
 
 
 async def _checkpoint(

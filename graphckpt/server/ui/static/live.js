@@ -1,5 +1,6 @@
 // graphckpt UI: a running thread's page follows the server's durable SSE stream of that thread.
 // #live[data-stream] is the stream; after each event the fragment at data-fragment replaces #live.
+// #live[data-wait] (a thread with no checkpoint yet): the fragment is fetched again every data-wait ms instead.
 // EventSource resends Last-Event-ID when it reconnects; if it gives up (the server was down),
 // a new one starts after the last id seen (?after=), so nothing is missed after a restart.
 (function () {
@@ -56,7 +57,12 @@
   function follow() {
     var el = live();
     var target = el && el.dataset.stream;
-    if (!target) { stop(); return; }
+    if (!target) {
+      stop();
+      // a thread with no checkpoint yet (data-wait): ask again until its first run has stored one
+      if (el && el.dataset.wait) { clearTimeout(timer); timer = setTimeout(refresh, parseInt(el.dataset.wait, 10)); }
+      return;
+    }
     if (target !== url) { open(target); }
   }
 
