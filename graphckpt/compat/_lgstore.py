@@ -271,7 +271,8 @@ class Store:
         self, thread_id: str, ns: str, checkpoint_id: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> None:
         rows, packed = encode_writes(self.ser, task_id, writes, path)
-        appended = [packed] if packed is not None else []
+        # rewritten as references at the next put, unless that UPDATE would leave the whole row behind as a dead one
+        appended = [packed] if packed is not None and not self.saver.keeps_dead_rows else []
         family = family_of(thread_id)
         async with self._lock:
             if appended:

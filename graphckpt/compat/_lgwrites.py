@@ -12,6 +12,11 @@ fixed negative index, ``[*entry, task_path]``. An entry is ``["w", channel, valu
 start, end, single]``, or for an exception (a task's error) ``["e", channel, its type's name, its message]``: never
 the class itself; it reads back as the text ``TypeName('message')``, as LangGraph's SqliteSaver returns it. (Rows of
 one write, ``[*entry, task_path]`` at the write's index, as an earlier version stored all writes, read the same.)
+A row's bytes are compressed as a blob's are (:func:`graphckpt.compat._lgvalues.pack`; rows stored plain still read).
+
+On a saver that keeps dead rows (:attr:`graphckpt.savers.base.Saver.keeps_dead_rows`: PostgreSQL) a write is never
+replaced by a reference: the UPDATE would leave the whole old row behind until VACUUM, so the row stays as it was
+stored (one row instead of a dead one and a live reference).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from graphckpt.compat._lgvalues import unpack
+from graphckpt.compat._lgvalues import pack, unpack
 from graphckpt.errors import CorruptCheckpointError, SerializationError
 from graphckpt.savers.base import Blob, BlobRange, Saver, StoredWrite
 from graphckpt.serde import Serializer
@@ -56,7 +61,7 @@ def encode_writes(
         try:
             entry = _entry(channel, value)
             if channel in SPECIAL_INDEX:
-                rows.append(StoredWrite(task_id, "result", SPECIAL_INDEX[channel], ser.dumps([*entry, path])))
+                rows.append(StoredWrite(task_id, "result", SPECIAL_INDEX[channel], pack(ser.dumps([*entry, path]))))
                 continue
             if type(value) is list and value:
                 appends.append((len(entries), channel, [ser.dumps(v) for v in value], False))
@@ -68,7 +73,7 @@ def encode_writes(
     if not entries:
         return rows, None
     try:
-        rows.append(StoredWrite(task_id, "result", 0, ser.dumps(["p", path, entries])))
+        rows.append(StoredWrite(task_id, "result", 0, pack(ser.dumps(["p", path, entries]))))
     except SerializationError:
         for channel, value in writes:  # name the write that cannot be stored
             if isinstance(value, BaseException):
@@ -108,7 +113,7 @@ def ref_rows(
                 changed = True
                 break
         if changed:
-            out.append(StoredWrite(row.task_id, "result", row.index, ser.dumps(["p", row.path, row.entries])))
+            out.append(StoredWrite(row.task_id, "result", row.index, pack(ser.dumps(["p", row.path, row.entries]))))
     return out
 
 
@@ -131,7 +136,7 @@ async def read_task_writes(
     """:func:`read_writes` with each write's task path (LangGraph's ``~__pregel_pull, NODE`` for a node's task)."""
     flat: list[tuple[str, list[Any], str]] = []
     for w in rows:
-        raw = ser.loads(w.data)
+        raw = ser.loads(unpack(w.data))
         if raw[0] == "p":  # a packed row: its entries, then the path
             flat.extend((w.task_id, entry, raw[1]) for entry in raw[2])
         else:  # a row of one write, its path last

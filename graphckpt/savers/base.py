@@ -156,6 +156,10 @@ class Saver(abc.ABC):
 
     _open: bool = False
 
+    keeps_dead_rows: bool = False
+    """An UPDATE leaves the old version of the row in the table until VACUUM (PostgreSQL's MVCC): a caller that could
+    store a row whole and rewrite it smaller later (the compat saver's kept writes) stores it once instead."""
+
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     async def setup(self, *, create: bool = True) -> None:

@@ -133,6 +133,8 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
     until the first operation (or ``async with``).
     """
 
+    keeps_dead_rows = True
+
     def __init__(
         self,
         dsn: str,

@@ -332,3 +332,32 @@ def test_a_failed_task_is_shown_in_history_and_the_rerun_succeeds(
     got = _same(scenario, ours, theirs)
     assert ("flaky", repr("ValueError('boom on the first attempt')")) in got[1]  # the error, as text
     assert got[3] == 2 and sorted(got[2]["steps"]) == ["flaky", "ok"]
+
+
+def test_kept_writes_become_references_only_where_a_rewrite_frees_the_row(ours: GraphckptSaver) -> None:
+    """A task's appended items are stored in its write row and in the next checkpoint's delta. SQLite reuses the
+    space of a rewritten row, so there the write becomes a reference to the delta; PostgreSQL would keep the whole old
+    row version until VACUUM, so there the write stays as stored (compressed). LangGraph reads the same either way."""
+    import asyncio
+
+    from graphckpt.compat._lgvalues import unpack
+
+    graph = _count_graph(ours)
+    config = {"configurable": {"thread_id": "stored"}}
+    assert graph.invoke({"steps": [], "total": 1}, config, durability="sync") == {"steps": ["a", "b", "c"], "total": 25}
+    results = {s.next: s.tasks[0].result for s in graph.get_state_history(config) if s.next}
+    assert results[("b",)] == {"steps": ["b"], "total": 20}
+    assert results[("c",)] == {"steps": ["c"], "total": 25}
+
+    async def stored_entries() -> list[str]:
+        kinds = []
+        for cp in await ours.saver.list_checkpoints("stored"):
+            for row in await ours.saver.get_kept_writes("stored", cp.checkpoint_id):
+                raw = ours.serializer.loads(unpack(row.data))
+                kinds += [entry[0] for entry in raw[2] if entry[1] == "steps"] if raw[0] == "p" else []
+        return kinds
+
+    kinds = asyncio.run_coroutine_threadsafe(stored_entries(), ours._loop.loop).result(timeout=30)
+    # the nodes' three appends, and the input's empty list (nothing to refer to: it stays whole everywhere)
+    whole = ["w"] * 4 if ours.saver.keeps_dead_rows else ["r", "r", "r", "w"]
+    assert sorted(kinds) == whole

@@ -123,3 +123,23 @@ def test_stored_bytes_naming_an_unregistered_type_load_nothing() -> None:
     forged = data.replace(b"Note", b"Path")  # a name that exists somewhere: still only the registry is consulted
     with pytest.raises(CorruptCheckpointError):
         writer.loads(forged)
+
+
+def test_write_rows_are_compressed_and_rows_stored_plain_still_read() -> None:
+    """A write row is zlib-packed when that pays (as a blob is); a plain row of an earlier version still reads."""
+    import asyncio
+
+    from graphckpt.compat._lgwrites import encode_writes, read_writes
+    from graphckpt.savers.base import StoredWrite
+    from graphckpt.savers.memory import MemorySaver
+
+    ser = langgraph_serializer()
+    message = AIMessage(content="x" * 2000, id="m1")
+    rows, _ = encode_writes(ser, "t1", [("messages", [message]), ("__error__", ValueError("no"))], "~__pregel_pull, a")
+    packed = next(r for r in rows if r.index == 0)
+    assert packed.data[:1] == b"\x78" and len(packed.data) < 1000
+    plain = StoredWrite("t1", "result", 0, ser.dumps(["p", "~__pregel_pull, a", [["w", "messages", [message]]]]))
+    for stored in (rows, [plain]):
+        got = asyncio.run(read_writes(ser, MemorySaver(), stored))
+        assert ("t1", "messages", [message]) in got
+    assert ("t1", "__error__", "ValueError('no')") in asyncio.run(read_writes(ser, MemorySaver(), rows))
