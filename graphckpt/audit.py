@@ -19,9 +19,9 @@ from its head's pending writes (:func:`pending_audit`).
                 sent one: a timed-out request may be billed, but the client never receives its usage
     attempts  [{node, task, step, attempt, type, message, traceback, at, retried}]
     answers   [{node, task, index, question, answer, at, by, refused?}]
-    tasks     [{task, node, send, started_at, ms}]   when each task of the step this run ran started (seconds since
-                the epoch) and how long it took (a ``Send`` task's ``send`` is true); a task whose result an earlier
-                run recorded (before a crash) is not listed: its time is in ``durations_ms``
+    tasks     [{task, started_at, ms}]   when each task of the step this run ran started (seconds since the epoch)
+                and how long it took (its node and ``Send`` payload are the frontier's, by task id); a task whose
+                result an earlier run recorded (before a crash) is not listed: its time is in ``durations_ms``
 
 A call is written as ``started`` before it is made and ``finished`` (with its duration, in the same transaction as
 its journal entry) after; a ``started`` row that never got its ``finished`` one is a *lost* call. Each start row
@@ -277,14 +277,8 @@ def step_audit(recorded: Recorded, tasks: Sequence[Task]) -> dict[str, Any] | No
 
 def with_task_spans(audit: dict[str, Any] | None, results: Sequence[TaskResult]) -> dict[str, Any] | None:
     """``audit`` with the ``tasks`` of the step's ``results`` this run timed (see the module docstring)."""
-    spans = [
-        {
-            "task": r.task.id,
-            "node": r.task.node,
-            "send": r.task.has_payload,
-            "started_at": round(r.started_at, 6),
-            "ms": round(r.duration_ms - r.replayed_ms, 3),
-        }
+    spans = [  # the node and whether it is a Send are the step's frontier's (by task id): not stored again
+        {"task": r.task.id, "started_at": round(r.started_at, 6), "ms": round(r.duration_ms - r.replayed_ms, 3)}
         for r in results
         if r.started_at > 0
     ]
