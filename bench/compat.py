@@ -41,7 +41,7 @@ from langchain_core.messages import AIMessage  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 
-from bench import common  # noqa: E402
+from bench import common, report  # noqa: E402
 from bench.storage import DEFAULT_DSN, SQLITE_SYNCHRONOUS, Store, disk_bytes, drop_store, open_store  # noqa: E402
 
 BEGIN, END_MARK = "<!-- compat:begin -->", "<!-- compat:end -->"
@@ -221,13 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     if not args.no_write:
-        out = Path(args.out)
-        text = out.read_text() if out.exists() else ""
-        if BEGIN in text and END_MARK in text:
-            text = text[: text.index(BEGIN)] + section + text[text.index(END_MARK) + len(END_MARK) :]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        out.write_text(text)
+        report.write_section(args.out, BEGIN, END_MARK, section)
     return 0
 
 

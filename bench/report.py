@@ -402,3 +402,15 @@ def render(results: Results, *, header: list[str], engines: list[str], command: 
         lines += [f"- {e} {w} {s}: {msg}" for (e, w, s), msg in sorted(results.errors.items())]
         lines.append("")
     return "\n".join(lines)
+
+
+def write_section(path: str, begin: str, end: str, section: str) -> None:
+    """Put ``section`` (which starts with ``begin`` and ends with ``end``) into the report at ``path``: in place of
+    the section between those marks when there is one, else at the end. The other scripts' sections stay."""
+    out = Path(path)
+    text = out.read_text() if out.exists() else ""
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + section + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    out.write_text(text)

@@ -43,6 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import report  # noqa: E402
 from bench.scale_fill import TEMPLATES, fill_postgres, fill_sqlite, vacuum_analyze  # noqa: E402
 from bench.scale_graph import graph  # noqa: E402
 from bench.server import Server, _drop  # noqa: E402
@@ -300,13 +301,7 @@ def main() -> int:
         ]
     )
     if not args.no_write:
-        out = Path(args.out)
-        text = out.read_text() if out.exists() else ""
-        if BEGIN in text and END_MARK in text:
-            text = text[: text.index(BEGIN)] + section + text[text.index(END_MARK) + len(END_MARK) :]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        out.write_text(text)
+        report.write_section(args.out, BEGIN, END_MARK, section)
     return 0
 
 

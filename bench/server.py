@@ -30,6 +30,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+
 PG = "postgresql://postgres@127.0.0.1:5432/test"
 BEGIN, END_MARK = "<!-- server benchmarks (bench/server.py) -->", "<!-- /server benchmarks -->"
 
@@ -201,13 +205,7 @@ def main() -> int:
             END_MARK,
         ]
     )
-    out = Path(args.out)
-    text = out.read_text() if out.exists() else ""
-    if BEGIN in text and END_MARK in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END_MARK) + len(END_MARK) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    out.write_text(text)
+    report.write_section(args.out, BEGIN, END_MARK, section)
     return 0
 
 
