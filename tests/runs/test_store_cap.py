@@ -43,7 +43,8 @@ async def test_a_run_failing_on_the_store_ends_failed_at_the_cap_or_succeeds_on_
         await await_for(ended, 30, what="the run's end")
         found = await watch.get_run(run.run_id)
         info = await watch.get_thread("capped")
-        values = (await app.aget_state("capped")).values if attempts == 2 else None
+        reader = store_fault_graph.graph.compile(saver=watch)  # not app: its pool may hold a terminated connection
+        values = (await reader.aget_state("capped")).values if attempts == 2 else None
     finally:
         worker.stop()
         await loop
