@@ -70,9 +70,9 @@ def _targets() -> list[Target]:
             "W7",
             "none",
             "graphckpt / LangGraph, ms per super-step",
-            "<= 0.33",
+            "<= 0.2",
             lambda r: _ratio(r.median(gc, "W7", "none", "ms_per_step"), r.median(lg, "W7", "none", "ms_per_step")),
-            lambda v: v <= 1 / 3,
+            lambda v: v <= 0.2,
             **both("W7", "none", "ms_per_step"),
         )
     )
@@ -95,9 +95,9 @@ def _targets() -> list[Target]:
             "W1",
             "sqlite",
             "LangGraph / graphckpt, ms per super-step",
-            ">= 3",
+            ">= 4",
             lambda r: _ratio(r.median(lg, "W1", "sqlite", "ms_per_step"), r.median(gc, "W1", "sqlite", "ms_per_step")),
-            lambda v: v >= 3,
+            lambda v: v >= 4,
             **both("W1", "sqlite", "ms_per_step"),
         )
     )
@@ -117,15 +117,15 @@ def _targets() -> list[Target]:
             ),
         )
     )
-    for saver in ("sqlite", "postgres"):
+    for saver, cap in (("sqlite", 1.3), ("postgres", 2.0)):
         rows.append(
             Target(
                 "W2",
                 saver,
                 "bytes on disk / bytes of messages",
-                "<= 1.5",
+                f"<= {cap}",
                 fig(gc, "W2", saver, "disk_over_messages"),
-                lambda v: v <= 1.5,
+                lambda v, c=cap: v <= c,
                 **both("W2", saver, "disk_over_messages"),
             )
         )
@@ -145,9 +145,9 @@ def _targets() -> list[Target]:
                 "W2Q",
                 saver,
                 "bytes on disk / bytes of messages, savers made with events=False (no durable event log)",
-                "<= 1.5",
+                f"<= {cap}",
                 fig(gc, "W2Q", saver, "disk_over_messages"),
-                lambda v: v <= 1.5,
+                lambda v, c=cap: v <= c,
                 graphckpt=fig(gc, "W2Q", saver, "disk_over_messages"),
             )
         )
@@ -168,9 +168,9 @@ def _targets() -> list[Target]:
                 "W4",
                 saver,
                 "past get_state on W2, graphckpt / LangGraph",
-                "<= 1.0",
+                "<= 0.5",
                 lambda r, s=saver: _ratio(r.median(gc, "W4", s, "get_state_ms"), r.median(lg, "W4", s, "get_state_ms")),
-                lambda v: v <= 1.0,
+                lambda v: v <= 0.5,
                 **both("W4", saver, "get_state_ms"),
             )
         )
@@ -216,15 +216,15 @@ def _targets() -> list[Target]:
                 graphckpt=fig(gc, "W5C", saver, "start_to_first_step_cpu_ms"),
             )
         )
-    for saver in ("sqlite", "postgres"):
+    for saver, cap in (("sqlite", 0.5), ("postgres", 1.0)):
         rows.append(
             Target(
                 "W6",
                 saver,
                 "fork, ms, one call right after gc.collect() (cold; finding the checkpoint not included)",
-                "<= 0.5 ms",
+                f"<= {cap} ms",
                 fig(gc, "W6", saver, "fork_ms"),
-                lambda v: v <= 0.5,
+                lambda v, c=cap: v <= c,
                 **both("W6", saver, "fork_ms"),
             )
         )
@@ -233,9 +233,9 @@ def _targets() -> list[Target]:
                 "W6",
                 saver,
                 "fork, ms, median of 15 back to back (warm)",
-                "<= 0.5 ms",
+                f"<= {cap} ms",
                 fig(gc, "W6", saver, "fork_warm_ms"),
-                lambda v: v <= 0.5,
+                lambda v, c=cap: v <= c,
                 **both("W6", saver, "fork_warm_ms"),
             )
         )
