@@ -178,17 +178,31 @@ def throughput(
         procs = [_worker(store.db, env, 30, concurrency, GRAPHS[kind]) for _ in range(workers)]
         done = "SELECT count(*) FROM runs WHERE status = 'done'"
         _wait(lambda: store.query(done)[0][0] == threads, 600, "every run to finish")
-        source = "metadata->>'source'" if saver == "postgres" else "json_extract(metadata, '$.source')"
-        [(n, first, last)] = store.query(
-            f"SELECT count(*), min(created_at), max(created_at) FROM checkpoints WHERE {source} = 'loop'"
-        )
-        return float(n) / (float(last) - float(first))  # type: ignore[arg-type]
+        return _steady_rate(store)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(60)
         store.drop()
+
+
+def _steady_rate(store: _Store) -> float:
+    """Loop steps per second while every worker was up and the queue was not empty: from the latest of the workers'
+    first claims (a worker process that started late is not counted idle) to the last claim of all (after it, run
+    slots fall idle one by one as the queue is empty). Steps are counted by their checkpoints' own times."""
+    [(start, end)] = store.query(
+        "SELECT max(first), (SELECT max(started_at) FROM runs) FROM "
+        "(SELECT min(started_at) AS first FROM runs GROUP BY worker) AS w"
+    )
+    source = "metadata->>'source'" if store.saver == "postgres" else "json_extract(metadata, '$.source')"
+    [(n,)] = store.query(
+        f"SELECT count(*) FROM checkpoints WHERE {source} = 'loop' AND created_at > {float(start)!r} "  # type: ignore[arg-type]
+        f"AND created_at <= {float(end)!r}"  # type: ignore[arg-type]
+    )
+    if float(end) - float(start) <= 0 or not n:  # type: ignore[arg-type]
+        raise SystemExit("too few runs to measure a steady rate: queue more threads (--threads)")
+    return float(n) / (float(end) - float(start))  # type: ignore[arg-type]
 
 
 def takeover(dsn: str, lease: float) -> float:
@@ -223,7 +237,7 @@ CONFIGS = ((1, 1), (1, 4), (1, 16), (4, 1), (4, 16))
 
 def concurrency_table(dsn: str, savers: list[str], kinds: list[str], steps: int, repeats: int) -> str:
     """steps/s of each (workers, concurrency) in :data:`CONFIGS`, on each saver and graph kind (median of
-    ``repeats``); each run queues ``max(8, 2 x workers x concurrency)`` threads of ``steps`` steps."""
+    ``repeats``); each run queues ``max(32, 6 x workers x concurrency)`` threads of ``steps`` steps."""
     rows = [
         "| saver | node | " + " | ".join(f"{w} x c{c}" for w, c in CONFIGS) + " | c16 / c1 (>= 10) | 4 x c1 / 1 x c1 "
         "(>= 3) | 4 x c16 / 1 x c16 |",
@@ -233,7 +247,7 @@ def concurrency_table(dsn: str, savers: list[str], kinds: list[str], steps: int,
         for kind in kinds:
             rate: dict[tuple[int, int], float] = {}
             for w, c in CONFIGS:
-                threads = max(8, 2 * w * c)
+                threads = max(32, 6 * w * c)
                 runs = [
                     throughput(dsn, w, threads, steps, saver=saver, concurrency=c, kind=kind) for _ in range(repeats)
                 ]

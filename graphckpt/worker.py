@@ -73,8 +73,8 @@ SWEEP_EVERY = 1.0
 re-queued at most this long after its lease expired (one cheap statement when nothing expired)."""
 
 CANCEL_CHECK = 0.25
-"""A running run looks for a cancel asked through the queue (:meth:`RunQueue.request_cancel`) after a step at most
-this often (seconds): one cheap read, never on every step of a fast run."""
+"""How often (seconds) a worker looks for cancels asked through the queue (:meth:`RunQueue.request_cancel`) of the
+runs it is running: one read for all of them (:meth:`RunQueue.cancels_requested`), never one per step or per run."""
 
 STORE_ATTEMPTS = 5
 """A run whose attempts all ended in a store error (a :class:`~graphckpt.errors.SaverError`: a dropped PostgreSQL
@@ -209,6 +209,7 @@ class Worker:
         """The loop, until :meth:`stop`: then the running runs finish their step, release and re-queue."""
         release = hold_many(self.apps.values(), self.concurrency)
         listener = asyncio.ensure_future(self._listen())
+        watcher = asyncio.ensure_future(self._watch_cancels())
         next_sweep = next_ttl = 0.0
         failures = 0  # store errors in a row in this loop (sweep, claim): each backs off longer
         try:
@@ -250,9 +251,10 @@ class Worker:
                 task.add_done_callback(self._running.discard)
         finally:
             self.stopping = True
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+            for helper in (listener, watcher):
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
             if self._running:  # 4. release: each running run stops after its step and goes back to the queue
                 await asyncio.wait(set(self._running))
             release()
@@ -279,14 +281,8 @@ class Worker:
             self._engines[run.run_id] = engine
             for hook in self.on_begin:
                 hook(run, engine)
-            next_check = ids.now() + CANCEL_CHECK
             async with contextlib.aclosing(engine.steps()) as steps:  # closing releases the lease
-                async for _ in steps:
-                    if ids.now() >= next_check:  # a cancel asked through the queue (by another process)
-                        next_check = ids.now() + CANCEL_CHECK
-                        with contextlib.suppress(SaverError):  # the store is down: the next commit says so
-                            if await self.queue.cancel_requested(run.run_id):
-                                self._cancelled.add(run.run_id)
+                async for _ in steps:  # a cancel asked through the queue: the cancel watcher reads it
                     if self.stopping or run.run_id in self._cancelled:
                         break
             end = _ended(engine.status)
@@ -411,6 +407,17 @@ class Worker:
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self.poll if wait is None else wait)
+
+    async def _watch_cancels(self) -> None:
+        """Every :data:`CANCEL_CHECK` seconds, one read of which running runs of this worker were asked to cancel
+        through the queue (by another process): each stops after its current step."""
+        while True:
+            await asyncio.sleep(CANCEL_CHECK)
+            running = [r for r in self._executing if r not in self._cancelled]
+            if running:
+                with contextlib.suppress(SaverError):  # the store is down: the next commit says so
+                    asked = await self.queue.cancels_requested(running)
+                    self._cancelled.update(asked & self._executing.keys())  # not one that ended meanwhile
 
     async def _listen(self) -> None:
         """PostgreSQL: ``LISTEN`` on the queue's channel and wake the loop on each ``NOTIFY`` (else nothing)."""

@@ -5,7 +5,7 @@ LOCKED`` (workers never wait on each other's candidates), a ``NOTIFY`` on the sc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
@@ -103,6 +103,8 @@ RUN_SQL: dict[str, LiteralString] = {
     "request_cancel": "UPDATE {runs} SET cancel_requested = true WHERE run_id = %(run)s AND status = 'running' "
     "RETURNING 1",
     "cancel_requested": "SELECT cancel_requested FROM {runs} WHERE run_id = %(run)s AND status = 'running'",
+    "cancels_requested": "SELECT run_id FROM {runs} WHERE run_id = ANY(%(runs)s::text[]) AND status = 'running' "
+    "AND cancel_requested",
     # Only an ended run is deleted (a queued or running one is cancelled first).
     "delete_run": "DELETE FROM {runs} WHERE run_id = %(run)s AND status NOT IN ('queued', 'running') RETURNING 1",
     "get_run": "SELECT " + RUN_COLS + " FROM {runs} WHERE run_id = %(run)s",
@@ -224,6 +226,12 @@ class PostgresRuns(RunQueue):
     async def cancel_requested(self, run_id: str) -> bool:
         rows = await self._fetch(f"cancel check of run {brief(run_id)!r}", "cancel_requested", {"run": run_id})
         return bool(rows and rows[0][0])
+
+    async def cancels_requested(self, run_ids: Collection[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        rows = await self._fetch(f"cancel check of {len(run_ids)} runs", "cancels_requested", {"runs": list(run_ids)})
+        return {str(r[0]) for r in rows}
 
     async def delete_run(self, run_id: str) -> bool:
         return bool(await self._fetch(f"delete of run {brief(run_id)!r}", "delete_run", {"run": run_id}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphckpt import ids
@@ -76,6 +76,10 @@ REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND stat
 DELETE_RUN = "DELETE FROM runs WHERE run_id = ? AND status NOT IN ('queued', 'running')"
 """Only an ended run is deleted (a queued or running one is cancelled first)."""
 CANCEL_REQUESTED = "SELECT cancel_requested FROM runs WHERE run_id = ? AND status = 'running'"
+CANCELS_REQUESTED = (
+    "SELECT run_id FROM runs WHERE run_id IN (SELECT value FROM json_each(?)) AND status = 'running' "
+    "AND cancel_requested"
+)
 REQUEUE_EXPIRED = (
     "UPDATE runs SET status = 'queued', fence = NULL, lease_until = NULL WHERE status = 'running' AND lease_until < ?"
 )
@@ -158,6 +162,12 @@ class SqliteRuns(RunQueue):
     async def cancel_requested(self, run_id: str) -> bool:
         rows = await self._fetch(CANCEL_REQUESTED, (run_id,))
         return bool(rows and rows[0][0])
+
+    async def cancels_requested(self, run_ids: Collection[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        rows = await self._fetch(CANCELS_REQUESTED, (json.dumps(list(run_ids)),))
+        return {str(r[0]) for r in rows}
 
     async def delete_run(self, run_id: str) -> bool:
         deleted: int = await self._write(lambda conn: conn.execute(DELETE_RUN, (run_id,)).rowcount)

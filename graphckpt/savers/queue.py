@@ -25,7 +25,7 @@ Invariants the backends keep, each in the statement that moves the row:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -137,6 +137,11 @@ class RunQueue:
     async def cancel_requested(self, run_id: str) -> bool:
         """Whether a cancel was asked of the running run ``run_id`` (what its worker checks between steps)."""
         raise NotImplementedError(f"{type(self).__name__} has no run queue")
+
+    async def cancels_requested(self, run_ids: Collection[str]) -> set[str]:
+        """Which of the running runs ``run_ids`` were asked to cancel: what a worker running many runs at once checks
+        for all of them in one read (this default asks :meth:`cancel_requested` of each)."""
+        return {run_id for run_id in run_ids if await self.cancel_requested(run_id)}
 
     async def delete_run(self, run_id: str) -> bool:
         """Delete the run ``run_id`` when it has ended (``done``, ``failed``, ``interrupted``, ``cancelled``): its row

@@ -80,11 +80,15 @@ async def test_created_threads_and_cancel_requests_in_the_queue(saver: Saver) ->
     claimed = await saver.claim_run(lease.owner(), graphs=["g:g"], fence="f1", lease_until=1e12)
     assert claimed is not None and claimed.run_id == "r1"
     assert not await saver.cancel_requested("r1")
+    assert await saver.cancels_requested(["r1", "nobody"]) == set()
     assert await saver.request_cancel("r1") and await saver.cancel_requested("r1")
+    assert await saver.cancels_requested(["r1", "nobody"]) == {"r1"}  # one read for a worker's running runs
+    assert await saver.cancels_requested([]) == set()
     await saver.finish_run("r1", fence="f1", status="cancelled")
     run = await saver.get_run("r1")
     assert run is not None and run.status == "cancelled"
     assert not await saver.request_cancel("r1") and not await saver.cancel_requested("r1")
+    assert await saver.cancels_requested(["r1"]) == set()  # ended: no longer running
 
 
 async def test_a_worker_keeps_the_thread_tags_and_stops_a_cancelled_run(saver: Saver) -> None:
