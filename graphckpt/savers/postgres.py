@@ -80,7 +80,7 @@ from graphckpt.savers._checks import (
 )
 from graphckpt.savers._inflate import MAX_INFLATED, inflate
 from graphckpt.savers._pg_crons import PostgresCrons
-from graphckpt.savers._pg_io import PostgresConnections
+from graphckpt.savers._pg_io import PostgresConnections, cursor_of
 from graphckpt.savers._pg_items import PostgresItems
 from graphckpt.savers._pg_listing import PostgresListings
 from graphckpt.savers._pg_runs import PostgresRuns
@@ -198,7 +198,7 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
         lone surrogate, which writes refuse before they get here) matches no row."""
         try:
             async with self._connection() as conn:
-                cur = await conn.execute(self._io.queries[query], params, binary=True)
+                cur = await cursor_of(conn).execute(self._io.queries[query], params, binary=True)
                 return await cur.fetchall()
         except UnicodeEncodeError:
             return []
@@ -212,7 +212,7 @@ class PostgresSaver(PostgresListings, PostgresRuns, PostgresItems, PostgresWaits
             async with self._connection() as conn, conn.transaction():
 
                 async def run(query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-                    cur = await conn.execute(self._io.queries[query], params, binary=True)
+                    cur = await cursor_of(conn).execute(self._io.queries[query], params, binary=True)
                     return await cur.fetchall() if cur.description is not None else []
 
                 yield run

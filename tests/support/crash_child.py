@@ -233,10 +233,25 @@ def _make_postgres(dsn: str, schema: str | None) -> Saver:
             return _KillingPipeline(self)
 
         async def execute(self, *args: Any, **kwargs: Any) -> Any:
+            return await self._killing(self._conn.execute(*args, **kwargs))
+
+        def cursor(self, *args: Any, **kwargs: Any) -> Any:  # the savers run their statements on the cursor's
+            real, owner = self._conn.cursor(*args, **kwargs), self
+
+            class _KillingCursor:
+                async def execute(self, *a: Any, **kw: Any) -> Any:
+                    return await owner._killing(real.execute(*a, **kw))
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+            return _KillingCursor()
+
+        async def _killing(self, statement: Any) -> Any:
             if self._in_pipeline:
-                return await self._conn.execute(*args, **kwargs)
+                return await statement
             # A commit sent as one statement (autocommit): let psycopg send it, then kill before the result is read.
-            task = asyncio.ensure_future(self._conn.execute(*args, **kwargs))
+            task = asyncio.ensure_future(statement)
             pgconn = self._conn.pgconn
             for _ in range(10_000):
                 await asyncio.sleep(0)
