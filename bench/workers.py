@@ -4,8 +4,9 @@
     python bench/workers.py --threads 20 --steps 5 --out /tmp/results.md   # smaller
 
 - **steps/s with 1, 2 and 4 workers** (concurrency 1 each) over I/O-bound nodes: each step sleeps 20 ms in a
-  journaled effect (standing in for a model call). Measured from the checkpoints' own times (first to last loop
-  step), so process start-up is not counted. Target: 4 workers >= 3x one worker.
+  journaled effect (standing in for a model call). Measured by the checkpoints' own times over the steady window
+  (every worker up, the queue not empty: :func:`_steady_rate`), so process start-up and the last runs' tail are not
+  counted. Target: 4 workers >= 3x one worker.
 - **concurrency** (``--concurrency``): steps/s of 1 worker at concurrency 1, 4, 16, and of 4 workers at 1 and
   16, on SQLite and PostgreSQL, for sync (``time.sleep``) and async (``asyncio.sleep``) nodes. Targets: concurrency
   16 >= 10x concurrency 1; 4 workers >= 3x one. Written between ``<!-- workers:begin -->`` and
@@ -235,8 +236,16 @@ CONFIGS = ((1, 1), (1, 4), (1, 16), (4, 1), (4, 16))
 """(workers, concurrency) of the concurrency table."""
 
 
-def concurrency_table(dsn: str, savers: list[str], kinds: list[str], steps: int, repeats: int) -> str:
-    """steps/s of each (workers, concurrency) in :data:`CONFIGS`, on each saver and graph kind (median of
+def concurrency_table(
+    dsn: str,
+    savers: list[str],
+    kinds: list[str],
+    steps: int,
+    repeats: int,
+    configs: tuple[tuple[int, int], ...] = CONFIGS,
+) -> str:
+    """steps/s of each (workers, concurrency) in ``configs`` (a subset of :data:`CONFIGS`; the others show ``-``),
+    on each saver and graph kind (median of
     ``repeats``); each run queues ``max(32, 6 x workers x concurrency)`` threads of ``steps`` steps."""
     rows = [
         "| saver | node | " + " | ".join(f"{w} x c{c}" for w, c in CONFIGS) + " | c16 / c1 (>= 10) | 4 x c1 / 1 x c1 "
@@ -246,19 +255,18 @@ def concurrency_table(dsn: str, savers: list[str], kinds: list[str], steps: int,
     for saver in savers:
         for kind in kinds:
             rate: dict[tuple[int, int], float] = {}
-            for w, c in CONFIGS:
+            for w, c in configs:
                 threads = max(32, 6 * w * c)
                 runs = [
                     throughput(dsn, w, threads, steps, saver=saver, concurrency=c, kind=kind) for _ in range(repeats)
                 ]
                 rate[w, c] = statistics.median(runs)
                 print(f"{saver} {kind} {w} x c{c}: {rate[w, c]:.1f} steps/s {[round(r, 1) for r in runs]}", flush=True)
-            scale, pair = rate[1, 16] / rate[1, 1], rate[4, 16] / rate[1, 16]
-            fleet = rate[4, 1] / rate[1, 1]
             rows.append(
                 f"| {saver} | {'`time.sleep`' if kind == 'sync' else '`asyncio.sleep`'} | "
-                + " | ".join(f"{rate[k]:.0f}" for k in CONFIGS)
-                + f" | {scale:.1f} {_met(scale >= 10)} | {fleet:.2f} {_met(fleet >= 3)} | {pair:.2f} |"
+                + " | ".join(f"{rate[k]:.0f}" if k in rate else "-" for k in CONFIGS)
+                + f" | {_ratio(rate, (1, 16), (1, 1), 10)} | {_ratio(rate, (4, 1), (1, 1), 3)} | "
+                f"{_ratio(rate, (4, 16), (1, 16), None)} |"
             )
     return "\n".join(rows)
 
@@ -274,6 +282,11 @@ def main() -> int:
     parser.add_argument("--savers", default="sqlite,postgres", help="with --concurrency: which savers")
     parser.add_argument("--kinds", default="sync,async", help="with --concurrency: which node kinds")
     parser.add_argument("--repeats", type=int, default=1, help="with --concurrency: runs per cell (median)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(f"{w}x{c}" for w, c in CONFIGS),
+        help="with --concurrency: which WORKERSxCONCURRENCY cells (e.g. 1x1,1x16,4x1)",
+    )
     parser.add_argument("--threads", type=int, default=40)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lease", type=float, default=2.0, help="lease length of the takeover measure (s)")
@@ -287,18 +300,25 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     args = parser.parse_args()
     if args.concurrency:
-        table = concurrency_table(args.pg_dsn, args.savers.split(","), args.kinds.split(","), args.steps, args.repeats)
+        configs = tuple((int(w), int(c)) for w, _, c in (spec.partition("x") for spec in args.configs.split(",")))
+        if any(k not in CONFIGS for k in configs):
+            parser.error(f"--configs: each cell is one of {', '.join(f'{w}x{c}' for w, c in CONFIGS)}")
+        table = concurrency_table(
+            args.pg_dsn, args.savers.split(","), args.kinds.split(","), args.steps, args.repeats, configs
+        )
         load = os.getloadavg()[0]
         section = "\n".join(
             [
                 CONC_BEGIN,
                 "## Workers with concurrency (issue 25)",
                 "",
-                f"`python bench/workers.py --concurrency --steps {args.steps} --repeats {args.repeats}`: "
+                f"`python bench/workers.py --concurrency --steps {args.steps} --repeats {args.repeats} "
+                f"--configs {args.configs}`: "
                 "`graphckpt worker` processes (W workers x concurrency c each) on threads of a loop whose every step "
                 "sleeps 20 ms in a journaled effect (`time.sleep` in a sync node, `asyncio.sleep` in an async one); "
-                f"steps/s from the checkpoints' own times (first to last). Load average at the end: {load:.1f} "
-                f"on {os.cpu_count()} cores (shared machine: indicative).",
+                "steps/s over the steady window (from the last worker's first claim to the last claim: every worker "
+                "up, the queue not empty), counted by the checkpoints' own times, median of the repeats. Load average "
+                f"at the end: {load:.1f} on {os.cpu_count()} cores.",
                 "",
                 table,
                 CONC_END,
@@ -350,6 +370,16 @@ def _write_section(out: Path, begin: str, end: str, section: str) -> None:
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     out.write_text(text + ("\n" if not text.endswith("\n") else ""))
+
+
+def _ratio(
+    rate: dict[tuple[int, int], float], top: tuple[int, int], bottom: tuple[int, int], target: float | None
+) -> str:
+    """``rate[top] / rate[bottom]`` (with met / missed against ``target``), ``-`` when either was not measured."""
+    if top not in rate or bottom not in rate:
+        return "-"
+    ratio = rate[top] / rate[bottom]
+    return f"{ratio:.2f}" + ("" if target is None else f" {_met(ratio >= target)}")
 
 
 def _met(ok: bool) -> str:
