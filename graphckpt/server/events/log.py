@@ -57,14 +57,19 @@ class EventLog:
     ) -> list[StoredEvent]:
         """The events after ``after`` in ``segments``. Streams at one position share one read per wake-up: a read
         is remembered with the hub's version, and a read after the version moved is a new one (an event committed
-        after the hub saw the counter moves it again), so a remembered answer is never staler than a fresh one."""
+        after the hub saw the counter moves it again), so a remembered answer is never staler than a fresh one.
+        An empty answer is not remembered: the counter is ``max(id)``, which a delete can take back down and new rows
+        up to the same value between two polls (SQLite reuses the ids of deleted rows), so the hub sees no change;
+        a remembered "nothing new" would then hold a stream at that position for good, where a fresh read finds
+        the new rows at its next wake-up (at most 5 s later)."""
         key = (tuple(segments), after, limit, self.hub.version)
         found = self._reads.get(key)
         if found is None:
             found = await self.saver.read_events(segments, after=after, limit=limit)
             if any("update_in" in e.payload for e in found):
                 found = [await self._with_update(e, segments) for e in found]
-            self._reads[key] = found
+            if found:
+                self._reads[key] = found
             while len(self._reads) > READ_CACHE:
                 del self._reads[next(iter(self._reads))]
         return found
