@@ -376,12 +376,14 @@ class Worker:
         if run.attempt >= self.store_attempts and not progressed:
             error = f"store error on {run.attempt} attempt{'s' if run.attempt != 1 else ''}: {exc}"
             logger.warning("run %s of thread %r: %s; failed", run.run_id, run.thread_id, error)
-            with contextlib.suppress(GraphckptError):  # the stop's commit ends the thread and the run together
-                record = await app.saver.get_thread(run.thread_id)
-                if record is not None and record.run_id == fence and record.status == "running":
-                    await app.saver.put_writes(
-                        run.thread_id, record.head_checkpoint_id, [], run_id=fence, status="failed", error=error
-                    )
+            for _ in range(2):  # twice: the first may get a connection the store's failure broke (then dropped)
+                with contextlib.suppress(GraphckptError):  # the stop's commit ends the thread and the run together
+                    record = await app.saver.get_thread(run.thread_id)
+                    if record is not None and record.run_id == fence and record.status == "running":
+                        await app.saver.put_writes(
+                            run.thread_id, record.head_checkpoint_id, [], run_id=fence, status="failed", error=error
+                        )
+                    break
             return "failed", error
         pause = self._backoff(run.attempt)
         logger.warning(
