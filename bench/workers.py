@@ -192,18 +192,18 @@ def _steady_rate(store: _Store) -> float:
     """Loop steps per second while every worker was up and the queue was not empty: from the latest of the workers'
     first claims (a worker process that started late is not counted idle) to the last claim of all (after it, run
     slots fall idle one by one as the queue is empty). Steps are counted by their checkpoints' own times."""
-    [(start, end)] = store.query(
+    [window] = store.query(
         "SELECT max(first), (SELECT max(started_at) FROM runs) FROM "
         "(SELECT min(started_at) AS first FROM runs GROUP BY worker) AS w"
     )
+    start, end = (float(t) for t in window)  # type: ignore[arg-type]
     source = "metadata->>'source'" if store.saver == "postgres" else "json_extract(metadata, '$.source')"
     [(n,)] = store.query(
-        f"SELECT count(*) FROM checkpoints WHERE {source} = 'loop' AND created_at > {float(start)!r} "  # type: ignore[arg-type]
-        f"AND created_at <= {float(end)!r}"  # type: ignore[arg-type]
+        f"SELECT count(*) FROM checkpoints WHERE {source} = 'loop' AND created_at > {start!r} AND created_at <= {end!r}"
     )
-    if float(end) - float(start) <= 0 or not n:  # type: ignore[arg-type]
+    if end <= start or not n:
         raise SystemExit("too few runs to measure a steady rate: queue more threads (--threads)")
-    return float(n) / (float(end) - float(start))  # type: ignore[arg-type]
+    return float(n) / (end - start)  # type: ignore[arg-type]
 
 
 def takeover(dsn: str, lease: float) -> float:
@@ -245,8 +245,8 @@ def concurrency_table(
     configs: tuple[tuple[int, int], ...] = CONFIGS,
 ) -> str:
     """steps/s of each (workers, concurrency) in ``configs`` (a subset of :data:`CONFIGS`; the others show ``-``),
-    on each saver and graph kind (median of
-    ``repeats``); each run queues ``max(32, 6 x workers x concurrency)`` threads of ``steps`` steps."""
+    on each saver and graph kind (median of ``repeats``); each run queues ``max(32, 6 x workers x concurrency)``
+    threads of ``steps`` steps."""
     rows = [
         "| saver | node | " + " | ".join(f"{w} x c{c}" for w, c in CONFIGS) + " | c16 / c1 (>= 10) | 4 x c1 / 1 x c1 "
         "(>= 3) | 4 x c16 / 1 x c16 |",
@@ -300,8 +300,11 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     args = parser.parse_args()
     if args.concurrency:
-        configs = tuple((int(w), int(c)) for w, _, c in (spec.partition("x") for spec in args.configs.split(",")))
-        if any(k not in CONFIGS for k in configs):
+        try:
+            configs = tuple((int(w), int(c)) for w, _, c in (spec.partition("x") for spec in args.configs.split(",")))
+        except ValueError:
+            configs = ()
+        if not configs or any(k not in CONFIGS for k in configs):
             parser.error(f"--configs: each cell is one of {', '.join(f'{w}x{c}' for w, c in CONFIGS)}")
         table = concurrency_table(
             args.pg_dsn, args.savers.split(","), args.kinds.split(","), args.steps, args.repeats, configs
