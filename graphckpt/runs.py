@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from graphckpt import begin, ids
-from graphckpt.errors import GraphckptError, ThreadConflictError, ThreadStateError
+from graphckpt.errors import (
+    GraphckptError,
+    LeaseLostError,
+    ThreadBusyError,
+    ThreadConflictError,
+    ThreadStateError,
+)
 from graphckpt.records import NO_ANSWER
 from graphckpt.savers.queue import RunQueue, RunRecord, RunStatus
 
@@ -265,7 +271,33 @@ async def begin_queued(
     loaded machine, and a sweeper re-queued the run while that attempt still ran) that finds the thread stopped
     (``interrupted``, ``done`` or ``failed``) by a step of this very run: that attempt got that far (an interrupt
     waits for an answer, a new run's); running it with this run's input or answer again would be wrong. A retry
-    whose input that earlier attempt commits while this one starts resumes the thread instead of failing."""
+    whose input that earlier attempt commits while this one starts resumes the thread instead of failing.
+
+    A retry's claim can also lose to that earlier attempt committing a step between this attempt's read of the
+    thread and its claim (the claim compares the head it read). When the claim lost that way and nobody holds a
+    live lease now, this attempt reads the thread again and begins from its new head: at most
+    :data:`CLAIM_RACES` times, then the conflict is raised. A live lease (``ThreadBusyError``) is raised at once."""
+    for race in range(CLAIM_RACES):
+        try:
+            return await _begin_queued(options, runner, run, fence, tags)
+        except (ThreadBusyError, LeaseLostError):
+            raise
+        except ThreadConflictError:
+            if run.attempt == 1 or race == CLAIM_RACES - 1:
+                raise
+            record = await options.store.get_thread(run.thread_id)
+            if record is None or record.status == "running":  # gone, or claimed by someone live: not ours to take
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+CLAIM_RACES = 3
+"""How many times a retried queued run begins again after its claim lost a race with its own earlier attempt."""
+
+
+async def _begin_queued(
+    options: begin.RunOptions, runner: NodeRunner | None, run: RunRecord, fence: str, tags: Mapping[str, Any]
+) -> Run | None:
     found = submitted(options.store.codec.serde, run)
     payload, limit = found.value, found.recursion_limit
     options = found.options_of(options)

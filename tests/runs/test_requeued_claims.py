@@ -138,3 +138,69 @@ async def test_a_late_heartbeat_of_a_requeued_run_loses_the_lease(saver: Saver) 
     ended = await queue.get_run(run.run_id)
     assert (ended.status, ended.attempt) == ("done", 2)
     assert (await app.aget_state("h")).values == {"n": 11, "said": ""}
+
+
+async def test_a_retry_whose_claim_loses_to_its_earlier_attempts_step_begins_from_the_new_head(saver: Saver) -> None:
+    """The earlier attempt (its run re-queued, its thread's lease expired: crashed) commits one more step between
+    the retry's read of the thread and the retry's claim: the claim loses (the head moved); the retry reads the
+    thread again and begins from that step instead of failing the run (CI's kill campaign with concurrency saw
+    "thread ... was claimed first by run ... (it is crashed at step 2 now)")."""
+    ran: list[str] = []
+
+    def node(name: str) -> Any:
+        def step(s: S) -> dict[str, Any]:
+            ran.append(name)
+            return {"n": s["n"] * 10 + "abc".index(name) + 1}
+
+        return step
+
+    graph = StateGraph(S)
+    for name in ("a", "b", "c"):
+        graph.add_node(name, node(name))
+    graph.add_edge(START, "a")
+    graph.add_edge("a", "b")
+    graph.add_edge("b", "c")
+    graph.add_edge("c", END)
+    app = graph.compile(saver=saver, lease_seconds=LEASE)
+    queue: Any = saver
+    run = await app.asubmit({"n": 0, "said": ""}, thread_id="r", graph="g")
+    claimed, fence = await _claim(saver, run.run_id)
+    first = await begin_queued(app.run_options, app.runner, claimed, fence, {"graph": "g", "run": run.run_id})
+    assert first is not None
+    async with contextlib.aclosing(first.steps()) as steps:
+        await anext(steps)  # the input step
+        await anext(steps)  # node a
+        assert ran == ["a"]
+        assert await queue.requeue_expired(ids.now() + HOUR) == 1  # the sweeper: the run's lease looked lapsed
+        thread = await saver.get_thread("r")
+        assert thread is not None and thread.lease is not None
+        assert await saver.expire_lease("r", epoch=thread.lease.epoch)  # and the thread's: it reads crashed
+        retry, retry_fence = await _claim(saver, run.run_id)
+        assert retry.attempt == 2
+
+        real_claim = saver.claim
+        raced: list[int] = []
+
+        async def claim(*args: Any, **kwargs: Any) -> int:
+            if not raced:  # the retry has read the thread; the earlier attempt commits node b before the claim
+                raced.append(1)
+                await anext(steps)
+                assert ran == ["a", "b"]
+                raced.append(first.step)
+            return await real_claim(*args, **kwargs)
+
+        saver.claim = claim  # type: ignore[method-assign]
+        try:
+            engine = await begin_queued(app.run_options, app.runner, retry, retry_fence, {"graph": "g"})
+        finally:
+            del saver.claim
+        assert len(raced) == 2 and engine is not None
+        assert engine.step == raced[1]  # begins after b: the earlier attempt's step is kept
+        with pytest.raises(LeaseLostError):  # the earlier attempt is fenced off at its next write
+            await anext(steps)
+    async with contextlib.aclosing(engine.steps()) as retry_steps:
+        async for _ in retry_steps:
+            pass
+    assert engine.status == "done"
+    assert ran == ["a", "b", "c", "c"]  # a and b once; c by the fenced attempt (its commit refused), then the retry
+    assert (await app.aget_state("r")).values == {"n": 123, "said": ""}
