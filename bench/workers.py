@@ -235,6 +235,11 @@ def takeover(dsn: str, lease: float) -> float:
 CONFIGS = ((1, 1), (1, 4), (1, 16), (4, 1), (4, 16))
 """(workers, concurrency) of the concurrency table."""
 
+THREADS_PER_SLOT = 12
+"""Threads queued per run slot (workers x concurrency) of a cell: about 12 rounds of runs, so that the steady window
+is seconds long at every cell (with 6, a 1 x c16 cell measured ~2.5 s, and its first round, every run claimed at
+once and stepping in lock-step, weighed a sixth of it)."""
+
 
 def concurrency_table(
     dsn: str,
@@ -245,8 +250,10 @@ def concurrency_table(
     configs: tuple[tuple[int, int], ...] = CONFIGS,
 ) -> str:
     """steps/s of each (workers, concurrency) in ``configs`` (a subset of :data:`CONFIGS`; the others show ``-``),
-    on each saver and graph kind (median of ``repeats``); each run queues ``max(32, 6 x workers x concurrency)``
-    threads of ``steps`` steps."""
+    on each saver and graph kind (median of ``repeats``); each run queues ``THREADS_PER_SLOT x workers x
+    concurrency`` threads (at least 32) of ``steps`` steps. The repeats are interleaved (every cell of a saver and
+    kind once, then every cell again, ...), so that a slow spell of the machine (this VM's fsync and CPU times drift
+    by up to a fifth within minutes) falls on every cell of a ratio rather than on one."""
     rows = [
         "| saver | node | " + " | ".join(f"{w} x c{c}" for w, c in CONFIGS) + " | c16 / c1 (>= 10) | 4 x c1 / 1 x c1 "
         "(>= 3) | 4 x c16 / 1 x c16 |",
@@ -254,14 +261,14 @@ def concurrency_table(
     ]
     for saver in savers:
         for kind in kinds:
-            rate: dict[tuple[int, int], float] = {}
-            for w, c in configs:
-                threads = max(32, 6 * w * c)
-                runs = [
-                    throughput(dsn, w, threads, steps, saver=saver, concurrency=c, kind=kind) for _ in range(repeats)
-                ]
-                rate[w, c] = statistics.median(runs)
-                print(f"{saver} {kind} {w} x c{c}: {rate[w, c]:.1f} steps/s {[round(r, 1) for r in runs]}", flush=True)
+            runs: dict[tuple[int, int], list[float]] = {cell: [] for cell in configs}
+            for _ in range(repeats):
+                for w, c in configs:
+                    threads = max(32, THREADS_PER_SLOT * w * c)
+                    runs[w, c].append(throughput(dsn, w, threads, steps, saver=saver, concurrency=c, kind=kind))
+            rate = {cell: statistics.median(r) for cell, r in runs.items()}
+            for (w, c), r in runs.items():
+                print(f"{saver} {kind} {w} x c{c}: {rate[w, c]:.1f} steps/s {[round(x, 1) for x in r]}", flush=True)
             rows.append(
                 f"| {saver} | {'`time.sleep`' if kind == 'sync' else '`asyncio.sleep`'} | "
                 + " | ".join(f"{rate[k]:.0f}" if k in rate else "-" for k in CONFIGS)
@@ -320,7 +327,9 @@ def main() -> int:
                 "`graphckpt worker` processes (W workers x concurrency c each) on threads of a loop whose every step "
                 "sleeps 20 ms in a journaled effect (`time.sleep` in a sync node, `asyncio.sleep` in an async one); "
                 "steps/s over the steady window (from the last worker's first claim to the last claim: every worker "
-                "up, the queue not empty), counted by the checkpoints' own times, median of the repeats. Load average "
+                "up, the queue not empty), counted by the checkpoints' own times, with "
+                f"{THREADS_PER_SLOT} threads queued per run slot (at least 32); median of the repeats, which run "
+                "interleaved (every cell once, then again). Load average "
                 f"at the end: {load:.1f} on {os.cpu_count()} cores.",
                 "",
                 table,

@@ -20,6 +20,7 @@ from graphckpt.codec import Body, Codec, referable_update
 from graphckpt.control import START, Send
 from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, ThreadNotFoundError, ThreadStateError
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
+from graphckpt.savers import events
 from graphckpt.savers.base import Blob, FinishedTask, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
 from graphckpt.views import LazyFold, make_snapshot
 
@@ -291,6 +292,7 @@ class ThreadStore:
             await self.claim(claim, run_id=run_id, lease_until=lease_until)
         owner = lease.owner() if lease_until is not None and claim is None else None
         await self.saver.commit(cp, expected_head=expected_head, run_id=run_id, owner=owner, lease_until=lease_until)
+        events.changed(self.saver)
         return Head(cp, body, record.values, loose or {})
 
     def finished_tasks(
@@ -328,7 +330,7 @@ class ThreadStore:
         owner = lease.owner() if lease_until is not None else None
         held = record.lease
         take = held.epoch if held is not None and (take_over or held.owner.dead()) else None
-        return await self.saver.claim(
+        epoch = await self.saver.claim(
             record.thread_id,
             expected_head=record.head_checkpoint_id,
             expected_run_id=record.run_id,
@@ -337,6 +339,8 @@ class ThreadStore:
             lease_until=lease_until,
             take_epoch=take,
         )
+        events.changed(self.saver)  # its run.started
+        return epoch
 
     async def record_writes(
         self,
@@ -349,6 +353,7 @@ class ThreadStore:
     ) -> None:
         """Record pending writes against ``cp`` (and set the thread's status, for a stop)."""
         await self.saver.put_writes(cp.thread_id, cp.checkpoint_id, writes, run_id=run_id, status=status, error=error)
+        events.changed(self.saver)
 
 
 def step_metadata(source: str, step: int, results: Sequence[TaskResult], tags: dict[str, Any] | None) -> dict[str, Any]:

@@ -22,14 +22,15 @@ streaming those threads later shows their runs' starts and ends but not their st
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
-from graphckpt.savers.base import EventKind, StoredCheckpoint
+from graphckpt.savers.base import EventKind, Saver, StoredCheckpoint
 
-__all__ = ["UPDATE_MAX", "checkpoint_events", "encode_payload"]
+__all__ = ["UPDATE_MAX", "changed", "checkpoint_events", "encode_payload", "watch"]
 
 
 UPDATE_MAX = 64 * 1024
@@ -104,3 +105,30 @@ def encode_payload(payload: Mapping[str, Any]) -> str:
     except PydanticSerializationError:  # a lone surrogate somewhere
         values = to_jsonable_python(payload, fallback=repr, inf_nan_mode="null")
         return json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace").decode()
+
+
+_WATCHERS: weakref.WeakKeyDictionary[Saver, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+
+
+def watch(saver: Saver, callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback()`` after each write this process makes through ``saver`` that may have added events (a
+    checkpoint commit, pending writes, a claim), on the writer's event loop, right after the write returned; returns
+    what stops it. The server's :class:`~graphckpt.server.events.hub.Hub` uses it to wake its streams at once for
+    the runs its own workers execute, instead of at its next poll of the log (writes of other processes are still
+    found by that poll, or by PostgreSQL's ``NOTIFY``). A callback must be quick and must not raise."""
+    callbacks = _WATCHERS.setdefault(saver, [])
+    callbacks.append(callback)
+
+    def stop() -> None:
+        if callback in callbacks:
+            callbacks.remove(callback)
+
+    return stop
+
+
+def changed(saver: Saver) -> None:
+    """Tell the watchers of ``saver`` (:func:`watch`) that a write of this process has returned."""
+    callbacks = _WATCHERS.get(saver)
+    if callbacks:
+        for callback in tuple(callbacks):
+            callback()

@@ -3,7 +3,10 @@
 One poller per server reads the store's change counter (:meth:`Saver.events_version`: ``max(id)`` of the events,
 one index look-up) every ``poll_interval`` seconds; on PostgreSQL a ``LISTEN graphckpt_events`` connection wakes it
 at once on each commit's ``NOTIFY`` (sent by the event triggers), and the poll, slowed to ``pg_poll_interval``, is
-the fallback if that connection breaks. Streams never hold events: each registers a wake-up event of its own
+the fallback if that connection breaks. The writes of this server's own runs wake the streams sooner still: right
+after each one returns (:func:`graphckpt.savers.events.watch`), without waiting for the poll or the ``NOTIFY``
+(the poll's own sighting of that change wakes them once more: a read that finds nothing new). Streams never hold
+events: each registers a wake-up event of its own
 (:attr:`Hub.wakes`), which the poller sets when the log changed, then reads the log from its own cursor (reads at
 one :attr:`Hub.version` are shared, see :meth:`EventLog.events`).
 
@@ -16,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
+from graphckpt.savers import events
 from graphckpt.savers.base import Saver
 from graphckpt.server.events.ephemeral import Ephemera
 
@@ -40,14 +45,21 @@ class Hub:
         self.wakes: set[asyncio.Event] = set()
         """The open streams' wake-up events: set on each change of the log (and at shutdown)."""
         self.ephemera = Ephemera(saver)
+        self._unwatch: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         self._observed = await self.saver.events_version()
+        self._loop = asyncio.get_running_loop()
+        self._unwatch = events.watch(self.saver, self._wrote)
         self._tasks.append(asyncio.create_task(self._poll(), name="graphckpt-hub-poll"))
         if hasattr(self.saver, "dsn"):
             self._tasks.append(asyncio.create_task(self._listen(), name="graphckpt-hub-listen"))
 
     async def stop(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self.close()
         self.ephemera.close()
         for task in self._tasks:
@@ -70,6 +82,21 @@ class Hub:
             self.version += 1
             for wake in self.wakes:
                 wake.set()
+
+    def _wrote(self) -> None:
+        """A write of this process through the saver returned: the log may have grown; wake the streams now."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:  # a run on another loop (a sync facade's thread): its poll is near anyway
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):  # the server's loop has closed
+                    self._loop.call_soon_threadsafe(self._nudge.set)
+            return
+        self.version += 1
+        for wake in self.wakes:
+            wake.set()
 
     async def _poll(self) -> None:
         listening = hasattr(self.saver, "dsn")
