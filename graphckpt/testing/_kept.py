@@ -96,4 +96,7 @@ class KeptWriteAndFamilyCases:
         assert [r.thread_id for r in await saver.list_family(f"{f}{FAMILY_SEP}b1")] == [f"{f}{FAMILY_SEP}b1"]
         assert await saver.list_family(new_thread_id("nobody")) == []
         fork = next(r for r in await saver.list_family(f) if r.thread_id.endswith("b1"))
-        assert (fork.parent_thread_id, fork.parent_checkpoint_id) == (f, root.checkpoint_id)
+        assert (fork.parent_thread_id, fork.parent_checkpoint_id) == (f, root.checkpoint_id), (
+            f"the fork's row names its parent as {(fork.parent_thread_id, fork.parent_checkpoint_id)}, "
+            f"not {(f, root.checkpoint_id)}: {fork}"
+        )
