@@ -9,32 +9,20 @@ import json
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from support.tick_graph import tick_graph
 from support.waiting import await_for
 
-from graphckpt import END, START, StateGraph, Worker, ids
+from graphckpt import Worker, ids
 from graphckpt.crons import CronError, add_cron, fire_due
 from graphckpt.savers.crons import CronRow
 
 GRAPH = "tests:cron"
 
 
-class Tick(BaseModel):
-    n: int = 0
-
-
-def _graph() -> StateGraph:
-    g = StateGraph(Tick)
-    g.add_node("bump", lambda s: {"n": s.n + 1})
-    g.add_edge(START, "bump")
-    g.add_edge("bump", END)
-    return g
-
-
 async def test_a_per_second_cron_fired_by_three_workers_runs_each_tick_once(saver: Any) -> None:
-    app = _graph().compile(saver=saver)
+    app = tick_graph().compile(saver=saver)
     cron = await add_cron(app, "* * * * * *", graph=GRAPH, input={"n": 10}, metadata={"job": "tick"})
-    workers = [Worker({GRAPH: _graph().compile(saver=saver)}, poll=0.05) for _ in range(3)]
+    workers = [Worker({GRAPH: tick_graph().compile(saver=saver)}, poll=0.05) for _ in range(3)]
     loops = [asyncio.ensure_future(w.run()) for w in workers]
     started = ids.now()
     try:
@@ -66,7 +54,7 @@ async def test_a_per_second_cron_fired_by_three_workers_runs_each_tick_once(save
 
 
 async def _row(saver: Any, **changes: Any) -> CronRow:
-    app = _graph().compile(saver=saver)
+    app = tick_graph().compile(saver=saver)
     cron = await add_cron(app, "* * * * *", graph=GRAPH, missed=changes.pop("missed", "once"))
     row = CronRow(**{**{f: getattr(cron, f) for f in CronRow.__dataclass_fields__}, **changes})
     await saver.put_cron(row)
@@ -112,7 +100,7 @@ async def test_a_firing_that_lost_the_compare_and_set_queues_nothing(saver: Any)
 
 
 async def test_an_end_date_stops_the_cron_and_bad_input_is_named(saver: Any) -> None:
-    app = _graph().compile(saver=saver)
+    app = tick_graph().compile(saver=saver)
     now = ids.now()
     ended = await add_cron(app, "* * * * * *", graph=GRAPH, end_at=now + 1.5, thread_id="one-thread")
     await fire_due(saver, now + 5)

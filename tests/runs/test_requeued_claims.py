@@ -48,6 +48,15 @@ async def _claim(saver: Saver, run_id: str) -> tuple[Any, str]:
     return claimed, fence
 
 
+async def _first_attempt(saver: Saver, app: Any, thread_id: str) -> tuple[Any, str, Any]:
+    """A run of ``app`` submitted on ``thread_id``, claimed, and its engine begun: (run, fence, engine)."""
+    run = await app.asubmit({"n": 0, "said": ""}, thread_id=thread_id, graph="g")
+    claimed, fence = await _claim(saver, run.run_id)
+    engine = await begin_queued(app.run_options, app.runner, claimed, fence, {"graph": "g", "run": run.run_id})
+    assert engine is not None
+    return run, fence, engine
+
+
 async def _work_until(saver: Saver, app: Any, run_id: str, *statuses: str) -> Any:
     queue: Any = saver
     worker = Worker({"g": app}, poll=0.05)
@@ -67,10 +76,7 @@ async def _work_until(saver: Saver, app: Any, run_id: str, *statuses: str) -> An
 async def test_a_retry_after_the_attempt_stopped_interrupted_ends_interrupted(saver: Saver) -> None:
     app = _asking().compile(saver=saver, lease_seconds=LEASE)
     queue: Any = saver
-    run = await app.asubmit({"n": 0, "said": ""}, thread_id="t", graph="g")
-    claimed, fence = await _claim(saver, run.run_id)
-    engine = await begin_queued(app.run_options, app.runner, claimed, fence, {"graph": "g", "run": run.run_id})
-    assert engine is not None
+    run, fence, engine = await _first_attempt(saver, app, "t")
     async with contextlib.aclosing(engine.steps()) as steps:
         await anext(steps)  # the input step is committed
         assert await queue.requeue_expired(ids.now() + HOUR) == 1  # the sweeper: its lease looked lapsed
@@ -163,10 +169,7 @@ async def test_a_retry_whose_claim_loses_to_its_earlier_attempts_step_begins_fro
     graph.add_edge("c", END)
     app = graph.compile(saver=saver, lease_seconds=LEASE)
     queue: Any = saver
-    run = await app.asubmit({"n": 0, "said": ""}, thread_id="r", graph="g")
-    claimed, fence = await _claim(saver, run.run_id)
-    first = await begin_queued(app.run_options, app.runner, claimed, fence, {"graph": "g", "run": run.run_id})
-    assert first is not None
+    run, _, first = await _first_attempt(saver, app, "r")
     async with contextlib.aclosing(first.steps()) as steps:
         await anext(steps)  # the input step
         await anext(steps)  # node a

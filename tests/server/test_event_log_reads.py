@@ -10,30 +10,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from pydantic import BaseModel
+from support.tick_graph import tick_graph
 
-from graphckpt import END, START, StateGraph
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.server.events.hub import Hub
 from graphckpt.server.events.log import EventLog
 from graphckpt.server.service import NO_END
 
 
-class S(BaseModel):
-    n: int = 0
-
-
-def _graph() -> StateGraph:
-    g = StateGraph(S)
-    g.add_node("tick", lambda s: {"n": s.n + 1})
-    g.add_edge(START, "tick")
-    g.add_edge("tick", END)
-    return g
-
-
 async def test_a_read_that_found_nothing_is_read_again_at_the_same_hub_version(tmp_path: Path) -> None:
     async with SqliteSaver(str(tmp_path / "log.db")) as saver:
-        app = _graph().compile(saver=saver)
+        app = tick_graph().compile(saver=saver)
         await app.ainvoke({}, thread_id="old")
         hub = Hub(saver)  # not polling: its version stays where it is, as when the counter came back to one value
         graphs = SimpleNamespace(saver=saver, app_of=lambda record: app, app=lambda ref: app)  # the one graph

@@ -8,29 +8,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from pydantic import BaseModel
+from support.tick_graph import tick_graph
 
-from graphckpt import END, START, StateGraph
 from graphckpt.savers import events
 from graphckpt.savers.sqlite import SqliteSaver
 from graphckpt.server.events.hub import Hub
 
 
-class S(BaseModel):
-    n: int = 0
-
-
-def _graph() -> StateGraph:
-    g = StateGraph(S)
-    g.add_node("tick", lambda s: {"n": s.n + 1})
-    g.add_edge(START, "tick")
-    g.add_edge("tick", END)
-    return g
-
-
 async def test_a_write_of_this_process_wakes_the_streams_before_the_next_poll(tmp_path: Path) -> None:
     async with SqliteSaver(str(tmp_path / "hub.db")) as saver:
-        app = _graph().compile(saver=saver)
+        app = tick_graph().compile(saver=saver)
         hub = Hub(saver, poll_interval=3600.0)  # its poll would wake nobody within this test
         await hub.start()
         try:
@@ -59,9 +46,9 @@ async def test_another_saver_s_writes_do_not_wake_this_hub(tmp_path: Path) -> No
         try:
             wake = asyncio.Event()
             hub.wakes.add(wake)
-            await _graph().compile(saver=other).ainvoke({}, thread_id="t")
+            await tick_graph().compile(saver=other).ainvoke({}, thread_id="t")
             assert not wake.is_set()
-            await _graph().compile(saver=mine).ainvoke({}, thread_id="t")
+            await tick_graph().compile(saver=mine).ainvoke({}, thread_id="t")
             assert wake.is_set()
         finally:
             await hub.stop()
