@@ -115,8 +115,12 @@ def watch(saver: Saver, callback: Callable[[], None]) -> Callable[[], None]:
     checkpoint commit, pending writes, a claim), on the writer's event loop, right after the write returned; returns
     what stops it. The server's :class:`~graphckpt.server.events.hub.Hub` uses it to wake its streams at once for
     the runs its own workers execute, instead of at its next poll of the log (writes of other processes are still
-    found by that poll, or by PostgreSQL's ``NOTIFY``). A callback must be quick and must not raise."""
-    callbacks = _WATCHERS.setdefault(saver, [])
+    found by that poll, or by PostgreSQL's ``NOTIFY``). A callback must be quick and must not raise. A saver class
+    that is not hashable (it defines ``__eq__`` without ``__hash__``) cannot be watched: ``TypeError``."""
+    try:
+        callbacks = _WATCHERS.setdefault(saver, [])
+    except TypeError:
+        raise TypeError(f"{type(saver).__name__} is not hashable, so its writes cannot be watched") from None
     callbacks.append(callback)
 
     def stop() -> None:
@@ -128,7 +132,10 @@ def watch(saver: Saver, callback: Callable[[], None]) -> Callable[[], None]:
 
 def changed(saver: Saver) -> None:
     """Tell the watchers of ``saver`` (:func:`watch`) that a write of this process has returned."""
-    callbacks = _WATCHERS.get(saver)
+    try:
+        callbacks = _WATCHERS.get(saver)
+    except TypeError:  # not hashable: nobody can be watching it
+        return
     if callbacks:
         for callback in tuple(callbacks):
             callback()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from support.tick_graph import tick_graph
 
 from graphckpt.savers import events
@@ -63,3 +64,27 @@ def test_watch_returns_what_stops_it(tmp_path: Path) -> None:
     stop()  # twice: nothing more
     events.changed(saver)
     assert calls == [1]
+
+
+async def test_a_saver_that_is_not_hashable_is_polled_and_its_writes_still_commit(tmp_path: Path) -> None:
+    """A saver class with ``__eq__`` and no ``__hash__`` (a user's own, say) cannot be watched: its commits go on as
+    before and a hub on it falls back to its poll."""
+
+    class Unhashable(SqliteSaver):
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        __hash__ = None  # type: ignore[assignment]
+
+    async with Unhashable(str(tmp_path / "u.db")) as saver:
+        with pytest.raises(TypeError, match="Unhashable is not hashable"):
+            events.watch(saver, lambda: None)
+        hub = Hub(saver, poll_interval=0.01)
+        await hub.start()
+        try:
+            wake = asyncio.Event()
+            hub.wakes.add(wake)
+            assert (await tick_graph().compile(saver=saver).ainvoke({}, thread_id="t")).values.n == 1
+            await asyncio.wait_for(wake.wait(), 5)  # by the poll
+        finally:
+            await hub.stop()

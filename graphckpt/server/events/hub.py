@@ -51,7 +51,10 @@ class Hub:
     async def start(self) -> None:
         self._observed = await self.saver.events_version()
         self._loop = asyncio.get_running_loop()
-        self._unwatch = events.watch(self.saver, self._wrote)
+        try:
+            self._unwatch = events.watch(self.saver, self._wrote)
+        except TypeError as exc:  # a saver class that cannot be watched: the poll alone finds the changes
+            logger.info("event hub: %s; streams wake at the poll", exc)
         self._tasks.append(asyncio.create_task(self._poll(), name="graphckpt-hub-poll"))
         if hasattr(self.saver, "dsn"):
             self._tasks.append(asyncio.create_task(self._listen(), name="graphckpt-hub-listen"))
