@@ -354,8 +354,13 @@ def run_graphckpt(spec: Spec) -> Outcome:
 
 
 def assert_parity(spec: Spec) -> Outcome:
+    """Both engines give the same outcome. The subgraph runs are compared as a collection: the runs of subgraphs
+    started in one step (Send tasks, parallel nodes) start in whichever order their threads get there, in either
+    engine (CI saw the two Send tasks' runs listed n=2 first once); each run's own history is compared exactly."""
     expected = run_langgraph(spec)
-    assert run_graphckpt(spec) == expected
+    got = run_graphckpt(spec)
+    assert sorted(got.subgraphs, key=repr) == sorted(expected.subgraphs, key=repr)
+    assert dataclasses.replace(got, subgraphs=[]) == dataclasses.replace(expected, subgraphs=[])
     return expected
 
 
