@@ -22,7 +22,7 @@ from graphckpt.errors import CheckpointNotFoundError, CorruptCheckpointError, Th
 from graphckpt.records import Head, Recorded, StepRecord, TaskResult
 from graphckpt.savers import events
 from graphckpt.savers.base import Blob, FinishedTask, Saver, Status, StoredCheckpoint, StoredWrite, ThreadRecord
-from graphckpt.views import LazyFold, make_snapshot
+from graphckpt.views import LazyFold, bulk, make_snapshot
 
 __all__ = ["NO_RESULT", "ThreadStore", "lineage_segments", "partial_thread_error", "step_metadata"]
 
@@ -161,15 +161,16 @@ class ThreadStore:
         ranges = self.codec.history_ranges(found[-1], old, found[0], new)
         fold = LazyFold(self.codec, found, await self.saver.get_blobs(ranges) if ranges else [])
         head = (record.thread_id, record.head_checkpoint_id)
-        return [
-            make_snapshot(
-                cp,
-                record.status if (cp.thread_id, cp.checkpoint_id) == head else cp.status,
-                functools.partial(fold.frontier, i),
-                functools.partial(fold.values, i),
-            )
-            for i, cp in enumerate(found)
-        ]
+        with bulk():
+            return [
+                make_snapshot(
+                    cp,
+                    record.status if (cp.thread_id, cp.checkpoint_id) == head else cp.status,
+                    functools.partial(fold.frontier, i),
+                    functools.partial(fold.values, i),
+                )
+                for i, cp in enumerate(found)
+            ]
 
     async def lineage_checkpoints(self, record: ThreadRecord) -> list[StoredCheckpoint]:
         """Every checkpoint of the thread's lineage, newest first (metadata only is read; no values)."""
