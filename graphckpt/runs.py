@@ -277,18 +277,16 @@ async def begin_queued(
     thread and its claim (the claim compares the head it read). When the claim lost that way and nobody holds a
     live lease now, this attempt reads the thread again and begins from its new head: at most
     :data:`CLAIM_RACES` times, then the conflict is raised. A live lease (``ThreadBusyError``) is raised at once."""
-    for race in range(CLAIM_RACES):
+    for _ in range(CLAIM_RACES - 1 if run.attempt > 1 else 0):
         try:
             return await _begin_queued(options, runner, run, fence, tags)
         except (ThreadBusyError, LeaseLostError):
             raise
         except ThreadConflictError:
-            if run.attempt == 1 or race == CLAIM_RACES - 1:
-                raise
             record = await options.store.get_thread(run.thread_id)
             if record is None or record.status == "running":  # gone, or claimed by someone live: not ours to take
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    return await _begin_queued(options, runner, run, fence, tags)
 
 
 CLAIM_RACES = 3

@@ -82,9 +82,13 @@ class Hub:
         """A change of the store's counter (up, or down after a delete) moves :attr:`version` up by one."""
         if observed != self._observed:
             self._observed = observed
-            self.version += 1
-            for wake in self.wakes:
-                wake.set()
+            self._moved()
+
+    def _moved(self) -> None:
+        """The log may have grown: a new :attr:`version` (shared reads are made afresh), every stream woken."""
+        self.version += 1
+        for wake in self.wakes:
+            wake.set()
 
     def _wrote(self) -> None:
         """A write of this process through the saver returned: the log may have grown; wake the streams now."""
@@ -97,9 +101,7 @@ class Hub:
                 with contextlib.suppress(RuntimeError):  # the server's loop has closed
                     self._loop.call_soon_threadsafe(self._nudge.set)
             return
-        self.version += 1
-        for wake in self.wakes:
-            wake.set()
+        self._moved()
 
     async def _poll(self) -> None:
         listening = hasattr(self.saver, "dsn")
